@@ -1,0 +1,38 @@
+"""py_wire: a schema-first, zero-copy wire format for ragged multimodal RL batches.
+
+Declare each field once in a schema file; ``encode`` turns a batch into one self-describing
+frame (a valid safetensors file), copying each payload byte once; ``decode`` returns views into
+it in the form each consumer needs.
+"""
+
+from py_wire import _dtypes  # noqa: F401  (registers torch's dtypes with the codec)
+from py_wire._decode import decode
+from py_wire._encode import encode
+from py_wire._native import (
+    BatchError,
+    ContractError,
+    Frame,
+    FrameError,
+    SchemaError,
+    WireError,
+)
+from py_wire._packed import PackedTensor
+from py_wire._schema import FieldDef, PlaceholderContract, Schema, bundled_schemas, load_schema
+
+__all__ = [
+    "BatchError",
+    "ContractError",
+    "FieldDef",
+    "Frame",
+    "FrameError",
+    "PackedTensor",
+    "PlaceholderContract",
+    "Schema",
+    "SchemaError",
+    "WireError",
+    "bundled_schemas",
+    "decode",
+    "encode",
+    "load_schema",
+]
+__version__ = "0.1.0"

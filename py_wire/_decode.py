@@ -1,0 +1,158 @@
+"""``decode``: views into a frame, per tier, without copying payload bytes.
+
+The codec validated every offset and shape when the frame was wrapped; building the views here
+is O(fields) torch calls, independent of rows and bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import warnings
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from py_wire._dtypes import DTYPES
+from py_wire._encode import FINGERPRINT_KEY
+from py_wire._native import Frame, FrameError, SchemaError
+from py_wire._packed import PackedTensor, _FrameRows
+from py_wire._schema import Schema, load_schema
+
+Layout = Literal["nested", "padded", "list"]
+Loc = tuple[int, int, str, tuple[int, ...]]
+
+
+def as_frame(data: Any) -> Frame:
+    """Wrap ``data`` (a Frame, bytes, bytearray, memoryview, mmap, numpy uint8 array or torch
+    uint8 tensor) as a validated Frame, without copying unless its base is misaligned."""
+    if isinstance(data, Frame):
+        return data
+    if isinstance(data, torch.Tensor):
+        if data.dtype != torch.uint8 or data.dim() != 1 or not data.is_contiguous():
+            raise FrameError(
+                f"a tensor frame must be 1-D contiguous uint8, got {data.dtype} {tuple(data.shape)}"
+            )
+        data = data.cpu().numpy()
+    if isinstance(data, np.ndarray) and data.dtype != np.uint8:
+        raise FrameError(f"an array frame must be uint8, got {data.dtype}")
+    if not isinstance(data, bytes | bytearray | memoryview | mmap.mmap | np.ndarray):
+        raise FrameError(f"cannot decode a {type(data).__name__}; pass bytes-like data or a Frame")
+    return Frame.from_buffer(data)
+
+
+class FrameViews:
+    """The frame's tensors as torch views over one uint8 base tensor."""
+
+    def __init__(self, frame: Frame) -> None:
+        self.frame = frame
+        self.layout = frame._layout()
+        with warnings.catch_warnings():
+            # Read-only inputs (bytes, read-only mmaps) give views torch cannot mark read-only;
+            # py_wire documents that such views must not be written.
+            warnings.simplefilter("ignore", UserWarning)
+            self.base = torch.frombuffer(frame, dtype=torch.uint8)
+        self.fields = {f["name"]: f for f in self.layout["fields"]}
+        seq = self.layout["seq_offsets"]
+        self.seq_offsets = self.view(seq) if seq is not None else None
+
+    def view(self, loc: Loc) -> torch.Tensor:
+        offset, nbytes, dtype, shape = loc
+        return self.base[offset : offset + nbytes].view(DTYPES[dtype]).view(shape)
+
+    def values(self, name: str) -> torch.Tensor:
+        return self.view(self.fields[name]["values"])
+
+
+def frame_views(frame: Frame) -> FrameViews:
+    return FrameViews(frame)
+
+
+def decode(
+    data: Any,
+    schema: Schema | str | Path | None = None,
+    *,
+    stage: str | None = None,
+    layout: Layout | None = None,
+) -> dict[str, Any]:
+    """Decode a frame into views, per tier: packed → :class:`PackedTensor`, per-token → jagged
+    ``torch.nested`` tensor (``layout="padded"``: ``[B, L, ...]`` padded with the field's pad
+    value, lengths under the schema's lengths field; ``layout="list"``: lists of row tensors),
+    scalar → dense ``[B, ...]`` tensor. ``stage`` keeps only that stage's fields.
+
+    No payload byte is copied (except by ``layout="padded"``); every view keeps the frame alive.
+    """
+    frame = as_frame(data)
+    frame_schema: Schema = frame.schema
+    if schema is not None:
+        wanted = load_schema(schema)
+        if wanted.fingerprint != frame.metadata.get(FINGERPRINT_KEY):
+            raise SchemaError(
+                f"frame was encoded with schema {frame_schema.name!r} v{frame_schema.version} "
+                f"({frame.metadata.get(FINGERPRINT_KEY)}), not {wanted.name!r} v{wanted.version} "
+                f"({wanted.fingerprint})"
+            )
+    if layout not in (None, "nested", "padded", "list"):
+        raise ValueError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
+    keep = set(frame_schema.fields_for(stage)) if stage is not None else None
+    views = FrameViews(frame)
+    out: dict[str, Any] = {}
+    seq_lengths: torch.Tensor | None = None
+    for name, f in views.fields.items():
+        if keep is not None and name not in keep:
+            continue
+        values = views.view(f["values"])
+        tier = f["tier"]
+        if tier == "scalar":
+            out[name] = values
+        elif tier == "packed":
+            tables = {k: views.view(f[k]) for k in _CSR}
+            rows = _FrameRows(values, tables, f["in_order"])
+            packed = PackedTensor._from_frame(rows, f["pack_dim"])
+            out[name] = packed.rows() if layout == "list" else packed
+        else:
+            offsets = views.seq_offsets
+            assert offsets is not None
+            if layout == "list":
+                out[name] = list(values.split(torch.diff(offsets).tolist()))
+            elif layout == "padded":
+                if seq_lengths is None:
+                    seq_lengths = torch.diff(offsets)
+                pad = frame_schema.fields[name].pad_value
+                out[name] = _padded(values, seq_lengths, pad)
+            else:
+                out[name] = _jagged(values, offsets)
+    if layout == "padded" and seq_lengths is not None:
+        key = frame_schema.lengths_field or "lengths"
+        out.setdefault(key, seq_lengths)
+    return out
+
+
+_CSR = ("seg_shapes", "seg_offsets", "row_offsets", "row_segments")
+
+
+def _jagged(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    if offsets.shape[0] <= 1:
+        raise FrameError(
+            "a frame with 0 rows cannot decode per-token fields as a jagged tensor "
+            "(torch.nested needs at least one row); use layout='list' or 'padded'"
+        )
+    # torch 2.15 logs an unrelated fx-tracing notice on the first jagged construction.
+    fx_log = logging.getLogger("torch.fx._symbolic_trace")
+    level = fx_log.level
+    fx_log.setLevel(logging.ERROR)
+    try:
+        return torch.nested.nested_tensor_from_jagged(values, offsets)
+    finally:
+        fx_log.setLevel(level)
+
+
+def _padded(values: torch.Tensor, lengths: torch.Tensor, pad: float | int | bool) -> torch.Tensor:
+    rows = lengths.shape[0]
+    width = int(lengths.max()) if rows else 0
+    out = values.new_full((rows, width, *values.shape[1:]), pad)
+    mask = torch.arange(width) < lengths[:, None]
+    out[mask] = values
+    return out

@@ -1,0 +1,145 @@
+"""``encode``: match a batch's values to the schema's fields and hand them to the codec.
+
+Work here is O(fields): per-row and per-byte work happens in Rust, with the GIL released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from py_wire import _native
+from py_wire._native import BatchError, Frame
+from py_wire._packed import PackedTensor
+from py_wire._schema import FieldDef, Schema, load_schema
+
+SCHEMA_KEY = "py_wire.schema"
+FINGERPRINT_KEY = "py_wire.fingerprint"
+
+
+def encode(
+    batch: Mapping[str, Any],
+    schema: Schema | str | Path,
+    *,
+    stage: str | None = None,
+    threads: int | None = None,
+) -> Frame:
+    """Encode ``batch`` (field name → value) into one frame.
+
+    Packed fields take a :class:`PackedTensor`, any object with ``.tensors`` and
+    ``.dim_to_pack``, ``list[Tensor | None]`` or ``list[list[Tensor]]``. Per-token fields take a
+    list of per-row tensors, a jagged nested tensor, or a padded ``[B, L, ...]`` tensor plus the
+    schema's lengths field. Scalars take a ``[B, ...]`` tensor. numpy arrays work wherever
+    tensors do. With ``stage``, every field that stage needs must be present.
+    """
+    schema = load_schema(schema)
+    unknown = [k for k in batch if k not in schema.fields]
+    if unknown:
+        raise BatchError(
+            f"fields {unknown} are not in schema {schema.name!r} (declare them; py_wire never "
+            f"drops a field silently). Schema fields: {list(schema.fields)}"
+        )
+    needed = set(schema.fields_for(stage)) if stage is not None else set()
+    missing = [
+        name
+        for name, f in schema.fields.items()
+        if batch.get(name) is None and (f.required or name in needed)
+    ]
+    if missing:
+        why = f"stage {stage!r} needs" if stage is not None else "required"
+        raise BatchError(f"schema {schema.name!r}: missing fields {missing} ({why})")
+    lengths = batch.get(schema.lengths_field) if schema.lengths_field else None
+    fields = []
+    for name, field in schema.fields.items():
+        value = batch.get(name)
+        if value is None:
+            continue
+        kind, first, second = _classify(name, field, value, lengths)
+        fields.append((schema._specs[name], kind, first, second))
+    frame = _native.encode(
+        fields,
+        schema.sequence_field,
+        {SCHEMA_KEY: schema.canonical_json, FINGERPRINT_KEY: schema.fingerprint},
+        None,
+        threads,
+    )
+    frame.schema = schema
+    if lengths is not None and schema.sequence_field in batch:
+        _check_lengths(frame, schema)
+    return frame
+
+
+def _classify(
+    name: str, field: FieldDef, value: Any, lengths: Any
+) -> tuple[str, Any, Any]:
+    if field.tier == "packed":
+        if isinstance(value, PackedTensor):
+            _check_pack_dim(name, field, value.dim_to_pack)
+            return "rows", value.rows(), None
+        if hasattr(value, "tensors") and hasattr(value, "dim_to_pack"):
+            _check_pack_dim(name, field, value.dim_to_pack)
+            return "rows", list(value.tensors), None
+        if isinstance(value, list | tuple):
+            return "rows", list(value), None
+        raise BatchError(
+            f"field {name!r} is packed: pass a PackedTensor or a list with one entry per row "
+            f"(a tensor, None, or a list of tensors), not {type(value).__name__}"
+        )
+    if field.tier == "per_token":
+        if isinstance(value, list | tuple):
+            return "rows", list(value), None
+        if isinstance(value, torch.Tensor) and value.is_nested:
+            if value.layout != torch.jagged:
+                return "rows", list(value.unbind()), None
+            if getattr(value, "_ragged_idx", 1) != 1:
+                raise BatchError(f"field {name!r}: the nested tensor's ragged dim must be dim 1")
+            return "jagged", value.values(), value.offsets()
+        if isinstance(value, torch.Tensor | np.ndarray):
+            if lengths is None:
+                raise BatchError(
+                    f"field {name!r}: a padded per-token tensor needs per-row lengths; add the "
+                    "schema's lengths field to the batch or pass a list of rows"
+                )
+            return "padded", value, lengths
+        raise BatchError(
+            f"field {name!r} is per-token: pass a list of per-row tensors, a jagged nested tensor "
+            f"or a padded tensor with lengths, not {type(value).__name__}"
+        )
+    if isinstance(value, torch.Tensor | np.ndarray):
+        return "dense", value, None
+    raise BatchError(
+        f"field {name!r} is a scalar field: pass a [B, ...] tensor or array, "
+        f"not {type(value).__name__}"
+    )
+
+
+def _check_pack_dim(name: str, field: FieldDef, dim: int) -> None:
+    rank = len(field.shape)
+    if dim % rank != field.pack_dim:
+        raise BatchError(
+            f"field {name!r}: PackedTensor packs along dim {dim} but the schema says "
+            f"pack_dim = {field.pack_dim}"
+        )
+
+
+def _check_lengths(frame: Frame, schema: Schema) -> None:
+    """The declared lengths field must equal each row's sequence length."""
+    from py_wire._decode import frame_views
+
+    views = frame_views(frame)
+    lengths_field = schema.lengths_field
+    assert lengths_field is not None
+    declared = views.values(lengths_field)
+    actual = torch.diff(views.seq_offsets)
+    bad = (declared.to(torch.int64) != actual).nonzero()
+    if bad.numel():
+        row = int(bad[0, 0])
+        raise BatchError(
+            f"field {lengths_field!r}, row {row}: {int(declared[row])} but "
+            f"{schema.sequence_field!r} has {int(actual[row])} tokens in that row "
+            f"({bad.shape[0]} rows disagree)"
+        )

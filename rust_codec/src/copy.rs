@@ -1,0 +1,274 @@
+//! The one payload copy: strided gathers, fused dtype casts and multi-threaded bulk copies.
+
+use crate::cast;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::TensorRef;
+
+/// Copies below this many bytes per thread are not worth a thread.
+pub const DEFAULT_PARALLEL_THRESHOLD: usize = 8 << 20;
+const CHUNK: usize = 4 << 20;
+
+/// One copy: all of `src`, in C order, cast to `dst_dtype`, into `dst_offset..` of the output.
+#[derive(Debug, Clone)]
+pub struct CopyJob<'a> {
+    pub src: TensorRef<'a>,
+    pub dst_dtype: DType,
+    pub dst_offset: usize,
+}
+
+impl CopyJob<'_> {
+    pub fn dst_len(&self) -> usize {
+        (self.src.numel() as usize) * self.dst_dtype.size()
+    }
+}
+
+/// Calls `run(src_run)` for each maximal contiguous run of `src` in C order.
+fn for_each_run(src: &TensorRef<'_>, mut run: impl FnMut(&[u8])) {
+    let es = src.dtype.size();
+    if src.numel() == 0 {
+        return;
+    }
+    if src.is_contiguous() {
+        run(&src.bytes[..src.nbytes() as usize]);
+        return;
+    }
+    // Collapse the innermost dims that are contiguous into one run.
+    let rank = src.shape.len();
+    let mut inner = 1u64;
+    let mut outer_rank = rank;
+    while outer_rank > 0 {
+        let d = outer_rank - 1;
+        if src.shape[d] == 1 || src.strides[d] == inner {
+            inner *= src.shape[d];
+            outer_rank -= 1;
+        } else {
+            break;
+        }
+    }
+    let run_bytes = inner as usize * es;
+    let shape = &src.shape[..outer_rank];
+    let strides = &src.strides[..outer_rank];
+    let mut index = vec![0u64; outer_rank];
+    let mut offset = 0u64;
+    loop {
+        let start = offset as usize * es;
+        run(&src.bytes[start..start + run_bytes]);
+        // Odometer increment over the outer dims.
+        let mut d = outer_rank;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            index[d] += 1;
+            offset += strides[d];
+            if index[d] < shape[d] {
+                break;
+            }
+            offset -= strides[d] * shape[d];
+            index[d] = 0;
+        }
+    }
+}
+
+/// Copies (and casts) all of `src` into `dst`, which must be exactly `numel * dst_dtype.size()`.
+pub fn copy_tensor(src: &TensorRef<'_>, dst_dtype: DType, dst: &mut [u8]) -> Result<()> {
+    let expected = src.numel() as usize * dst_dtype.size();
+    if dst.len() != expected {
+        return Err(Error::Batch(format!(
+            "internal: copy destination is {} bytes, expected {expected}",
+            dst.len()
+        )));
+    }
+    let mut pos = 0usize;
+    let ratio_num = dst_dtype.size();
+    let ratio_den = src.dtype.size();
+    let mut result = Ok(());
+    for_each_run(src, |run| {
+        if result.is_err() {
+            return;
+        }
+        let out_len = run.len() / ratio_den * ratio_num;
+        let out = &mut dst[pos..pos + out_len];
+        if src.dtype == dst_dtype {
+            out.copy_from_slice(run);
+        } else if let Err(e) = cast::cast_run(src.dtype, dst_dtype, run, out) {
+            result = Err(e);
+        }
+        pos += out_len;
+    });
+    result
+}
+
+/// A piece of work for one thread: a job, or a byte range of a contiguous same-dtype job.
+struct Task<'j, 'a> {
+    job: &'j CopyJob<'a>,
+    /// Byte range within the job's output (and, for split tasks, its source).
+    range: std::ops::Range<usize>,
+    whole: bool,
+}
+
+/// Runs every job into `out`. Jobs must write disjoint ranges, sorted by `dst_offset`.
+/// Uses up to `threads` threads when the total exceeds `threshold` bytes per thread.
+pub fn run_jobs(
+    jobs: &[CopyJob<'_>],
+    out: &mut [u8],
+    threads: usize,
+    threshold: usize,
+) -> Result<()> {
+    let total: usize = jobs.iter().map(|j| j.dst_len()).sum();
+    let threads = threads.max(1).min(total / threshold.max(1)).max(1);
+    let mut tasks = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let len = job.dst_len();
+        let splittable = threads > 1 && job.src.dtype == job.dst_dtype && job.src.is_contiguous();
+        if splittable && len > CHUNK {
+            let mut start = 0;
+            while start < len {
+                let end = (start + CHUNK).min(len);
+                tasks.push(Task {
+                    job,
+                    range: start..end,
+                    whole: false,
+                });
+                start = end;
+            }
+        } else {
+            tasks.push(Task {
+                job,
+                range: 0..len,
+                whole: true,
+            });
+        }
+    }
+    // Carve `out` into one disjoint slice per task, in order.
+    let mut slices: Vec<(&Task, &mut [u8])> = Vec::with_capacity(tasks.len());
+    let mut rest: &mut [u8] = out;
+    let mut consumed = 0usize;
+    for task in &tasks {
+        let begin = task.job.dst_offset + task.range.start;
+        let end = task.job.dst_offset + task.range.end;
+        if begin < consumed || end > consumed + rest.len() {
+            return Err(Error::Batch("internal: overlapping copy jobs".to_string()));
+        }
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(begin - consumed);
+        let (mine, tail) = tail.split_at_mut(end - begin);
+        slices.push((task, mine));
+        rest = tail;
+        consumed = end;
+    }
+    let run_one = |task: &Task, dst: &mut [u8]| -> Result<()> {
+        if task.whole {
+            copy_tensor(&task.job.src, task.job.dst_dtype, dst)
+        } else {
+            dst.copy_from_slice(&task.job.src.bytes[task.range.clone()]);
+            Ok(())
+        }
+    };
+    if threads == 1 {
+        return slices.into_iter().try_for_each(|(t, d)| run_one(t, d));
+    }
+    // Balance by bytes: consecutive tasks go to a thread until it holds its share.
+    let share = total.div_ceil(threads);
+    let mut groups: Vec<Vec<(&Task, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
+    let mut group = 0;
+    let mut filled = 0;
+    for item in slices {
+        if filled >= share && group + 1 < threads {
+            group += 1;
+            filled = 0;
+        }
+        filled += item.1.len();
+        groups[group].push(item);
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = groups
+            .into_iter()
+            .map(|g| scope.spawn(move || g.into_iter().try_for_each(|(t, d)| run_one(t, d))))
+            .collect();
+        handles.into_iter().try_for_each(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(Error::Batch("internal: copy thread panicked".into())))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn gather_reference(src: &TensorRef<'_>) -> Vec<u8> {
+        let es = src.dtype.size();
+        let n = src.numel() as usize;
+        let mut out = Vec::with_capacity(n * es);
+        for flat in 0..n {
+            let mut rem = flat as u64;
+            let mut off = 0u64;
+            for d in (0..src.shape.len()).rev() {
+                off += (rem % src.shape[d]) * src.strides[d];
+                rem /= src.shape[d];
+            }
+            let b = off as usize * es;
+            out.extend_from_slice(&src.bytes[b..b + es]);
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn strided_copy_matches_reference(
+            shape in proptest::collection::vec(0u64..5, 0..4),
+            perm_seed in any::<u64>(),
+            pad in 0u64..3,
+        ) {
+            // Build strides from a permuted, padded layout.
+            let rank = shape.len();
+            let mut order: Vec<usize> = (0..rank).collect();
+            let mut seed = perm_seed;
+            for i in (1..rank).rev() {
+                let j = (seed % (i as u64 + 1)) as usize;
+                seed /= i as u64 + 1;
+                order.swap(i, j);
+            }
+            let mut strides = vec![0u64; rank];
+            let mut acc = 1u64;
+            for &d in order.iter().rev() {
+                strides[d] = acc;
+                acc *= shape[d].max(1) + pad;
+            }
+            let bytes: Vec<u8> = (0..(acc as usize * 4 + 8)).map(|i| i as u8).collect();
+            let t = TensorRef::strided(DType::F32, shape, strides, &bytes).unwrap();
+            let mut out = vec![0u8; t.nbytes() as usize];
+            copy_tensor(&t, DType::F32, &mut out).unwrap();
+            prop_assert_eq!(out, gather_reference(&t));
+        }
+    }
+
+    #[test]
+    fn parallel_jobs_fill_disjoint_ranges() {
+        let a: Vec<u8> = (0..10_000_000u32).map(|i| (i % 251) as u8).collect();
+        let b: Vec<u8> = (0..3_000u32).map(|i| (i % 13) as u8).collect();
+        let ta = TensorRef::contiguous(DType::U8, vec![a.len() as u64], &a).unwrap();
+        let tb = TensorRef::contiguous(DType::U8, vec![b.len() as u64], &b).unwrap();
+        let jobs = vec![
+            CopyJob {
+                src: ta,
+                dst_dtype: DType::U8,
+                dst_offset: 64,
+            },
+            CopyJob {
+                src: tb,
+                dst_dtype: DType::U8,
+                dst_offset: 64 + a.len() + 64,
+            },
+        ];
+        let mut out = vec![0u8; 64 + a.len() + 64 + b.len()];
+        run_jobs(&jobs, &mut out, 4, 1 << 20).unwrap();
+        assert_eq!(&out[64..64 + a.len()], &a[..]);
+        assert_eq!(&out[128 + a.len()..], &b[..]);
+        assert!(out[..64].iter().all(|&x| x == 0));
+    }
+}

@@ -1,0 +1,101 @@
+//! Element types: their names (torch's), their safetensors codes and their sizes.
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    Bool,
+    U8,
+    I8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    F16,
+    BF16,
+    F32,
+    F64,
+    F8E4M3,
+    F8E5M2,
+    C64,
+    C128,
+}
+
+/// (dtype, torch name, safetensors code, size in bytes)
+const TABLE: &[(DType, &str, &str, usize)] = &[
+    (DType::Bool, "bool", "BOOL", 1),
+    (DType::U8, "uint8", "U8", 1),
+    (DType::I8, "int8", "I8", 1),
+    (DType::I16, "int16", "I16", 2),
+    (DType::U16, "uint16", "U16", 2),
+    (DType::I32, "int32", "I32", 4),
+    (DType::U32, "uint32", "U32", 4),
+    (DType::I64, "int64", "I64", 8),
+    (DType::U64, "uint64", "U64", 8),
+    (DType::F16, "float16", "F16", 2),
+    (DType::BF16, "bfloat16", "BF16", 2),
+    (DType::F32, "float32", "F32", 4),
+    (DType::F64, "float64", "F64", 8),
+    (DType::F8E4M3, "float8_e4m3fn", "F8_E4M3", 1),
+    (DType::F8E5M2, "float8_e5m2", "F8_E5M2", 1),
+    (DType::C64, "complex64", "C64", 8),
+    (DType::C128, "complex128", "C128", 16),
+];
+
+impl DType {
+    fn row(self) -> &'static (DType, &'static str, &'static str, usize) {
+        TABLE
+            .iter()
+            .find(|r| r.0 == self)
+            .expect("every DType has a row in TABLE")
+    }
+
+    /// torch's name for the dtype, as used in schema files (`"float32"`).
+    pub fn name(self) -> &'static str {
+        self.row().1
+    }
+
+    /// safetensors' dtype code (`"F32"`).
+    pub fn safetensors_code(self) -> &'static str {
+        self.row().2
+    }
+
+    pub fn size(self) -> usize {
+        self.row().3
+    }
+
+    pub fn from_name(name: &str) -> Result<DType> {
+        TABLE
+            .iter()
+            .find(|r| r.1 == name)
+            .map(|r| r.0)
+            .ok_or_else(|| Error::Schema(format!("unknown dtype {name:?}")))
+    }
+
+    pub fn from_safetensors_code(code: &str) -> Option<DType> {
+        TABLE.iter().find(|r| r.2 == code).map(|r| r.0)
+    }
+
+    pub fn all() -> impl Iterator<Item = DType> {
+        TABLE.iter().map(|r| r.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_codes_round_trip() {
+        for dt in DType::all() {
+            assert_eq!(DType::from_name(dt.name()).unwrap(), dt);
+            assert_eq!(
+                DType::from_safetensors_code(dt.safetensors_code()),
+                Some(dt)
+            );
+        }
+        assert!(DType::from_name("float128").is_err());
+    }
+}

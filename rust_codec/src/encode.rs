@@ -1,0 +1,700 @@
+//! Batch → frame: validate every field against its spec, lay the frame out, copy each payload
+//! byte once.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::buffer::{AlignedBuf, ALIGNMENT};
+use crate::copy::{run_jobs, CopyJob, DEFAULT_PARALLEL_THRESHOLD};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::header::{write_header, Entry};
+use crate::spec::{meta, names, pattern_string, FieldSpec, Tier};
+use crate::tensor::TensorRef;
+use crate::{batch_err, schema_err};
+
+/// How a producer hands one field to the codec.
+#[derive(Debug, Clone)]
+pub enum FieldInput<'a> {
+    /// CSR rows of segments: row `r` owns `segments[row_offsets[r]..row_offsets[r + 1]]`.
+    /// Packed fields take 0..k segments per row; per-token fields exactly one.
+    Segments {
+        segments: Vec<TensorRef<'a>>,
+        row_offsets: Vec<u64>,
+    },
+    /// A per-token field already packed: rows are `values[offsets[r]..offsets[r + 1]]`.
+    Jagged {
+        values: TensorRef<'a>,
+        offsets: Vec<u64>,
+    },
+    /// A per-token field padded to `[B, L, ...]`; row `r` is `padded[r, ..lengths[r]]`.
+    Padded {
+        padded: TensorRef<'a>,
+        lengths: Vec<u64>,
+    },
+    /// A scalar field as one `[B, ...]` tensor.
+    Dense(TensorRef<'a>),
+}
+
+#[derive(Debug, Clone)]
+pub struct FieldData<'a> {
+    pub spec: FieldSpec,
+    pub input: FieldInput<'a>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct EncodeRequest<'a> {
+    pub fields: Vec<FieldData<'a>>,
+    /// The per-token field whose lengths define each row's sequence.
+    pub sequence_field: Option<String>,
+    /// Extra `__metadata__` entries (the schema's JSON and fingerprint).
+    pub metadata: BTreeMap<String, String>,
+    /// Row count to record when the batch has no fields at all.
+    pub num_rows_hint: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct EncodeOptions {
+    pub threads: usize,
+    pub parallel_threshold: usize,
+}
+
+impl Default for EncodeOptions {
+    fn default() -> Self {
+        EncodeOptions {
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            parallel_threshold: DEFAULT_PARALLEL_THRESHOLD,
+        }
+    }
+}
+
+/// Everything needed to write a frame: its header, small index tensors and the payload copies.
+pub struct Plan<'a> {
+    pub header: Vec<u8>,
+    pub num_rows: u64,
+    /// Offsets are absolute (from the frame's first byte).
+    pub blobs: Vec<(usize, Vec<u8>)>,
+    pub jobs: Vec<CopyJob<'a>>,
+    pub total_len: usize,
+}
+
+impl Plan<'_> {
+    /// Writes the frame into `out` (exactly `total_len` bytes). Padding bytes are zeroed so the
+    /// result does not depend on what `out` held before.
+    pub fn write_into(&self, out: &mut [u8], options: EncodeOptions) -> Result<()> {
+        if out.len() != self.total_len {
+            return Err(batch_err!(
+                "output buffer is {} bytes but the frame needs {}",
+                out.len(),
+                self.total_len
+            ));
+        }
+        out[..self.header.len()].copy_from_slice(&self.header);
+        let mut written = Vec::with_capacity(self.blobs.len() + self.jobs.len());
+        for (offset, blob) in &self.blobs {
+            out[*offset..offset + blob.len()].copy_from_slice(blob);
+            written.push((*offset, blob.len()));
+        }
+        written.extend(self.jobs.iter().map(|j| (j.dst_offset, j.dst_len())));
+        written.sort_unstable();
+        let mut cursor = self.header.len();
+        for (offset, len) in written {
+            if offset > cursor {
+                out[cursor..offset].fill(0);
+            }
+            cursor = cursor.max(offset + len);
+        }
+        out[cursor..].fill(0);
+        run_jobs(&self.jobs, out, options.threads, options.parallel_threshold)
+    }
+
+    pub fn write(&self, options: EncodeOptions) -> Result<AlignedBuf> {
+        let mut buf = AlignedBuf::zeroed(self.total_len)
+            .ok_or_else(|| batch_err!("could not allocate a frame of {} bytes", self.total_len))?;
+        // A fresh buffer is already zeroed; only the header, blobs and payload need writing.
+        let out = buf.as_mut_slice();
+        out[..self.header.len()].copy_from_slice(&self.header);
+        for (offset, blob) in &self.blobs {
+            out[*offset..offset + blob.len()].copy_from_slice(blob);
+        }
+        run_jobs(&self.jobs, out, options.threads, options.parallel_threshold)?;
+        Ok(buf)
+    }
+}
+
+pub fn encode(request: &EncodeRequest<'_>, options: EncodeOptions) -> Result<AlignedBuf> {
+    plan(request)?.write(options)
+}
+
+/// Lays data out relative to the data section, 64-byte aligned, with explicit padding entries.
+struct Layout<'a> {
+    cursor: u64,
+    entries: Vec<Entry>,
+    jobs: Vec<CopyJob<'a>>,
+    blobs: Vec<(u64, Vec<u8>)>,
+    pads: usize,
+}
+
+impl<'a> Layout<'a> {
+    fn place(&mut self, name: String, dtype: DType, shape: Vec<u64>, nbytes: u64) -> Result<u64> {
+        let aligned = self
+            .cursor
+            .checked_next_multiple_of(ALIGNMENT as u64)
+            .ok_or_else(|| batch_err!("frame size overflows"))?;
+        if aligned > self.cursor {
+            let gap = aligned - self.cursor;
+            self.entries.push(Entry {
+                name: format!("{}{}", names::PAD_PREFIX, self.pads),
+                dtype: DType::U8,
+                shape: vec![gap],
+                begin: self.cursor,
+                end: aligned,
+            });
+            self.pads += 1;
+        }
+        let end = aligned
+            .checked_add(nbytes)
+            .ok_or_else(|| batch_err!("frame size overflows"))?;
+        self.entries.push(Entry {
+            name,
+            dtype,
+            shape,
+            begin: aligned,
+            end,
+        });
+        self.cursor = end;
+        Ok(aligned)
+    }
+
+    fn blob_i64(&mut self, name: String, shape: Vec<u64>, values: &[u64]) -> Result<()> {
+        let mut bytes = Vec::with_capacity(values.len() * 8);
+        for &v in values {
+            let v = i64::try_from(v).map_err(|_| batch_err!("{name}: index {v} exceeds i64"))?;
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        let offset = self.place(name, DType::I64, shape, bytes.len() as u64)?;
+        self.blobs.push((offset, bytes));
+        Ok(())
+    }
+
+    /// Places a values tensor and queues one copy per source segment, back to back.
+    fn values(
+        &mut self,
+        spec: &FieldSpec,
+        shape: Vec<u64>,
+        sources: Vec<TensorRef<'a>>,
+    ) -> Result<()> {
+        let stored = spec.stored_dtype();
+        let mut nbytes = 0u64;
+        for s in &sources {
+            nbytes = s
+                .numel()
+                .checked_mul(stored.size() as u64)
+                .and_then(|n| n.checked_add(nbytes))
+                .ok_or_else(|| batch_err!("field {:?}: payload size overflows", spec.name))?;
+        }
+        let mut offset = self.place(spec.name.clone(), stored, shape, nbytes)?;
+        for src in sources {
+            let len = src.numel() * stored.size() as u64;
+            if len > 0 {
+                self.jobs.push(CopyJob {
+                    src,
+                    dst_dtype: stored,
+                    dst_offset: offset as usize,
+                });
+            }
+            offset += len;
+        }
+        Ok(())
+    }
+}
+
+fn row_count(field: &FieldData<'_>) -> Result<u64> {
+    let name = &field.spec.name;
+    Ok(match &field.input {
+        FieldInput::Segments {
+            segments,
+            row_offsets,
+        } => {
+            check_offsets(name, "row offsets", row_offsets)?;
+            let (first, last) = (row_offsets[0], row_offsets[row_offsets.len() - 1]);
+            if first != 0 || last != segments.len() as u64 {
+                return Err(batch_err!(
+                    "field {name:?}: row offsets span {first}..{last} but there are {} segments",
+                    segments.len()
+                ));
+            }
+            row_offsets.len() as u64 - 1
+        }
+        FieldInput::Jagged { offsets, .. } => {
+            check_offsets(name, "jagged offsets", offsets)?;
+            offsets.len() as u64 - 1
+        }
+        FieldInput::Padded { padded, lengths } => {
+            let rows = padded.shape.first().copied().unwrap_or(0);
+            if padded.shape.len() < 2 || lengths.len() as u64 != rows {
+                return Err(batch_err!(
+                    "field {name:?}: a padded tensor must be [B, L, ...] with B lengths; got shape {:?} and {} lengths",
+                    padded.shape,
+                    lengths.len()
+                ));
+            }
+            rows
+        }
+        FieldInput::Dense(t) => *t.shape.first().ok_or_else(|| {
+            batch_err!("field {name:?}: a scalar field needs a [B, ...] tensor, got a 0-d tensor")
+        })?,
+    })
+}
+
+fn check_offsets(name: &str, what: &str, offsets: &[u64]) -> Result<()> {
+    if offsets.is_empty() {
+        return Err(batch_err!(
+            "field {name:?}: {what} are empty (need rows + 1)"
+        ));
+    }
+    if let Some(r) = offsets.windows(2).position(|w| w[1] < w[0]) {
+        return Err(batch_err!(
+            "field {name:?}: {what} decrease at row {r}: {} then {}",
+            offsets[r],
+            offsets[r + 1]
+        ));
+    }
+    Ok(())
+}
+
+fn check_dtype(spec: &FieldSpec, t: &TensorRef<'_>, location: &str) -> Result<()> {
+    if t.dtype != spec.dtype {
+        return Err(batch_err!(
+            "field {:?}{location}: dtype {} but the schema declares {}{}",
+            spec.name,
+            t.dtype.name(),
+            spec.dtype.name(),
+            if spec.wire_dtype.is_some() {
+                " (the wire cast starts from the declared dtype)"
+            } else {
+                ""
+            }
+        ));
+    }
+    Ok(())
+}
+
+/// Checks `dims` against the static dims of `pattern`.
+fn check_dims(
+    spec: &FieldSpec,
+    dims: &[u64],
+    pattern: &[Option<u64>],
+    location: &str,
+    what: &str,
+) -> Result<()> {
+    if dims.len() != pattern.len() {
+        return Err(batch_err!(
+            "field {:?}{location}: {what} {dims:?} has rank {} but the schema's {} has rank {}",
+            spec.name,
+            dims.len(),
+            pattern_string(pattern),
+            pattern.len()
+        ));
+    }
+    for (d, (&found, expected)) in dims.iter().zip(pattern).enumerate() {
+        if let Some(expected) = *expected {
+            if found != expected {
+                return Err(batch_err!(
+                    "field {:?}{location}: {what} {dims:?} does not match the schema's {} (dim {d}: expected {expected}, found {found})",
+                    spec.name,
+                    pattern_string(pattern)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Per-row sequence lengths of the sequence field.
+fn sequence_lengths(field: &FieldData<'_>) -> Result<Vec<u64>> {
+    Ok(match &field.input {
+        FieldInput::Segments {
+            segments,
+            row_offsets,
+        } => {
+            let mut lengths = Vec::with_capacity(row_offsets.len() - 1);
+            for (row, w) in row_offsets.windows(2).enumerate() {
+                if w[1] - w[0] != 1 {
+                    return Err(batch_err!(
+                        "field {:?}, row {row}: a per-token field needs exactly one tensor per row, found {}",
+                        field.spec.name,
+                        w[1] - w[0]
+                    ));
+                }
+                let seg = &segments[w[0] as usize];
+                lengths.push(*seg.shape.first().ok_or_else(|| {
+                    batch_err!(
+                        "field {:?}, row {row}: a per-token row needs a sequence dim, got a 0-d tensor",
+                        field.spec.name
+                    )
+                })?);
+            }
+            lengths
+        }
+        FieldInput::Jagged { offsets, .. } => offsets.windows(2).map(|w| w[1] - w[0]).collect(),
+        FieldInput::Padded { lengths, .. } => lengths.clone(),
+        FieldInput::Dense(_) => {
+            return Err(schema_err!(
+                "sequence field {:?} must be per-token",
+                field.spec.name
+            ))
+        }
+    })
+}
+
+/// Builds the frame's plan: validation, layout and the list of copies. O(fields + segments).
+pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
+    let mut seen = HashSet::new();
+    for field in &request.fields {
+        field.spec.validate()?;
+        if !seen.insert(field.spec.name.as_str()) {
+            return Err(schema_err!("field {:?} appears twice", field.spec.name));
+        }
+    }
+    // Row counts must agree across fields.
+    let mut num_rows: Option<(u64, &str)> = None;
+    for field in &request.fields {
+        let rows = row_count(field)?;
+        match num_rows {
+            None => num_rows = Some((rows, &field.spec.name)),
+            Some((n, first)) if n != rows => {
+                return Err(batch_err!(
+                    "fields disagree on the number of rows: {first:?} has {n}, {:?} has {rows}",
+                    field.spec.name
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    let num_rows = num_rows
+        .map(|(n, _)| n)
+        .or(request.num_rows_hint)
+        .unwrap_or(0);
+
+    let has_per_token = request.fields.iter().any(|f| f.spec.tier == Tier::PerToken);
+    let seq_lengths = if has_per_token {
+        let seq_name = request.sequence_field.as_deref().ok_or_else(|| {
+            schema_err!("the batch has per-token fields but the schema names no sequence field")
+        })?;
+        let seq_field = request
+            .fields
+            .iter()
+            .find(|f| f.spec.name == seq_name)
+            .ok_or_else(|| {
+                batch_err!(
+                    "the batch has per-token fields but lacks the sequence field {seq_name:?}"
+                )
+            })?;
+        if seq_field.spec.tier != Tier::PerToken {
+            return Err(schema_err!(
+                "sequence field {seq_name:?} must be per-token, not {}",
+                seq_field.spec.tier.name()
+            ));
+        }
+        Some((seq_name, sequence_lengths(seq_field)?))
+    } else {
+        None
+    };
+
+    let mut layout = Layout {
+        cursor: 0,
+        entries: Vec::new(),
+        jobs: Vec::new(),
+        blobs: Vec::new(),
+        pads: 0,
+    };
+    let mut field_table = Vec::with_capacity(request.fields.len());
+    if let Some((_, lengths)) = &seq_lengths {
+        let offsets = prefix_sums(lengths, "sequence lengths")?;
+        layout.blob_i64(
+            names::SEQ_OFFSETS.to_string(),
+            vec![offsets.len() as u64],
+            &offsets,
+        )?;
+    }
+    for field in &request.fields {
+        match field.spec.tier {
+            Tier::Scalar => plan_scalar(&mut layout, field, num_rows)?,
+            Tier::PerToken => {
+                let (seq_name, lengths) = seq_lengths
+                    .as_ref()
+                    .ok_or_else(|| batch_err!("internal: no sequence lengths"))?;
+                plan_per_token(&mut layout, field, seq_name, lengths)?
+            }
+            Tier::Packed => plan_packed(&mut layout, field)?,
+        }
+        field_table.push(field.spec.clone());
+    }
+
+    let mut metadata = request.metadata.clone();
+    metadata.insert(meta::FORMAT.into(), meta::FORMAT_VERSION.into());
+    metadata.insert(meta::NUM_ROWS.into(), num_rows.to_string());
+    metadata.insert(
+        meta::FIELDS.into(),
+        serde_json::to_string(&field_table).map_err(|e| batch_err!("field table: {e}"))?,
+    );
+    if let Some(seq) = &request.sequence_field {
+        metadata.insert(meta::SEQUENCE_FIELD.into(), seq.clone());
+    }
+    // The data section's end must be covered: pad the final tensor out to alignment so the next
+    // frame in a stream (or a file) starts aligned too.
+    let data_len = layout
+        .cursor
+        .checked_next_multiple_of(ALIGNMENT as u64)
+        .ok_or_else(|| batch_err!("frame size overflows"))?;
+    if data_len > layout.cursor {
+        let gap = data_len - layout.cursor;
+        layout.entries.push(Entry {
+            name: format!("{}{}", names::PAD_PREFIX, layout.pads),
+            dtype: DType::U8,
+            shape: vec![gap],
+            begin: layout.cursor,
+            end: data_len,
+        });
+    }
+    let header = write_header(&metadata, &layout.entries)?;
+    let data_start = header.len();
+    let total_len = usize::try_from(data_len)
+        .ok()
+        .and_then(|d| d.checked_add(data_start))
+        .ok_or_else(|| batch_err!("frame of {data_len} bytes does not fit in memory"))?;
+    let mut jobs = layout.jobs;
+    for job in &mut jobs {
+        job.dst_offset += data_start;
+    }
+    let blobs = layout
+        .blobs
+        .into_iter()
+        .map(|(o, b)| (o as usize + data_start, b))
+        .collect();
+    Ok(Plan {
+        header,
+        num_rows,
+        blobs,
+        jobs,
+        total_len,
+    })
+}
+
+fn prefix_sums(values: &[u64], what: &str) -> Result<Vec<u64>> {
+    let mut out = Vec::with_capacity(values.len() + 1);
+    let mut acc = 0u64;
+    out.push(0);
+    for &v in values {
+        acc = acc
+            .checked_add(v)
+            .ok_or_else(|| batch_err!("{what} overflow"))?;
+        out.push(acc);
+    }
+    Ok(out)
+}
+
+fn plan_scalar<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>, num_rows: u64) -> Result<()> {
+    let spec = &field.spec;
+    let FieldInput::Dense(t) = &field.input else {
+        return Err(batch_err!(
+            "field {:?} is a scalar field: pass one [B, ...] tensor",
+            spec.name
+        ));
+    };
+    check_dtype(spec, t, "")?;
+    check_dims(spec, &t.shape[1..], &spec.shape, "", "row shape")?;
+    let mut shape = vec![num_rows];
+    shape.extend(spec.shape.iter().map(|d| d.unwrap_or(0)));
+    layout.values(spec, shape, vec![t.clone()])
+}
+
+fn plan_per_token<'a>(
+    layout: &mut Layout<'a>,
+    field: &FieldData<'a>,
+    seq_name: &str,
+    lengths: &[u64],
+) -> Result<()> {
+    let spec = &field.spec;
+    let trailing: Vec<u64> = spec.shape.iter().map(|d| d.unwrap_or(0)).collect();
+    let total: u64 = lengths.iter().sum();
+    let mut values_shape = vec![total];
+    values_shape.extend(&trailing);
+    let mismatch = |row: usize, found: u64| {
+        batch_err!(
+            "field {:?}, row {row}: sequence length {found} but {seq_name:?} has {} tokens in that row",
+            spec.name,
+            lengths[row]
+        )
+    };
+    let sources = match &field.input {
+        FieldInput::Segments {
+            segments,
+            row_offsets,
+        } => {
+            let mut sources = Vec::with_capacity(segments.len());
+            for (row, w) in row_offsets.windows(2).enumerate() {
+                if w[1] - w[0] != 1 {
+                    return Err(batch_err!(
+                        "field {:?}, row {row}: a per-token field needs exactly one tensor per row, found {}",
+                        spec.name,
+                        w[1] - w[0]
+                    ));
+                }
+                let t = &segments[w[0] as usize];
+                let location = format!(", row {row}");
+                check_dtype(spec, t, &location)?;
+                if t.shape.is_empty() {
+                    return Err(batch_err!(
+                        "field {:?}, row {row}: a per-token row needs a sequence dim, got a 0-d tensor",
+                        spec.name
+                    ));
+                }
+                check_dims(spec, &t.shape[1..], &spec.shape, &location, "trailing dims")?;
+                if t.shape[0] != lengths[row] {
+                    return Err(mismatch(row, t.shape[0]));
+                }
+                sources.push(t.clone());
+            }
+            sources
+        }
+        FieldInput::Jagged { values, offsets } => {
+            check_dtype(spec, values, "")?;
+            if values.shape.is_empty() {
+                return Err(batch_err!(
+                    "field {:?}: jagged values need a sequence dim",
+                    spec.name
+                ));
+            }
+            check_dims(spec, &values.shape[1..], &spec.shape, "", "trailing dims")?;
+            for (row, w) in offsets.windows(2).enumerate() {
+                if w[1] - w[0] != lengths[row] {
+                    return Err(mismatch(row, w[1] - w[0]));
+                }
+            }
+            let first = offsets[0];
+            let last = offsets[offsets.len() - 1];
+            vec![values.narrow0(first, last - first)?]
+        }
+        FieldInput::Padded { padded, lengths: given } => {
+            check_dtype(spec, padded, "")?;
+            check_dims(spec, &padded.shape[2..], &spec.shape, "", "trailing dims")?;
+            let max_len = padded.shape[1];
+            let mut sources = Vec::with_capacity(given.len());
+            for (row, &len) in given.iter().enumerate() {
+                if len != lengths[row] {
+                    return Err(mismatch(row, len));
+                }
+                if len > max_len {
+                    return Err(batch_err!(
+                        "field {:?}, row {row}: length {len} exceeds the padded width {max_len}",
+                        spec.name
+                    ));
+                }
+                let row_view = select0(padded, row as u64)?;
+                sources.push(row_view.narrow0(0, len)?);
+            }
+            sources
+        }
+        FieldInput::Dense(_) => {
+            return Err(batch_err!(
+                "field {:?} is per-token: pass a list of per-row tensors, a jagged nested tensor, or a padded tensor with lengths",
+                spec.name
+            ))
+        }
+    };
+    layout.values(spec, values_shape, sources)
+}
+
+/// `t[index]`: drops dim 0.
+fn select0<'a>(t: &TensorRef<'a>, index: u64) -> Result<TensorRef<'a>> {
+    let row = t.narrow0(index, 1)?;
+    TensorRef::strided(
+        row.dtype,
+        row.shape[1..].to_vec(),
+        row.strides[1..].to_vec(),
+        row.bytes,
+    )
+}
+
+fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()> {
+    let spec = &field.spec;
+    let FieldInput::Segments {
+        segments,
+        row_offsets,
+    } = &field.input
+    else {
+        return Err(batch_err!(
+            "field {:?} is packed: pass rows of segments (a PackedTensor or a list of tensors / None / lists of tensors)",
+            spec.name
+        ));
+    };
+    // Physical segments: a segment that two rows reference (same memory, shape and strides)
+    // is stored once.
+    type Key = (usize, Vec<u64>, Vec<u64>);
+    let mut interned: HashMap<Key, u64> = HashMap::new();
+    let mut physical: Vec<TensorRef<'a>> = Vec::new();
+    let mut row_segments = Vec::with_capacity(segments.len());
+    let mut row = 0usize;
+    for (index, seg) in segments.iter().enumerate() {
+        while row_offsets[row + 1] as usize <= index {
+            row += 1;
+        }
+        let seg_in_row = index - row_offsets[row] as usize;
+        let location = format!(", row {row}, segment {seg_in_row}");
+        check_dtype(spec, seg, &location)?;
+        check_dims(spec, &seg.shape, &spec.shape, &location, "shape")?;
+        let id = if seg.numel() > 0 {
+            let key = (
+                seg.bytes.as_ptr() as usize,
+                seg.shape.clone(),
+                seg.strides.clone(),
+            );
+            *interned.entry(key).or_insert_with(|| {
+                physical.push(seg.clone());
+                physical.len() as u64 - 1
+            })
+        } else {
+            physical.push(seg.clone());
+            physical.len() as u64 - 1
+        };
+        row_segments.push(id);
+    }
+    let rank = spec.shape.len();
+    let mut seg_shapes = Vec::with_capacity(physical.len() * rank);
+    let mut seg_numels = Vec::with_capacity(physical.len());
+    let mut stacked = 0u64;
+    for seg in &physical {
+        seg_shapes.extend(&seg.shape);
+        seg_numels.push(seg.numel());
+        stacked += seg.shape[0];
+    }
+    let seg_offsets = prefix_sums(&seg_numels, "segment sizes")?;
+    let total = *seg_offsets.last().unwrap_or(&0);
+    let values_shape = if spec.values_are_stackable() {
+        let mut s = vec![stacked];
+        s.extend(spec.shape[1..].iter().map(|d| d.unwrap_or(0)));
+        s
+    } else {
+        vec![total]
+    };
+    let n_phys = physical.len() as u64;
+    layout.values(spec, values_shape, physical)?;
+    let name = &spec.name;
+    layout.blob_i64(
+        names::seg_shapes(name),
+        vec![n_phys, rank as u64],
+        &seg_shapes,
+    )?;
+    layout.blob_i64(names::seg_offsets(name), vec![n_phys + 1], &seg_offsets)?;
+    layout.blob_i64(
+        names::row_offsets(name),
+        vec![row_offsets.len() as u64],
+        row_offsets,
+    )?;
+    layout.blob_i64(
+        names::row_segments(name),
+        vec![row_segments.len() as u64],
+        &row_segments,
+    )
+}

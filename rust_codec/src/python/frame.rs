@@ -1,0 +1,288 @@
+//! `py_wire.Frame`: one frame's bytes (owned, or borrowed from a Python buffer), its validated
+//! layout, the buffer protocol and zero-copy pickling.
+
+use std::ffi::{c_int, c_void};
+use std::sync::Mutex;
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+
+use super::errors::to_py;
+use crate::buffer::AlignedBuf;
+use crate::decode::{parse_frame, FrameLayout, TensorLoc};
+
+/// Views of a base this aligned need no copy: every element type's natural alignment.
+const MIN_BASE_ALIGNMENT: usize = 16;
+
+enum Storage {
+    Owned(AlignedBuf),
+    Borrowed {
+        /// Keeps the exporter's memory alive and pinned.
+        _buffer: PyBuffer<u8>,
+        ptr: usize,
+        len: usize,
+        readonly: bool,
+    },
+}
+
+/// An encoded batch: a valid safetensors file in one buffer.
+#[pyclass(module = "py_wire", name = "Frame", frozen)]
+pub struct Frame {
+    storage: Storage,
+    layout: FrameLayout,
+    schema: Mutex<Option<Py<PyAny>>>,
+}
+
+impl Frame {
+    pub fn from_owned(buf: AlignedBuf, layout: FrameLayout) -> Frame {
+        Frame {
+            storage: Storage::Owned(buf),
+            layout,
+            schema: Mutex::new(None),
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        match &self.storage {
+            Storage::Owned(b) => b.as_slice(),
+            // SAFETY: the PyBuffer held in `_buffer` keeps [ptr, ptr+len) alive and unmoved for
+            // as long as this Frame exists.
+            Storage::Borrowed { ptr, len, .. } => unsafe {
+                std::slice::from_raw_parts(*ptr as *const u8, *len)
+            },
+        }
+    }
+
+    fn readonly(&self) -> bool {
+        matches!(self.storage, Storage::Borrowed { readonly: true, .. })
+    }
+
+    pub fn layout(&self) -> &FrameLayout {
+        &self.layout
+    }
+}
+
+fn loc_tuple<'py>(py: Python<'py>, loc: &TensorLoc) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(
+        py,
+        [
+            loc.offset.into_pyobject(py)?.into_any(),
+            loc.nbytes.into_pyobject(py)?.into_any(),
+            loc.dtype.name().into_pyobject(py)?.into_any(),
+            PyTuple::new(py, &loc.shape)?.into_any(),
+        ],
+    )
+}
+
+#[pymethods]
+impl Frame {
+    /// Wraps any C-contiguous buffer (bytes, bytearray, memoryview, mmap, numpy uint8 array)
+    /// without copying, after validating it. A base not aligned to 16 bytes is copied once
+    /// into an aligned buffer.
+    #[staticmethod]
+    fn from_buffer(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Frame> {
+        let buffer: PyBuffer<u8> = PyBuffer::get(data).map_err(|e| {
+            super::errors::FrameError::new_err(format!(
+                "cannot read a frame from {}: {e}",
+                data.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+        if !buffer.is_c_contiguous() {
+            return Err(super::errors::FrameError::new_err(
+                "frame buffer must be C-contiguous",
+            ));
+        }
+        let ptr = buffer.buf_ptr() as usize;
+        let len = buffer.len_bytes();
+        let readonly = buffer.readonly();
+        let bytes: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: the buffer is C-contiguous, `len` bytes long, and `buffer` pins it for
+            // the rest of this call; afterwards it moves into the Frame (which moves the
+            // handle, not the memory) and pins it for the Frame's lifetime.
+            unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
+        };
+        if !ptr.is_multiple_of(MIN_BASE_ALIGNMENT) && len > 0 {
+            let owned = AlignedBuf::from_slice(bytes).ok_or_else(|| {
+                super::errors::FrameError::new_err(format!("cannot allocate {len} bytes"))
+            })?;
+            let layout = py.detach(|| parse_frame(owned.as_slice())).map_err(to_py)?;
+            return Ok(Frame::from_owned(owned, layout));
+        }
+        let layout = py.detach(|| parse_frame(bytes)).map_err(to_py)?;
+        Ok(Frame {
+            storage: Storage::Borrowed {
+                _buffer: buffer,
+                ptr,
+                len,
+                readonly,
+            },
+            layout,
+            schema: Mutex::new(None),
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.bytes().len()
+    }
+
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.bytes().len()
+    }
+
+    #[getter]
+    fn num_rows(&self) -> u64 {
+        self.layout.num_rows
+    }
+
+    #[getter]
+    fn readonly_buffer(&self) -> bool {
+        self.readonly()
+    }
+
+    /// `__metadata__` of the header, as a dict of strings.
+    #[getter]
+    fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, v) in &self.layout.header.metadata {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    /// The schema this frame was encoded with (a `py_wire.Schema`), rebuilt from the frame's
+    /// metadata on first access.
+    #[getter]
+    fn schema(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        if let Some(s) = this.schema.lock().map_err(|_| poisoned())?.as_ref() {
+            return Ok(s.clone_ref(py));
+        }
+        let schema = py
+            .import("py_wire._schema")?
+            .getattr("Schema")?
+            .call_method1("from_frame", (slf,))?
+            .unbind();
+        *this.schema.lock().map_err(|_| poisoned())? = Some(schema.clone_ref(py));
+        Ok(schema)
+    }
+
+    #[setter]
+    fn set_schema(&self, schema: Py<PyAny>) -> PyResult<()> {
+        *self.schema.lock().map_err(|_| poisoned())? = Some(schema);
+        Ok(())
+    }
+
+    /// The validated layout, for building views: O(fields) Python objects.
+    fn _layout<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        out.set_item("num_rows", self.layout.num_rows)?;
+        out.set_item("sequence_field", self.layout.sequence_field.as_deref())?;
+        match &self.layout.seq_offsets {
+            Some(loc) => out.set_item("seq_offsets", loc_tuple(py, loc)?)?,
+            None => out.set_item("seq_offsets", py.None())?,
+        }
+        let fields = PyList::empty(py);
+        for f in &self.layout.fields {
+            let d = PyDict::new(py);
+            d.set_item("name", &f.spec.name)?;
+            d.set_item("tier", f.spec.tier.name())?;
+            d.set_item("dtype", f.spec.dtype.name())?;
+            d.set_item("wire_dtype", f.spec.stored_dtype().name())?;
+            d.set_item("shape", f.spec.shape.clone())?;
+            d.set_item("pack_dim", f.spec.pack_dim)?;
+            d.set_item("values", loc_tuple(py, &f.values)?)?;
+            if let Some(p) = &f.packed {
+                d.set_item("seg_shapes", loc_tuple(py, &p.seg_shapes)?)?;
+                d.set_item("seg_offsets", loc_tuple(py, &p.seg_offsets)?)?;
+                d.set_item("row_offsets", loc_tuple(py, &p.row_offsets)?)?;
+                d.set_item("row_segments", loc_tuple(py, &p.row_segments)?)?;
+                d.set_item("num_segments", p.num_segments)?;
+                d.set_item("num_refs", p.num_refs)?;
+                d.set_item("in_order", p.in_order)?;
+            }
+            fields.append(d)?;
+        }
+        out.set_item("fields", fields)?;
+        Ok(out)
+    }
+
+    fn __repr__(&self) -> String {
+        let names: Vec<&str> = self
+            .layout
+            .fields
+            .iter()
+            .map(|f| f.spec.name.as_str())
+            .collect();
+        format!(
+            "Frame(num_rows={}, nbytes={}, fields=[{}])",
+            self.layout.num_rows,
+            self.bytes().len(),
+            names.join(", ")
+        )
+    }
+
+    /// Pickles zero-copy under protocol 5 (a `PickleBuffer` over the frame), by value below.
+    fn __reduce_ex__<'py>(
+        slf: &Bound<'py, Self>,
+        protocol: u32,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let rebuild = py.get_type::<Frame>().getattr("from_buffer")?;
+        let payload = if protocol >= 5 {
+            py.import("pickle")?
+                .getattr("PickleBuffer")?
+                .call1((slf,))?
+        } else {
+            PyBytes::new(py, slf.get().bytes()).into_any()
+        };
+        Ok((rebuild, PyTuple::new(py, [payload])?))
+    }
+
+    /// # Safety
+    /// Called by CPython with a valid `Py_buffer` to fill.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let this = slf.get();
+        let bytes = this.bytes();
+        let len = isize::try_from(bytes.len())
+            .map_err(|_| PyBufferError::new_err("frame too large for a buffer"))?;
+        // SAFETY: `view` is CPython's to fill; the exported memory belongs to `slf`, which
+        // PyBuffer_FillInfo keeps alive (it stores a new reference in view.obj) until the
+        // buffer is released. A frame never moves or frees its bytes while it lives.
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                bytes.as_ptr() as *mut c_void,
+                len,
+                c_int::from(this.readonly()),
+                flags,
+            )
+        };
+        if rc == -1 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// Nothing to release: the frame owns its memory.
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+}
+
+fn poisoned() -> PyErr {
+    PyBufferError::new_err("frame schema lock poisoned")
+}

@@ -1,0 +1,167 @@
+//! Borrowed views of caller memory: a dtype, a shape and element strides over a byte slice.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// A strided tensor over borrowed bytes. `bytes` starts at the first element and covers the
+/// tensor's whole extent; strides are in elements and never negative.
+#[derive(Debug, Clone)]
+pub struct TensorRef<'a> {
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    pub strides: Vec<u64>,
+    pub bytes: &'a [u8],
+}
+
+/// Row-major (C-order) strides for `shape`, in elements.
+pub fn contiguous_strides(shape: &[u64]) -> Vec<u64> {
+    let mut strides = vec![1u64; shape.len()];
+    let mut acc = 1u64;
+    for (stride, &dim) in strides.iter_mut().zip(shape).rev() {
+        *stride = acc;
+        acc = acc.saturating_mul(dim.max(1));
+    }
+    strides
+}
+
+/// Number of elements, or `None` on overflow.
+pub fn checked_numel(shape: &[u64]) -> Option<u64> {
+    shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
+}
+
+/// Bytes spanned from the first to one past the last element, or `None` on overflow.
+pub fn extent_bytes(shape: &[u64], strides: &[u64], elem_size: usize) -> Option<u64> {
+    if shape.contains(&0) {
+        return Some(0);
+    }
+    let mut last = 0u64;
+    for (&dim, &stride) in shape.iter().zip(strides) {
+        last = last.checked_add((dim - 1).checked_mul(stride)?)?;
+    }
+    last.checked_add(1)?.checked_mul(elem_size as u64)
+}
+
+impl<'a> TensorRef<'a> {
+    /// A view with explicit strides; fails if the extent does not fit in `bytes`.
+    pub fn strided(
+        dtype: DType,
+        shape: Vec<u64>,
+        strides: Vec<u64>,
+        bytes: &'a [u8],
+    ) -> Result<Self> {
+        if shape.len() != strides.len() {
+            return Err(Error::Batch(format!(
+                "tensor has {} dims but {} strides",
+                shape.len(),
+                strides.len()
+            )));
+        }
+        checked_numel(&shape)
+            .and_then(|n| n.checked_mul(dtype.size() as u64))
+            .ok_or_else(|| Error::Batch(format!("tensor shape {shape:?} overflows")))?;
+        let extent = extent_bytes(&shape, &strides, dtype.size())
+            .ok_or_else(|| Error::Batch(format!("tensor shape {shape:?} overflows")))?;
+        if extent > bytes.len() as u64 {
+            return Err(Error::Batch(format!(
+                "tensor of shape {shape:?} and strides {strides:?} spans {extent} bytes but only {} are available",
+                bytes.len()
+            )));
+        }
+        Ok(TensorRef {
+            dtype,
+            shape,
+            strides,
+            bytes: &bytes[..extent as usize],
+        })
+    }
+
+    /// A C-contiguous view.
+    pub fn contiguous(dtype: DType, shape: Vec<u64>, bytes: &'a [u8]) -> Result<Self> {
+        let strides = contiguous_strides(&shape);
+        Self::strided(dtype, shape, strides, bytes)
+    }
+
+    pub fn numel(&self) -> u64 {
+        // Checked at construction.
+        self.shape.iter().product()
+    }
+
+    pub fn nbytes(&self) -> u64 {
+        self.numel() * self.dtype.size() as u64
+    }
+
+    /// Whether the elements are laid out in C order without gaps (size-1 dims may have any
+    /// stride, as in torch).
+    pub fn is_contiguous(&self) -> bool {
+        let mut expected = 1u64;
+        for (&dim, &stride) in self.shape.iter().zip(&self.strides).rev() {
+            if dim == 0 {
+                return true;
+            }
+            if dim != 1 && stride != expected {
+                return false;
+            }
+            expected = expected.saturating_mul(dim);
+        }
+        true
+    }
+
+    /// The sub-tensor `self[start .. start + len]` along dim 0.
+    pub fn narrow0(&self, start: u64, len: u64) -> Result<TensorRef<'a>> {
+        let dim0 = self.shape.first().copied().unwrap_or(0);
+        let end = start
+            .checked_add(len)
+            .filter(|&e| e <= dim0)
+            .ok_or_else(|| {
+                Error::Batch(format!(
+                    "range {start}..{start}+{len} is outside dim 0 of size {dim0}"
+                ))
+            })?;
+        let mut shape = self.shape.clone();
+        shape[0] = end - start;
+        if shape.contains(&0) {
+            return TensorRef::strided(self.dtype, shape, self.strides.clone(), &[]);
+        }
+        let begin = start
+            .checked_mul(self.strides[0])
+            .and_then(|e| e.checked_mul(self.dtype.size() as u64))
+            .filter(|&b| b <= self.bytes.len() as u64)
+            .ok_or_else(|| Error::Batch("narrowed view overflows".to_string()))?;
+        TensorRef::strided(
+            self.dtype,
+            shape,
+            self.strides.clone(),
+            &self.bytes[begin as usize..],
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strides_and_extent() {
+        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(extent_bytes(&[2, 3], &[3, 1], 4), Some(24));
+        assert_eq!(extent_bytes(&[2, 3], &[1, 2], 4), Some(24));
+        assert_eq!(extent_bytes(&[0, 3], &[3, 1], 4), Some(0));
+        assert_eq!(extent_bytes(&[u64::MAX, 2], &[2, 1], 8), None);
+    }
+
+    #[test]
+    fn rejects_short_bytes() {
+        let bytes = [0u8; 20];
+        assert!(TensorRef::contiguous(DType::F32, vec![2, 3], &bytes).is_err());
+        assert!(TensorRef::contiguous(DType::F32, vec![5], &bytes).is_ok());
+    }
+
+    #[test]
+    fn contiguity() {
+        let bytes = [0u8; 96];
+        let t = TensorRef::strided(DType::F32, vec![3, 2], vec![1, 3], &bytes).unwrap();
+        assert!(!t.is_contiguous());
+        let t = TensorRef::strided(DType::F32, vec![1, 6], vec![99, 1], &bytes).unwrap();
+        assert!(t.is_contiguous());
+    }
+}

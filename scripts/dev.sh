@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One entry point for users, developers and CI:
+#   scripts/dev.sh demo    set up (venv, dependencies, Rust build) and run the demo
+#   scripts/dev.sh test    set up and run every check: cargo fmt/clippy/test, ruff, pytest
+#   scripts/dev.sh setup   set up only
+# Idempotent: a second run reuses the venv, the installed packages and cargo's build cache.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${PY_WIRE_VENV:-.venv}
+PY=$VENV/bin/python
+
+setup() {
+  if [ ! -x "$PY" ]; then
+    python3 -m venv "$VENV"
+    "$PY" -m pip install --quiet --upgrade pip
+  fi
+  stamp=$VENV/.requirements.sha256
+  want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    "$PY" -m pip install --quiet -r requirements-dev.txt
+    echo "$want" > "$stamp"
+  fi
+  # maturin develop rebuilds incrementally; release mode because the codec is measured.
+  VIRTUAL_ENV=$(cd "$VENV" && pwd) "$VENV/bin/maturin" develop --release --quiet 2>&1 \
+    | grep -v -e '^📦' -e '^✏️' -e '^🛠' -e '^🔗' -e '^🐍' || true
+  "$PY" -c "import py_wire._native" # fail here, loudly, if the build did not install
+}
+
+run_tests() {
+  echo "== cargo fmt --check"; cargo fmt --all --check
+  echo "== cargo clippy"; cargo clippy --all-targets -- -D warnings
+  cargo clippy --all-targets --features python -- -D warnings
+  echo "== cargo test"; cargo test --quiet
+  echo "== ruff"; "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check .
+  echo "== pytest"; "$PY" -m pytest "$@"
+}
+
+cmd=${1:-demo}
+shift || true
+case "$cmd" in
+  setup) setup ;;
+  demo) setup; "$PY" -m py_wire.demo "$@" ;;
+  test) setup; run_tests "$@" ;;
+  *) echo "usage: scripts/dev.sh [demo|test|setup]" >&2; exit 2 ;;
+esac

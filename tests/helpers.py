@@ -1,0 +1,29 @@
+"""Small batches shared by the tests."""
+
+from __future__ import annotations
+
+import torch
+
+
+def small_text_batch(lengths: tuple[int, ...] = (5, 0, 7)) -> dict[str, object]:
+    ids = [torch.arange(n, dtype=torch.int64) + 10 for n in lengths]
+    return {
+        "input_ids": ids,
+        "advantages": [torch.full((n,), 0.5) for n in lengths],
+        "generation_logprobs": [-torch.arange(n, dtype=torch.float32) for n in lengths],
+        "input_lengths": torch.tensor(lengths, dtype=torch.int64),
+        "loss_multiplier": torch.ones(len(lengths)),
+        "reward": torch.arange(len(lengths), dtype=torch.float32),
+    }
+
+
+def small_vlm_batch() -> dict[str, object]:
+    batch = small_text_batch((6, 3, 9))
+    shared = torch.randn(8, 1176)
+    batch["pixel_values"] = [shared, None, [torch.randn(4, 1176), shared]]
+    batch["image_grid_thw"] = [
+        torch.tensor([[1, 2, 4]]),
+        None,
+        torch.tensor([[1, 2, 2], [1, 2, 4]]),
+    ]
+    return batch
