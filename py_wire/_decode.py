@@ -6,6 +6,7 @@ is O(fields) torch calls, independent of rows and bytes.
 
 from __future__ import annotations
 
+import json
 import logging
 import mmap
 import warnings
@@ -98,6 +99,7 @@ def decode(
         raise ValueError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
     keep = set(frame_schema.fields_for(stage)) if stage is not None else None
     views = FrameViews(frame)
+    _check_field_table(views, frame_schema)
     out: dict[str, Any] = {}
     seq_lengths: torch.Tensor | None = None
     for name, f in views.fields.items():
@@ -128,6 +130,29 @@ def decode(
         key = frame_schema.lengths_field or "lengths"
         out.setdefault(key, seq_lengths)
     return out
+
+
+def _check_field_table(views: FrameViews, schema: Schema) -> None:
+    """The codec's field table must say what the frame's schema says."""
+    for name, f in views.fields.items():
+        spec = schema._specs.get(name)
+        stored = json.loads(spec) if spec else None
+        found = {
+            "name": name,
+            "tier": f["tier"],
+            "dtype": f["dtype"],
+            "shape": f["shape"],
+            "pack_dim": f["pack_dim"],
+        }
+        if f["wire_dtype"] != f["dtype"]:
+            found["wire_dtype"] = f["wire_dtype"]
+        if stored != found:
+            raise FrameError(
+                f"field {name!r}: the frame's field table {found} disagrees with its schema "
+                f"{stored} (damaged header?)"
+            )
+    if views.layout["sequence_field"] != schema.sequence_field and views.seq_offsets is not None:
+        raise FrameError("the frame's sequence field disagrees with its schema")
 
 
 _CSR = ("seg_shapes", "seg_offsets", "row_offsets", "row_segments")

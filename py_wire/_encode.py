@@ -73,9 +73,7 @@ def encode(
     return frame
 
 
-def _classify(
-    name: str, field: FieldDef, value: Any, lengths: Any
-) -> tuple[str, Any, Any]:
+def _classify(name: str, field: FieldDef, value: Any, lengths: Any) -> tuple[str, Any, Any]:
     if field.tier == "packed":
         if isinstance(value, PackedTensor):
             _check_pack_dim(name, field, value.dim_to_pack)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from py_wire._native import SchemaError
+from py_wire._native import FrameError, SchemaError
 
 if TYPE_CHECKING:
     from py_wire._native import Frame
@@ -255,10 +255,22 @@ class Schema(BaseModel):
 
     @classmethod
     def from_frame(cls, frame: Frame) -> Schema:
-        text = frame.metadata.get("py_wire.schema")
+        """The schema a frame carries, checked against its fingerprint (``FrameError`` if the
+        two disagree: the header was damaged)."""
+        meta = frame.metadata
+        text = meta.get("py_wire.schema")
         if text is None:
-            raise SchemaError("the frame carries no schema")
-        return cls.from_json(text, "frame metadata")
+            raise FrameError("the frame carries no schema")
+        try:
+            schema = cls.from_json(text, "frame metadata")
+        except SchemaError as e:
+            raise FrameError(f"the frame's schema is invalid: {e}") from None
+        if schema.fingerprint != meta.get("py_wire.fingerprint"):
+            raise FrameError(
+                f"the frame's schema does not match its fingerprint "
+                f"{meta.get('py_wire.fingerprint')!r} (damaged header?)"
+            )
+        return schema
 
     @classmethod
     def _validate(cls, data: Any, source: str) -> Schema:

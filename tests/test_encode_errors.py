@@ -60,8 +60,9 @@ def test_wrong_dtype_names_row_and_segment():
     batch = small_vlm_batch()
     batch["pixel_values"][2][1] = batch["pixel_values"][2][1].double()
     expect(
-        re.escape("field \"pixel_values\", row 2, segment 1: dtype float64 but the schema "
-                  "declares float32"),
+        re.escape(
+            'field "pixel_values", row 2, segment 1: dtype float64 but the schema declares float32'
+        ),
         batch,
     )
 
@@ -69,8 +70,11 @@ def test_wrong_dtype_names_row_and_segment():
 def test_static_dim_violated():
     batch = small_vlm_batch()
     batch["pixel_values"][0] = torch.randn(8, 1175)
-    expect(r'"pixel_values", row 0, segment 0: shape \[8, 1175\] does not match the schema\'s '
-           r'\["\*", 1176\] \(dim 1: expected 1176, found 1175\)', batch)
+    expect(
+        r'"pixel_values", row 0, segment 0: shape \[8, 1175\] does not match the schema\'s '
+        r'\["\*", 1176\] \(dim 1: expected 1176, found 1175\)',
+        batch,
+    )
 
 
 def test_rank_violated():
@@ -106,8 +110,11 @@ def test_scalar_static_shape():
 def test_per_token_none_row():
     batch = small_text_batch()
     batch["advantages"][0] = None
-    expect(r'"advantages", row 0: a per-token field needs exactly one tensor per row, found 0',
-           batch, schema=TEXT)
+    expect(
+        r'"advantages", row 0: a per-token field needs exactly one tensor per row, found 0',
+        batch,
+        schema=TEXT,
+    )
 
 
 def test_dense_packed_column_is_refused():

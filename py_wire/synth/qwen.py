@@ -47,7 +47,9 @@ def qwen2_5_vl_batch(
     for i in range(num_samples):
         if i % group_size == 0:
             text_only = float(torch.rand(1, generator=gen)) < text_only_fraction
-            n_images = 0 if text_only else int(torch.randint(1, max_images + 1, (1,), generator=gen))
+            n_images = (
+                0 if text_only else int(torch.randint(1, max_images + 1, (1,), generator=gen))
+            )
             grids = [_grid(gen, min_patches, max_patches) for _ in range(n_images)]
             parts, kinds = [text_tokens(gen, int(torch.randint(16, 257, (1,), generator=gen)))], []
             kinds.append(torch.zeros_like(parts[0]))

@@ -1,0 +1,67 @@
+//! Builders shared by the integration tests.
+#![allow(dead_code)]
+
+use py_wire_codec::tensor::TensorRef;
+use py_wire_codec::{DType, FieldData, FieldInput, FieldSpec, Tier};
+
+pub fn spec(name: &str, tier: Tier, dtype: DType, shape: Vec<Option<u64>>) -> FieldSpec {
+    FieldSpec {
+        name: name.into(),
+        tier,
+        dtype,
+        wire_dtype: None,
+        shape,
+        pack_dim: 0,
+    }
+}
+
+pub fn le_i64(values: &[i64]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// A small, valid frame: per-token ids (lengths 3, 0, 2), a packed field with a shared segment,
+/// and a scalar.
+pub fn sample_frame() -> Vec<u8> {
+    let ids = le_i64(&[1, 2, 3, 4, 5]);
+    let img_a: Vec<u8> = (0..24u8).collect();
+    let img_b: Vec<u8> = (100..112u8).collect();
+    let reward = [0u8; 12];
+    let request = py_wire_codec::EncodeRequest {
+        fields: vec![
+            FieldData {
+                spec: spec("ids", Tier::PerToken, DType::I64, vec![]),
+                input: FieldInput::Segments {
+                    segments: vec![
+                        TensorRef::contiguous(DType::I64, vec![3], &ids[..24]).unwrap(),
+                        TensorRef::contiguous(DType::I64, vec![0], &[]).unwrap(),
+                        TensorRef::contiguous(DType::I64, vec![2], &ids[24..]).unwrap(),
+                    ],
+                    row_offsets: vec![0, 1, 2, 3],
+                },
+            },
+            FieldData {
+                spec: spec("img", Tier::Packed, DType::U8, vec![None, Some(4)]),
+                input: FieldInput::Segments {
+                    segments: vec![
+                        TensorRef::contiguous(DType::U8, vec![6, 4], &img_a).unwrap(),
+                        TensorRef::contiguous(DType::U8, vec![3, 4], &img_b).unwrap(),
+                        TensorRef::contiguous(DType::U8, vec![6, 4], &img_a).unwrap(),
+                    ],
+                    row_offsets: vec![0, 1, 1, 3],
+                },
+            },
+            FieldData {
+                spec: spec("reward", Tier::Scalar, DType::F32, vec![]),
+                input: FieldInput::Dense(
+                    TensorRef::contiguous(DType::F32, vec![3], &reward).unwrap(),
+                ),
+            },
+        ],
+        sequence_field: Some("ids".into()),
+        ..Default::default()
+    };
+    py_wire_codec::encode(&request, Default::default())
+        .unwrap()
+        .as_slice()
+        .to_vec()
+}
