@@ -7,7 +7,7 @@ it in the form each consumer needs.
 
 from py_wire import _dtypes  # noqa: F401  (registers torch's dtypes with the codec)
 from py_wire._decode import decode
-from py_wire._encode import encode
+from py_wire._encode import check_contracts, encode, placeholder_runs
 from py_wire._native import (
     BatchError,
     ContractError,
@@ -31,8 +31,10 @@ __all__ = [
     "SchemaError",
     "WireError",
     "bundled_schemas",
+    "check_contracts",
     "decode",
     "encode",
     "load_schema",
+    "placeholder_runs",
 ]
 __version__ = "0.1.0"

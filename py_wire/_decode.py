@@ -77,13 +77,17 @@ def decode(
     *,
     stage: str | None = None,
     layout: Layout | None = None,
+    source_dtype: bool = False,
 ) -> dict[str, Any]:
     """Decode a frame into views, per tier: packed → :class:`PackedTensor`, per-token → jagged
     ``torch.nested`` tensor (``layout="padded"``: ``[B, L, ...]`` padded with the field's pad
     value, lengths under the schema's lengths field; ``layout="list"``: lists of row tensors),
     scalar → dense ``[B, ...]`` tensor. ``stage`` keeps only that stage's fields.
+    Fields with a wire dtype decode as stored; ``source_dtype=True`` casts them back to the
+    schema's declared dtype (a copy of those fields only).
 
-    No payload byte is copied (except by ``layout="padded"``); every view keeps the frame alive.
+    No payload byte is copied (except by ``layout="padded"`` and ``source_dtype``); every view
+    keeps the frame alive.
     """
     frame = as_frame(data)
     frame_schema: Schema = frame.schema
@@ -106,6 +110,8 @@ def decode(
         if keep is not None and name not in keep:
             continue
         values = views.view(f["values"])
+        if source_dtype and f["wire_dtype"] != f["dtype"]:
+            values = values.to(DTYPES[f["dtype"]])
         tier = f["tier"]
         if tier == "scalar":
             out[name] = values

@@ -64,6 +64,7 @@ def encode(
         fields,
         schema.sequence_field,
         {SCHEMA_KEY: schema.canonical_json, FINGERPRINT_KEY: schema.fingerprint},
+        schema._contracts_json,
         None,
         threads,
     )
@@ -141,3 +142,21 @@ def _check_lengths(frame: Frame, schema: Schema) -> None:
             f"{schema.sequence_field!r} has {int(actual[row])} tokens in that row "
             f"({bad.shape[0]} rows disagree)"
         )
+
+
+def check_contracts(frame: Frame) -> None:
+    """Re-check the frame's schema contracts (``encode`` already did; use this on frames you
+    receive from elsewhere). Raises :class:`ContractError`."""
+    _native.check_contracts(frame, frame.schema._contracts_json)
+
+
+def placeholder_runs(input_ids: Any, token_id: int) -> list[list[int]]:
+    """Per row, the lengths of the runs of ``token_id``, in order: read back how many
+    placeholder tokens the generation engine left for each image, to re-process media to match.
+
+    ``input_ids``: a list of 1-D int64 tensors or arrays, a jagged nested tensor, or one 1-D
+    tensor (a single row).
+    """
+    if isinstance(input_ids, torch.Tensor):
+        input_ids = list(input_ids.unbind()) if input_ids.is_nested else [input_ids]
+    return _native.placeholder_runs(list(input_ids), token_id)

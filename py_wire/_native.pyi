@@ -36,7 +36,10 @@ def encode(
     fields: Sequence[tuple[str, str, Any, Any]],
     sequence_field: str | None,
     metadata: dict[str, str],
+    contracts: Sequence[str] = (),
     num_rows_hint: int | None = None,
     threads: int | None = None,
     parallel_threshold: int | None = None,
 ) -> Frame: ...
+def check_contracts(frame: Frame, contracts: Sequence[str]) -> None: ...
+def placeholder_runs(rows: list[Any], token_id: int) -> list[list[int]]: ...

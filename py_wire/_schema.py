@@ -232,6 +232,10 @@ class Schema(BaseModel):
             out[name] = json.dumps(spec)
         return out
 
+    @functools.cached_property
+    def _contracts_json(self) -> list[str]:
+        return [c.model_dump_json() for c in self.contracts]
+
     def __hash__(self) -> int:
         return hash(self.fingerprint)
 
@@ -243,6 +247,11 @@ class Schema(BaseModel):
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise SchemaError(f"{source}: not valid TOML: {e}") from None
+        return cls._validate(data, source)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> Schema:
+        """Validate a schema given as Python data; errors are :class:`SchemaError`."""
         return cls._validate(data, source)
 
     @classmethod

@@ -21,9 +21,13 @@ setup() {
     "$PY" -m pip install --quiet -r requirements-dev.txt
     echo "$want" > "$stamp"
   fi
-  # maturin develop rebuilds incrementally; release mode because the codec is measured.
-  VIRTUAL_ENV=$(cd "$VENV" && pwd) "$VENV/bin/maturin" develop --release --quiet 2>&1 \
-    | grep -v -e '^📦' -e '^✏️' -e '^🛠' -e '^🔗' -e '^🐍' || true
+  # Release mode because the codec is measured. The first build installs the package
+  # (editable); later ones only rebuild the extension in place, incrementally.
+  installed=$("$PY" -c "import importlib.util as u; print(u.find_spec('py_wire') is not None)")
+  extra=()
+  [ "$installed" = True ] && extra=(--skip-install)
+  VIRTUAL_ENV=$(cd "$VENV" && pwd) "$VENV/bin/maturin" develop --release --quiet "${extra[@]}" \
+    > "$VENV/.maturin.log" 2>&1 || { cat "$VENV/.maturin.log"; exit 1; }
   "$PY" -c "import py_wire._native" # fail here, loudly, if the build did not install
 }
 

@@ -130,7 +130,7 @@ def test_wrong_type_in_rows():
 
 
 def test_padded_needs_lengths():
-    schema = py_wire.Schema.model_validate(
+    schema = py_wire.Schema.from_dict(
         {
             "name": "t",
             "sequence_field": "ids",

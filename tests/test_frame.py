@@ -199,7 +199,7 @@ def test_padded_and_list_layouts(vlm):
 
 
 def test_bfloat16_bool_zero_d_and_zero_size():
-    schema = py_wire.Schema.model_validate(
+    schema = py_wire.Schema.from_dict(
         {
             "name": "kinds",
             "sequence_field": "ids",

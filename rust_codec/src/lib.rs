@@ -5,6 +5,7 @@
 
 pub mod buffer;
 pub mod cast;
+pub mod contract;
 pub mod copy;
 pub mod decode;
 pub mod dtype;

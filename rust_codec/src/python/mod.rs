@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use pyo3::prelude::*;
 
+use crate::contract::{check_contracts, PlaceholderContract};
 use crate::encode::{EncodeOptions, EncodeRequest, FieldData, FieldInput};
 use crate::spec::FieldSpec;
 use errors::{to_py, BatchError, SchemaError};
@@ -59,16 +60,19 @@ fn field_input(
 
 /// Encodes a batch. `fields` come from the Python layer, which matched them to the schema.
 #[pyfunction]
-#[pyo3(signature = (fields, sequence_field, metadata, num_rows_hint=None, threads=None, parallel_threshold=None))]
+#[pyo3(signature = (fields, sequence_field, metadata, contracts=Vec::new(), num_rows_hint=None, threads=None, parallel_threshold=None))]
+#[allow(clippy::too_many_arguments)]
 fn encode(
     py: Python<'_>,
     fields: Vec<RawField<'_>>,
     sequence_field: Option<String>,
     metadata: BTreeMap<String, String>,
+    contracts: Vec<String>,
     num_rows_hint: Option<u64>,
     threads: Option<usize>,
     parallel_threshold: Option<usize>,
 ) -> PyResult<Frame> {
+    let contracts = parse_contracts(&contracts)?;
     let mut keep = KeepAlive::default();
     let mut request = EncodeRequest {
         fields: Vec::with_capacity(fields.len()),
@@ -93,11 +97,83 @@ fn encode(
         .detach(|| {
             let buf = crate::encode::encode(&request, options)?;
             let layout = crate::decode::parse_frame(buf.as_slice())?;
+            check_contracts(buf.as_slice(), &layout, &contracts)?;
             Ok((buf, layout))
         })
         .map_err(to_py)?;
     drop(keep);
     Ok(Frame::from_owned(buf, layout))
+}
+
+fn parse_contracts(json: &[String]) -> PyResult<Vec<PlaceholderContract>> {
+    json.iter()
+        .map(|c| {
+            serde_json::from_str(c).map_err(|e| SchemaError::new_err(format!("contract {c}: {e}")))
+        })
+        .collect()
+}
+
+/// Checks the schema's contracts against an already-encoded frame (e.g. one received).
+#[pyfunction]
+#[pyo3(name = "check_contracts")]
+fn check_frame_contracts(
+    py: Python<'_>,
+    frame: &Bound<'_, Frame>,
+    contracts: Vec<String>,
+) -> PyResult<()> {
+    let contracts = parse_contracts(&contracts)?;
+    let frame = frame.get();
+    py.detach(|| check_contracts(frame.bytes(), frame.layout(), &contracts))
+        .map_err(to_py)
+}
+
+/// Per row, the lengths of the runs of `token_id` (rows: 1-D int64 tensors or arrays).
+#[pyfunction]
+fn placeholder_runs(
+    py: Python<'_>,
+    rows: &Bound<'_, PyAny>,
+    token_id: i64,
+) -> PyResult<Vec<Vec<u64>>> {
+    let mut keep = KeepAlive::default();
+    let (segments, row_offsets) = extract::rows("input_ids", rows, &mut keep)?;
+    let mut views = Vec::with_capacity(segments.len());
+    for (row, w) in row_offsets.windows(2).enumerate() {
+        let t = match w[1] - w[0] {
+            1 => &segments[w[0] as usize],
+            n => {
+                return Err(BatchError::new_err(format!(
+                    "row {row}: expected one 1-D token tensor, found {n}"
+                )))
+            }
+        };
+        if t.dtype != crate::DType::I64 || t.shape.len() != 1 {
+            return Err(BatchError::new_err(format!(
+                "row {row}: tokens must be a 1-D int64 tensor, got {} of shape {:?}",
+                t.dtype.name(),
+                t.shape
+            )));
+        }
+        views.push(t);
+    }
+    let runs = py.detach(|| {
+        let mut out = Vec::with_capacity(views.len());
+        let mut scratch = Vec::new();
+        for t in &views {
+            scratch.clear();
+            let es = 8usize;
+            let stride = t.strides[0] as usize * es;
+            scratch.extend((0..t.shape[0] as usize).map(|i| {
+                let b = &t.bytes[i * stride..i * stride + es];
+                i64::from_le_bytes(b.try_into().unwrap_or([0; 8]))
+            }));
+            let table =
+                crate::placeholder::scan_runs(&scratch, &[0, scratch.len() as u64], token_id)?;
+            out.push(table.run_lengths);
+        }
+        Ok::<_, crate::Error>(out)
+    });
+    drop(keep);
+    runs.map_err(to_py)
 }
 
 #[pymodule]
@@ -110,4 +186,6 @@ mod _native {
     use super::extract::register_torch;
     #[pymodule_export]
     use super::frame::Frame;
+    #[pymodule_export]
+    use super::{check_frame_contracts, placeholder_runs};
 }

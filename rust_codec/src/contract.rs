@@ -1,0 +1,266 @@
+//! Cross-field contracts, checked on an encoded frame: placeholder runs in the sequence field
+//! against the features its media imply, and media payloads against their geometry.
+
+use serde::Deserialize;
+
+use crate::decode::{read_i64s, DecodedField, FrameLayout};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::placeholder::{
+    check_alignment, features_from_grid_thw, features_from_image_sizes, PlaceholderRule,
+};
+use crate::spec::Tier;
+use crate::{contract_err, schema_err};
+
+/// How a contract counts each image's features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CountRule {
+    /// `t*h*w / merge_size²` per image from a `[n, 3]` grid field (Qwen VL).
+    GridThw,
+    /// `tokens_per_image` per item of the media field along its pack dim (Gemma3).
+    Fixed,
+    /// `int((H // patch) * ratio) * int((W // patch) * ratio)` from a `[n, 2]` sizes field
+    /// (Nemotron).
+    ImageSize,
+}
+
+/// A placeholder contract as the schema declares it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlaceholderContract {
+    #[serde(default)]
+    pub kind: Option<String>,
+    pub name: String,
+    pub media_field: String,
+    pub token_id: i64,
+    pub begin_token_id: Option<i64>,
+    pub end_token_id: Option<i64>,
+    pub count: CountRule,
+    pub grid_field: Option<String>,
+    pub merge_size: u64,
+    pub tokens_per_image: Option<u64>,
+    pub sizes_field: Option<String>,
+    pub patch_size: u64,
+    pub downsample_ratio: f64,
+}
+
+/// The CSR tables of a packed field, read once.
+struct Packed<'b> {
+    field: &'b DecodedField,
+    buf: &'b [u8],
+    rank: usize,
+    seg_shapes: Vec<i64>,
+    seg_offsets: Vec<i64>,
+    row_offsets: Vec<i64>,
+    row_segments: Vec<i64>,
+}
+
+impl<'b> Packed<'b> {
+    fn new(buf: &'b [u8], field: &'b DecodedField) -> Result<Packed<'b>> {
+        let p = field
+            .packed
+            .as_ref()
+            .ok_or_else(|| schema_err!("field {:?} is not packed", field.spec.name))?;
+        Ok(Packed {
+            field,
+            buf,
+            rank: field.spec.shape.len(),
+            seg_shapes: read_i64s(buf, &p.seg_shapes).collect(),
+            seg_offsets: read_i64s(buf, &p.seg_offsets).collect(),
+            row_offsets: read_i64s(buf, &p.row_offsets).collect(),
+            row_segments: read_i64s(buf, &p.row_segments).collect(),
+        })
+    }
+
+    /// Physical segment ids of row `r` (validated by `parse_frame`).
+    fn segments(&self, row: usize) -> &[i64] {
+        &self.row_segments[self.row_offsets[row] as usize..self.row_offsets[row + 1] as usize]
+    }
+
+    fn dim(&self, seg: i64, d: usize) -> u64 {
+        self.seg_shapes[seg as usize * self.rank + d] as u64
+    }
+
+    /// Items of row `r` along the pack dim.
+    fn items(&self, row: usize) -> u64 {
+        let d = self.field.spec.pack_dim;
+        self.segments(row).iter().map(|&s| self.dim(s, d)).sum()
+    }
+
+    /// The row's values, its segments concatenated, as i64 (integer geometry fields).
+    fn row_values(&self, row: usize, out: &mut Vec<i64>) -> Result<()> {
+        let dtype = self.field.values.dtype;
+        let es = dtype.size();
+        for &s in self.segments(row) {
+            let (a, b) = (
+                self.seg_offsets[s as usize] as usize,
+                self.seg_offsets[s as usize + 1] as usize,
+            );
+            let start = self.field.values.offset + a * es;
+            let bytes = &self.buf[start..start + (b - a) * es];
+            match dtype {
+                DType::I64 => out.extend(
+                    bytes
+                        .chunks_exact(8)
+                        .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))),
+                ),
+                DType::I32 => out.extend(
+                    bytes
+                        .chunks_exact(4)
+                        .map(|c| i32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as i64),
+                ),
+                other => {
+                    return Err(schema_err!(
+                        "field {:?} counts features, so it must be int32 or int64, not {}",
+                        self.field.spec.name,
+                        other.name()
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The sequence field's tokens and row offsets.
+fn tokens(buf: &[u8], layout: &FrameLayout) -> Result<(Vec<i64>, Vec<u64>)> {
+    let seq_name = layout
+        .sequence_field
+        .as_deref()
+        .ok_or_else(|| schema_err!("placeholder contracts need a sequence field"))?;
+    let seq = layout
+        .field(seq_name)
+        .ok_or_else(|| contract_err!("the sequence field {seq_name:?} is missing"))?;
+    if seq.spec.tier != Tier::PerToken
+        || seq.values.dtype != DType::I64
+        || seq.values.shape.len() != 1
+    {
+        return Err(schema_err!(
+            "placeholder contracts need an int64 per-token sequence field of shape []; {seq_name:?} is {} {}",
+            seq.values.dtype.name(),
+            seq.spec.tier.name()
+        ));
+    }
+    let tokens = read_i64s(buf, &seq.values).collect();
+    let offsets = layout
+        .seq_offsets
+        .as_ref()
+        .map(|l| read_i64s(buf, l).map(|v| v as u64).collect())
+        .unwrap_or_default();
+    Ok((tokens, offsets))
+}
+
+/// Checks every contract against a parsed frame. Fields a contract names but the frame lacks
+/// mean "no media"; geometry missing beside present media is an error (never image-blind).
+pub fn check_contracts(
+    buf: &[u8],
+    layout: &FrameLayout,
+    contracts: &[PlaceholderContract],
+) -> Result<()> {
+    if contracts.is_empty() {
+        return Ok(());
+    }
+    let (tokens, token_offsets) = tokens(buf, layout)?;
+    let rows = layout.num_rows as usize;
+    for c in contracts {
+        let media = layout
+            .field(&c.media_field)
+            .map(|f| Packed::new(buf, f))
+            .transpose()?;
+        let source_name = match c.count {
+            CountRule::GridThw => c.grid_field.as_deref(),
+            CountRule::ImageSize => c.sizes_field.as_deref(),
+            CountRule::Fixed => Some(c.media_field.as_str()),
+        }
+        .ok_or_else(|| schema_err!("contract {:?} names no field to count features", c.name))?;
+        let source = layout
+            .field(source_name)
+            .map(|f| Packed::new(buf, f))
+            .transpose()?;
+        if let (Some(m), None) = (&media, &source) {
+            let with_media = (0..rows).find(|&r| m.items(r) > 0);
+            if let Some(row) = with_media {
+                return Err(contract_err!(
+                    "contract {:?}: row {row} has {} but the frame lacks {source_name:?}, \
+                     which says how many features each image makes (geometry lost)",
+                    c.name,
+                    c.media_field
+                ));
+            }
+        }
+        let mut expected = Vec::new();
+        let mut expected_rows = Vec::with_capacity(rows + 1);
+        expected_rows.push(0u64);
+        let mut values = Vec::new();
+        for row in 0..rows {
+            match (&source, c.count) {
+                (None, _) => {}
+                (Some(s), CountRule::Fixed) => {
+                    let per = c.tokens_per_image.unwrap_or(0);
+                    expected.extend(std::iter::repeat_n(per, s.items(row) as usize));
+                }
+                (Some(s), CountRule::GridThw) => {
+                    values.clear();
+                    s.row_values(row, &mut values)?;
+                    let feats = features_from_grid_thw(&values, c.merge_size)
+                        .map_err(|e| in_row(e, &c.name, source_name, row))?;
+                    if let Some(m) = media.as_ref().filter(|m| m.field.spec.pack_dim == 0) {
+                        let patches: u64 = values
+                            .chunks_exact(3)
+                            .map(|g| g.iter().map(|&v| v.max(0) as u64).product::<u64>())
+                            .sum();
+                        let found = m.items(row);
+                        if patches != found {
+                            return Err(contract_err!(
+                                "contract {:?}: row {row}: {source_name} implies {patches} patches \
+                                 but {} has {found}",
+                                c.name,
+                                c.media_field
+                            ));
+                        }
+                    }
+                    expected.extend(feats);
+                }
+                (Some(s), CountRule::ImageSize) => {
+                    values.clear();
+                    s.row_values(row, &mut values)?;
+                    let feats =
+                        features_from_image_sizes(&values, c.patch_size, c.downsample_ratio)
+                            .map_err(|e| in_row(e, &c.name, source_name, row))?;
+                    if let Some(m) = &media {
+                        let found = m.items(row);
+                        if feats.len() as u64 != found {
+                            return Err(contract_err!(
+                                "contract {:?}: row {row}: {source_name} lists {} images but {} \
+                                 has {found}",
+                                c.name,
+                                feats.len(),
+                                c.media_field
+                            ));
+                        }
+                    }
+                    expected.extend(feats);
+                }
+            }
+            expected_rows.push(expected.len() as u64);
+        }
+        let rule = PlaceholderRule {
+            contract: &c.name,
+            sequence_field: layout.sequence_field.as_deref().unwrap_or(""),
+            media_field: &c.media_field,
+            token_id: c.token_id,
+            begin_token_id: c.begin_token_id,
+            end_token_id: c.end_token_id,
+        };
+        check_alignment(&rule, &tokens, &token_offsets, &expected, &expected_rows)?;
+    }
+    Ok(())
+}
+
+fn in_row(e: Error, contract: &str, field: &str, row: usize) -> Error {
+    match e {
+        Error::Batch(m) => contract_err!("contract {contract:?}: {field}, row {row}: {m}"),
+        other => other,
+    }
+}
