@@ -73,7 +73,7 @@ def test_pixels_must_match_their_grid():
 def test_geometry_loss_is_an_error_not_image_blindness():
     batch = tiny_qwen([[START, PAD, END]], [[[1, 2, 2]]])
     del batch["image_grid_thw"]
-    with pytest.raises(ContractError, match='lacks "image_grid_thw".*geometry lost'):
+    with pytest.raises(ContractError, match=r'lacks "image_grid_thw".*geometry lost'):
         py_wire.encode(batch, QWEN)
     assert issubclass(ContractError, BatchError)
 
