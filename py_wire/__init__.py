@@ -7,7 +7,7 @@ it in the form each consumer needs.
 
 from py_wire import _dtypes  # noqa: F401  (registers torch's dtypes with the codec)
 from py_wire._decode import decode
-from py_wire._encode import check_contracts, encode, placeholder_runs
+from py_wire._encode import check_contracts, encode, encode_parts, placeholder_runs
 from py_wire._native import (
     BatchError,
     ContractError,
@@ -34,6 +34,7 @@ __all__ = [
     "check_contracts",
     "decode",
     "encode",
+    "encode_parts",
     "load_schema",
     "placeholder_runs",
 ]

@@ -180,10 +180,23 @@ def _jagged(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         fx_log.setLevel(level)
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """A same-size integer view: index_put works for it whatever the dtype (torch lacks it for
+    uint16/32/64 and float8), and copying bits is exact."""
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return t.view(
+        {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    )
+
+
 def _padded(values: torch.Tensor, lengths: torch.Tensor, pad: float | int | bool) -> torch.Tensor:
     rows = lengths.shape[0]
     width = int(lengths.max()) if rows else 0
-    out = values.new_full((rows, width, *values.shape[1:]), pad)
+    out = torch.empty((rows, width, *values.shape[1:]), dtype=values.dtype)
+    out_bits, value_bits = _bits(out), _bits(values)
+    pad_bits = _bits(torch.tensor(pad).to(values.dtype).reshape(1))[0]
+    out_bits.copy_(pad_bits.expand_as(out_bits))
     mask = torch.arange(width) < lengths[:, None]
-    out[mask] = values
+    out_bits[mask] = value_bits
     return out

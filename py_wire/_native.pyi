@@ -35,11 +35,27 @@ def register_torch(tensor_type: type, dtypes: Sequence[tuple[Any, str]]) -> None
 def encode(
     fields: Sequence[tuple[str, str, Any, Any]],
     sequence_field: str | None,
+    lengths_field: str | None,
     metadata: dict[str, str],
     contracts: Sequence[str] = (),
-    num_rows_hint: int | None = None,
     threads: int | None = None,
     parallel_threshold: int | None = None,
+    out: Any = None,
 ) -> Frame: ...
+def encode_parts(
+    fields: Sequence[tuple[str, str, Any, Any]],
+    sequence_field: str | None,
+    lengths_field: str | None,
+    metadata: dict[str, str],
+    contracts: Sequence[str] = (),
+    min_borrow: int = 65536,
+) -> list[bytes | BorrowedBytes]: ...
+
+class BorrowedBytes:
+    """A read-only buffer over a caller's tensor memory (one part of ``encode_parts``)."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
 def check_contracts(frame: Frame, contracts: Sequence[str]) -> None: ...
 def placeholder_runs(rows: list[Any], token_id: int) -> list[list[int]]: ...

@@ -103,6 +103,14 @@ class PackedTensor:
                 out.append(torch.cat(row, dim=self._dim_to_pack))
         return out
 
+    def _csr(self) -> tuple[torch.Tensor, ...] | None:
+        """(flat values, flat segment shapes, segment offsets, row offsets, row segments) of a
+        decoded PackedTensor, for re-encoding without per-row work; ``None`` otherwise."""
+        f = self._frame
+        if f is None:
+            return None
+        return f.flat, f.seg_shapes.reshape(-1), f.seg_offsets, f.row_offsets, f.row_segments
+
     # -- whole-batch views ------------------------------------------------------------------
 
     def as_tensor(self, pad_to_max_shape: bool = False) -> torch.Tensor | None:

@@ -17,8 +17,18 @@ def small_text_batch(lengths: tuple[int, ...] = (5, 0, 7)) -> dict[str, object]:
     }
 
 
+START, PAD, END = 151652, 151655, 151653
+
+
 def small_vlm_batch() -> dict[str, object]:
+    """Three rows: a shared 8-patch image, none, and a 4-patch image then the shared one, with
+    placeholder runs that match (t*h*w / 4 tokens per image)."""
     batch = small_text_batch((6, 3, 9))
+    batch["input_ids"] = [
+        torch.tensor([1, START, PAD, PAD, END, 2]),
+        torch.tensor([3, 4, 5]),
+        torch.tensor([START, PAD, END, 6, START, PAD, PAD, END, 7]),
+    ]
     shared = torch.randn(8, 1176)
     batch["pixel_values"] = [shared, None, [torch.randn(4, 1176), shared]]
     batch["image_grid_thw"] = [

@@ -98,7 +98,11 @@ def test_per_token_length_differs_from_sequence():
 def test_lengths_field_must_match_sequence():
     batch = small_text_batch()
     batch["input_lengths"] = torch.tensor([5, 1, 7])
-    expect(r"'input_lengths', row 1: 1 but 'input_ids' has 0 tokens", batch, schema=TEXT)
+    expect(
+        r'"input_lengths", row 1: 1 but "input_ids" has 0 tokens in that row \(1 rows disagree',
+        batch,
+        schema=TEXT,
+    )
 
 
 def test_scalar_static_shape():

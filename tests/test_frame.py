@@ -19,6 +19,8 @@ from py_wire import FrameError, SchemaError
 from tests.helpers import small_text_batch, small_vlm_batch
 
 QWEN = py_wire.load_schema("qwen2_5_vl")
+# The same fields without the placeholder contract, for tests about packing alone.
+LOOSE = py_wire.Schema.from_dict({**QWEN.model_dump(), "name": "loose", "contracts": []})
 
 
 @pytest.fixture
@@ -98,7 +100,7 @@ def test_decode_is_zero_copy_and_views_outlive_the_frame(vlm):
 def test_as_tensor_is_a_view_when_rows_are_in_order():
     batch = small_vlm_batch()
     batch["pixel_values"] = [torch.randn(3, 1176), None, [torch.randn(2, 1176)]]
-    frame = py_wire.encode(batch, QWEN)
+    frame = py_wire.encode(batch, LOOSE)
     pv = py_wire.decode(frame)["pixel_values"]
     lo, n = frame_address(frame)
     whole = pv.as_tensor()
@@ -273,7 +275,7 @@ def test_packed_tensor_input_and_api():
     assert py_wire.PackedTensor([None, None]).as_tensor() is None
     batch = small_vlm_batch()
     batch["pixel_values"] = pt
-    decoded = py_wire.decode(py_wire.encode(batch, QWEN))
+    decoded = py_wire.decode(py_wire.encode(batch, LOOSE))
     assert decoded["pixel_values"].segment_counts() == [1, 0, 2]
 
 
@@ -286,3 +288,34 @@ def test_pad_to_max_shape():
         py_wire.PackedTensor([torch.ones(1, 2), torch.ones(1, 2, 3)]).as_tensor(
             pad_to_max_shape=True
         )
+
+
+def test_encode_into_a_reused_buffer(vlm):
+    batch, frame = vlm
+    out = np.empty(len(frame) + 4096, dtype=np.uint8)
+    out[:] = 0xAB  # stale bytes must not leak into padding
+    reused = py_wire.encode(batch, QWEN, out=out)
+    assert bytes(reused) == bytes(frame)
+    assert frame_address(reused)[0] == out.ctypes.data
+    with pytest.raises(py_wire.BatchError, match="out holds 10 bytes but this frame needs"):
+        py_wire.encode(batch, QWEN, out=bytearray(10))
+
+
+def test_encode_parts_are_the_frame_and_borrow_big_payloads(vlm):
+    batch, frame = vlm
+    parts = py_wire.encode_parts(batch, QWEN, min_borrow=1024)
+    assert b"".join(bytes(p) for p in parts) == bytes(frame)
+    borrowed = [p for p in parts if not isinstance(p, bytes)]
+    addresses = {np.frombuffer(p, dtype=np.uint8).ctypes.data for p in borrowed}
+    assert batch["pixel_values"][0].data_ptr() in addresses  # no copy of the shared image
+    assert len(borrowed) == 2  # the two distinct images; the repeat is stored once
+    assert all(memoryview(p).readonly for p in borrowed)
+
+
+def test_decoded_packed_tensor_re_encodes_without_row_work(vlm):
+    batch, frame = vlm
+    decoded = py_wire.decode(frame)
+    again = dict(
+        batch, pixel_values=decoded["pixel_values"], image_grid_thw=decoded["image_grid_thw"]
+    )
+    assert bytes(py_wire.encode(again, QWEN)) == bytes(frame)

@@ -264,3 +264,94 @@ fn in_row(e: Error, contract: &str, field: &str, row: usize) -> Error {
         other => other,
     }
 }
+
+/// Checks contracts on a batch before it is encoded, so a broken batch costs no payload copy.
+/// Only what the contracts read is materialised: the sequence field's tokens, the geometry
+/// fields, and the media fields' shapes (as zero-byte views that keep their pack-dim sizes).
+pub fn check_request_contracts(
+    request: &crate::encode::EncodeRequest<'_>,
+    contracts: &[PlaceholderContract],
+) -> Result<()> {
+    use crate::encode::{encode, EncodeOptions, EncodeRequest, FieldData, FieldInput};
+    use crate::tensor::TensorRef;
+
+    if contracts.is_empty() {
+        return Ok(());
+    }
+    let mut needed: Vec<&str> = request.sequence_field.iter().map(String::as_str).collect();
+    for c in contracts {
+        needed.extend(c.grid_field.as_deref());
+        needed.extend(c.sizes_field.as_deref());
+    }
+    let media: Vec<&str> = contracts.iter().map(|c| c.media_field.as_str()).collect();
+    let mut fields = Vec::new();
+    for field in &request.fields {
+        let name = field.spec.name.as_str();
+        if needed.contains(&name) {
+            fields.push(field.clone());
+        } else if media.contains(&name) {
+            fields.push(shapes_only(field)?);
+        }
+    }
+    let probe = EncodeRequest {
+        fields,
+        sequence_field: request.sequence_field.clone(),
+        lengths_field: None,
+        metadata: Default::default(),
+        num_rows_hint: None,
+    };
+    let options = EncodeOptions {
+        threads: 1,
+        ..Default::default()
+    };
+    let buf = encode(&probe, options)?;
+    let layout = crate::decode::parse_frame(buf.as_slice())?;
+    return check_contracts(buf.as_slice(), &layout, contracts);
+
+    /// The field with every segment replaced by a zero-byte view of the same pack-dim size.
+    fn shapes_only<'a>(field: &FieldData<'a>) -> Result<FieldData<'a>> {
+        let mut spec = field.spec.clone();
+        let pack = spec.pack_dim;
+        let Some(zero_dim) = (0..spec.shape.len()).find(|&d| d != pack) else {
+            // Rank-1 media: nothing to strip, and nothing large to copy either.
+            return Ok(field.clone());
+        };
+        spec.shape[zero_dim] = None;
+        let strip = |t: &TensorRef<'a>| -> Result<TensorRef<'a>> {
+            let mut shape = t.shape.clone();
+            if zero_dim < shape.len() {
+                shape[zero_dim] = 0;
+            }
+            TensorRef::contiguous(t.dtype, shape, &[])
+        };
+        let input = match &field.input {
+            FieldInput::Segments {
+                segments,
+                row_offsets,
+            } => FieldInput::Segments {
+                segments: segments.iter().map(strip).collect::<Result<_>>()?,
+                row_offsets: row_offsets.clone(),
+            },
+            FieldInput::Csr {
+                values,
+                seg_shapes,
+                seg_offsets,
+                row_offsets,
+                row_segments,
+            } => {
+                let rank = field.spec.shape.len().max(1);
+                let mut shapes = seg_shapes.clone();
+                shapes.chunks_exact_mut(rank).for_each(|s| s[zero_dim] = 0);
+                FieldInput::Csr {
+                    values: TensorRef::contiguous(values.dtype, vec![0], &[])?,
+                    seg_offsets: vec![0; seg_offsets.len()],
+                    seg_shapes: shapes,
+                    row_offsets: row_offsets.clone(),
+                    row_segments: row_segments.clone(),
+                }
+            }
+            other => other.clone(),
+        };
+        Ok(FieldData { spec, input })
+    }
+}

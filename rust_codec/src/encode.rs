@@ -33,6 +33,69 @@ pub enum FieldInput<'a> {
     },
     /// A scalar field as one `[B, ...]` tensor.
     Dense(TensorRef<'a>),
+    /// A packed field already in CSR form (a decoded `PackedTensor`): contiguous `values` whose
+    /// segment `s` holds elements `seg_offsets[s]..seg_offsets[s + 1]` in shape
+    /// `seg_shapes[s * rank..]`; row `r` references `row_segments[row_offsets[r]..]`.
+    Csr {
+        values: TensorRef<'a>,
+        seg_shapes: Vec<u64>,
+        seg_offsets: Vec<u64>,
+        row_offsets: Vec<u64>,
+        row_segments: Vec<u64>,
+    },
+}
+
+impl<'a> FieldInput<'a> {
+    /// Resolves a CSR input into rows of segment views (O(references), no payload work).
+    fn csr_segments(&self, spec: &FieldSpec) -> Result<Option<(Vec<TensorRef<'a>>, Vec<u64>)>> {
+        let FieldInput::Csr {
+            values,
+            seg_shapes,
+            seg_offsets,
+            row_offsets,
+            row_segments,
+        } = self
+        else {
+            return Ok(None);
+        };
+        let name = &spec.name;
+        let rank = spec.shape.len();
+        if !values.is_contiguous() || values.dtype != spec.dtype {
+            return Err(batch_err!(
+                "field {name:?}: packed values must be contiguous {}",
+                spec.dtype.name()
+            ));
+        }
+        let n_seg = seg_offsets.len().saturating_sub(1);
+        if seg_shapes.len() != n_seg * rank {
+            return Err(batch_err!(
+                "field {name:?}: {} segment dims for {n_seg} segments of rank {rank}",
+                seg_shapes.len()
+            ));
+        }
+        let es = values.dtype.size() as u64;
+        let numel = values.numel();
+        let mut physical = Vec::with_capacity(n_seg);
+        for (s, shape) in seg_shapes.chunks_exact(rank.max(1)).enumerate().take(n_seg) {
+            let (a, b) = (seg_offsets[s], seg_offsets[s + 1]);
+            let count = crate::tensor::checked_numel(shape);
+            if b < a || b > numel || count != Some(b - a) {
+                return Err(batch_err!(
+                    "field {name:?}: segment {s} of shape {shape:?} does not fit elements {a}..{b} of {numel}"
+                ));
+            }
+            let bytes = &values.bytes[(a * es) as usize..(b * es) as usize];
+            physical.push(TensorRef::contiguous(values.dtype, shape.to_vec(), bytes)?);
+        }
+        let mut segments = Vec::with_capacity(row_segments.len());
+        for (i, &id) in row_segments.iter().enumerate() {
+            let seg = physical.get(id as usize).ok_or_else(|| {
+                batch_err!("field {name:?}: row_segments[{i}] = {id} is not a segment id")
+            })?;
+            segments.push(seg.clone());
+        }
+        Ok(Some((segments, row_offsets.clone())))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -46,6 +109,8 @@ pub struct EncodeRequest<'a> {
     pub fields: Vec<FieldData<'a>>,
     /// The per-token field whose lengths define each row's sequence.
     pub sequence_field: Option<String>,
+    /// A 0-d integer scalar field that must equal each row's sequence length.
+    pub lengths_field: Option<String>,
     /// Extra `__metadata__` entries (the schema's JSON and fingerprint).
     pub metadata: BTreeMap<String, String>,
     /// Row count to record when the batch has no fields at all.
@@ -77,7 +142,68 @@ pub struct Plan<'a> {
     pub total_len: usize,
 }
 
-impl Plan<'_> {
+/// One piece of a scatter/gather frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part<'a> {
+    /// Header, index tensors, padding and small or cast payloads, gathered.
+    Owned(Vec<u8>),
+    /// A payload read straight from the caller's memory.
+    Borrowed(&'a [u8]),
+}
+
+/// What occupies a byte range of the frame.
+enum Piece<'p, 'a> {
+    Blob(&'p [u8]),
+    Job(&'p CopyJob<'a>),
+}
+
+impl<'a> Plan<'a> {
+    /// The frame as a list of parts whose concatenation is byte-identical to `write`'s output.
+    /// Contiguous payloads of at least `min_borrow` bytes that need no cast are borrowed, not
+    /// copied; everything else is gathered into owned chunks.
+    pub fn parts(&self, min_borrow: usize) -> Result<Vec<Part<'a>>> {
+        let mut pieces: Vec<(usize, Piece<'_, 'a>)> = self
+            .blobs
+            .iter()
+            .map(|(o, b)| (*o, Piece::Blob(b)))
+            .chain(self.jobs.iter().map(|j| (j.dst_offset, Piece::Job(j))))
+            .collect();
+        pieces.sort_by_key(|(o, _)| *o);
+        let mut parts = Vec::new();
+        let mut chunk = self.header.clone();
+        let mut cursor = self.header.len();
+        for (offset, piece) in pieces {
+            chunk.resize(chunk.len() + (offset - cursor), 0);
+            match piece {
+                Piece::Blob(bytes) => {
+                    chunk.extend_from_slice(bytes);
+                    cursor = offset + bytes.len();
+                }
+                Piece::Job(job) => {
+                    let len = job.dst_len();
+                    let borrowable = job.src.dtype == job.dst_dtype && job.src.is_contiguous();
+                    if borrowable && len >= min_borrow {
+                        if !chunk.is_empty() {
+                            parts.push(Part::Owned(std::mem::take(&mut chunk)));
+                        }
+                        let bytes: &'a [u8] = job.src.bytes;
+                        parts.push(Part::Borrowed(&bytes[..len]));
+                    } else {
+                        let start = chunk.len();
+                        chunk.resize(start + len, 0);
+                        crate::copy::copy_tensor(&job.src, job.dst_dtype, &mut chunk[start..])?;
+                    }
+                    cursor = offset + len;
+                }
+            }
+        }
+        chunk.resize(chunk.len() + (self.total_len - cursor), 0);
+        if !chunk.is_empty() {
+            parts.push(Part::Owned(chunk));
+        }
+        Ok(parts)
+    }
+
     /// Writes the frame into `out` (exactly `total_len` bytes). Padding bytes are zeroed so the
     /// result does not depend on what `out` held before.
     pub fn write_into(&self, out: &mut [u8], options: EncodeOptions) -> Result<()> {
@@ -240,6 +366,10 @@ fn row_count(field: &FieldData<'_>) -> Result<u64> {
             }
             rows
         }
+        FieldInput::Csr { row_offsets, .. } => {
+            check_offsets(name, "row offsets", row_offsets)?;
+            row_offsets.len() as u64 - 1
+        }
         FieldInput::Dense(t) => *t.shape.first().ok_or_else(|| {
             batch_err!("field {name:?}: a scalar field needs a [B, ...] tensor, got a 0-d tensor")
         })?,
@@ -338,7 +468,7 @@ fn sequence_lengths(field: &FieldData<'_>) -> Result<Vec<u64>> {
         }
         FieldInput::Jagged { offsets, .. } => offsets.windows(2).map(|w| w[1] - w[0]).collect(),
         FieldInput::Padded { lengths, .. } => lengths.clone(),
-        FieldInput::Dense(_) => {
+        FieldInput::Dense(_) | FieldInput::Csr { .. } => {
             return Err(schema_err!(
                 "sequence field {:?} must be per-token",
                 field.spec.name
@@ -396,7 +526,9 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
                 seq_field.spec.tier.name()
             ));
         }
-        Some((seq_name, sequence_lengths(seq_field)?))
+        let lengths = sequence_lengths(seq_field)?;
+        check_lengths_field(request, seq_name, &lengths)?;
+        Some((seq_name, lengths))
     } else {
         None
     };
@@ -479,6 +611,34 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
         jobs,
         total_len,
     })
+}
+
+/// The declared lengths field, when present, must equal every row's sequence length.
+fn check_lengths_field(request: &EncodeRequest<'_>, seq_name: &str, lengths: &[u64]) -> Result<()> {
+    let Some(name) = request.lengths_field.as_deref() else {
+        return Ok(());
+    };
+    let Some(field) = request.fields.iter().find(|f| f.spec.name == name) else {
+        return Ok(());
+    };
+    let FieldInput::Dense(t) = &field.input else {
+        return Ok(()); // plan_scalar reports the wrong input kind
+    };
+    let declared = t
+        .to_i64_vec()
+        .map_err(|e| batch_err!("field {name:?}: {}", e.message()))?;
+    let bad: Vec<usize> = (0..lengths.len().min(declared.len()))
+        .filter(|&r| declared[r] != lengths[r] as i64)
+        .collect();
+    if let Some(&row) = bad.first() {
+        return Err(batch_err!(
+            "field {name:?}, row {row}: {} but {seq_name:?} has {} tokens in that row ({} rows disagree)",
+            declared[row],
+            lengths[row],
+            bad.len()
+        ));
+    }
+    Ok(())
 }
 
 fn prefix_sums(values: &[u64], what: &str) -> Result<Vec<u64>> {
@@ -596,7 +756,7 @@ fn plan_per_token<'a>(
             }
             sources
         }
-        FieldInput::Dense(_) => {
+        FieldInput::Dense(_) | FieldInput::Csr { .. } => {
             return Err(batch_err!(
                 "field {:?} is per-token: pass a list of per-row tensors, a jagged nested tensor, or a padded tensor with lengths",
                 spec.name
@@ -619,16 +779,31 @@ fn select0<'a>(t: &TensorRef<'a>, index: u64) -> Result<TensorRef<'a>> {
 
 fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()> {
     let spec = &field.spec;
-    let FieldInput::Segments {
-        segments,
-        row_offsets,
-    } = &field.input
-    else {
+    let resolved = field.input.csr_segments(spec)?;
+    let (segments, row_offsets) = match (&resolved, &field.input) {
+        (Some((segments, row_offsets)), _) => (segments, row_offsets),
+        (
+            None,
+            FieldInput::Segments {
+                segments,
+                row_offsets,
+            },
+        ) => (segments, row_offsets),
+        _ => {
         return Err(batch_err!(
-            "field {:?} is packed: pass rows of segments (a PackedTensor or a list of tensors / None / lists of tensors)",
-            spec.name
-        ));
+                "field {:?} is packed: pass rows of segments (a PackedTensor or a list of tensors / None / lists of tensors)",
+                spec.name
+            ))
+        }
     };
+    let last = row_offsets.last().copied().unwrap_or(0);
+    if row_offsets.first() != Some(&0) || last != segments.len() as u64 {
+        return Err(batch_err!(
+            "field {:?}: row offsets end at {last} but there are {} segment references",
+            spec.name,
+            segments.len()
+        ));
+    }
     // Physical segments: a segment that two rows reference (same memory, shape and strides)
     // is stored once.
     type Key = (usize, Vec<u64>, Vec<u64>);

@@ -106,6 +106,44 @@ impl<'a> TensorRef<'a> {
         true
     }
 
+    /// The values of a 1-D integer tensor, widened to i64.
+    pub fn to_i64_vec(&self) -> Result<Vec<i64>> {
+        if self.shape.len() != 1 {
+            return Err(Error::Batch(format!(
+                "expected a 1-D integer tensor, got shape {:?}",
+                self.shape
+            )));
+        }
+        let es = self.dtype.size();
+        let step = self.strides[0] as usize * es;
+        let read = |i: usize| -> i64 {
+            let b = &self.bytes[i * step..i * step + es];
+            match self.dtype {
+                DType::I64 | DType::U64 => i64::from_le_bytes(b.try_into().unwrap_or([0; 8])),
+                DType::I32 => i32::from_le_bytes(b.try_into().unwrap_or([0; 4])) as i64,
+                DType::U32 => u32::from_le_bytes(b.try_into().unwrap_or([0; 4])) as i64,
+                DType::I16 => i16::from_le_bytes(b.try_into().unwrap_or([0; 2])) as i64,
+                DType::U16 => u16::from_le_bytes(b.try_into().unwrap_or([0; 2])) as i64,
+                DType::I8 => b[0] as i8 as i64,
+                _ => b[0] as i64,
+            }
+        };
+        match self.dtype {
+            DType::I64
+            | DType::U64
+            | DType::I32
+            | DType::U32
+            | DType::I16
+            | DType::U16
+            | DType::I8
+            | DType::U8 => Ok((0..self.shape[0] as usize).map(read).collect()),
+            other => Err(Error::Batch(format!(
+                "expected an integer tensor, got {}",
+                other.name()
+            ))),
+        }
+    }
+
     /// The sub-tensor `self[start .. start + len]` along dim 0.
     pub fn narrow0(&self, start: u64, len: u64) -> Result<TensorRef<'a>> {
         let dim0 = self.shape.first().copied().unwrap_or(0);

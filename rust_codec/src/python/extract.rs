@@ -198,35 +198,18 @@ pub fn index_values(
     location: &dyn Fn() -> String,
 ) -> PyResult<Vec<u64>> {
     let t = tensor_ref(obj, keep, location)?;
-    if t.shape.len() != 1 {
-        return Err(BatchError::new_err(format!(
-            "{}: expected a 1-D integer tensor, got shape {:?}",
-            location(),
-            t.shape
-        )));
-    }
-    let n = t.shape[0] as usize;
-    let mut out = Vec::with_capacity(n);
-    let es = t.dtype.size();
-    for i in 0..n {
-        let at = i * t.strides[0] as usize * es;
-        let raw = &t.bytes[at..at + es];
-        let v: i64 = match t.dtype {
-            DType::I64 => i64::from_le_bytes(raw.try_into().unwrap_or([0; 8])),
-            DType::I32 => i32::from_le_bytes(raw.try_into().unwrap_or([0; 4])) as i64,
-            other => {
-                return Err(BatchError::new_err(format!(
-                    "{}: offsets and lengths must be int64 or int32, got {}",
-                    location(),
-                    other.name()
-                )))
-            }
-        };
-        out.push(u64::try_from(v).map_err(|_| {
-            BatchError::new_err(format!("{}: entry {i} is negative ({v})", location()))
-        })?);
-    }
-    Ok(out)
+    let values = t
+        .to_i64_vec()
+        .map_err(|e| BatchError::new_err(format!("{}: {}", location(), e.message())))?;
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            u64::try_from(v).map_err(|_| {
+                BatchError::new_err(format!("{}: entry {i} is negative ({v})", location()))
+            })
+        })
+        .collect()
 }
 
 /// Rows of a packed or per-token field: each row is a tensor, `None` or a list of tensors.

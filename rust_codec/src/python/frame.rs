@@ -56,6 +56,48 @@ impl Frame {
         }
     }
 
+    /// Writes a frame of `len` bytes into the caller's writable buffer `out` (without the GIL)
+    /// and wraps it; the frame borrows `out` from then on.
+    pub fn write_into_buffer(
+        py: Python<'_>,
+        out: &Bound<'_, PyAny>,
+        len: usize,
+        fill: impl Send + FnOnce(&mut [u8]) -> crate::Result<FrameLayout>,
+    ) -> PyResult<Frame> {
+        let bad = |m: String| super::errors::BatchError::new_err(m);
+        let buffer: PyBuffer<u8> = PyBuffer::get(out)
+            .map_err(|e| bad(format!("out is not a writable byte buffer: {e}")))?;
+        let ptr = buffer.buf_ptr() as usize;
+        if buffer.readonly() || !buffer.is_c_contiguous() {
+            return Err(bad("out must be a writable, C-contiguous buffer".into()));
+        }
+        if buffer.len_bytes() < len {
+            return Err(bad(format!(
+                "out holds {} bytes but this frame needs {len}",
+                buffer.len_bytes()
+            )));
+        }
+        if !ptr.is_multiple_of(MIN_BASE_ALIGNMENT) {
+            return Err(bad(format!(
+                "out starts at an address that is not {MIN_BASE_ALIGNMENT}-byte aligned"
+            )));
+        }
+        // SAFETY: `buffer` is a writable, C-contiguous export of at least `len` bytes that
+        // stays pinned while `buffer` lives: for this call, then inside the returned Frame.
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+        let layout = py.detach(|| fill(dst)).map_err(to_py)?;
+        Ok(Frame {
+            storage: Storage::Borrowed {
+                _buffer: buffer,
+                ptr,
+                len,
+                readonly: false,
+            },
+            layout,
+            schema: Mutex::new(None),
+        })
+    }
+
     fn readonly(&self) -> bool {
         matches!(self.storage, Storage::Borrowed { readonly: true, .. })
     }
@@ -285,4 +327,55 @@ impl Frame {
 
 fn poisoned() -> PyErr {
     PyBufferError::new_err("frame schema lock poisoned")
+}
+
+/// A read-only buffer over a caller's tensor memory, one part of `encode_parts`. It keeps
+/// every tensor of the batch alive until the last part is dropped.
+#[pyclass(module = "py_wire", frozen)]
+pub struct BorrowedBytes {
+    ptr: usize,
+    len: usize,
+    _owners: std::sync::Arc<super::extract::KeepAlive>,
+}
+
+impl BorrowedBytes {
+    pub fn new(bytes: &[u8], owners: std::sync::Arc<super::extract::KeepAlive>) -> Self {
+        BorrowedBytes {
+            ptr: bytes.as_ptr() as usize,
+            len: bytes.len(),
+            _owners: owners,
+        }
+    }
+}
+
+#[pymethods]
+impl BorrowedBytes {
+    fn __len__(&self) -> usize {
+        self.len
+    }
+
+    /// # Safety
+    /// Called by CPython with a valid `Py_buffer` to fill.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let this = slf.get();
+        let len = isize::try_from(this.len)
+            .map_err(|_| PyBufferError::new_err("part too large for a buffer"))?;
+        // SAFETY: [ptr, ptr+len) lies in a tensor that `_owners` keeps alive; the export is
+        // read-only and holds a reference to `slf` (and so to the owners) until released.
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), this.ptr as *mut c_void, len, 1, flags)
+        };
+        if rc == -1 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// Nothing to release.
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
 }

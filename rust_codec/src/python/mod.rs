@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use pyo3::prelude::*;
 
 use crate::contract::{check_contracts, PlaceholderContract};
-use crate::encode::{EncodeOptions, EncodeRequest, FieldData, FieldInput};
+use crate::encode::{EncodeOptions, EncodeRequest, FieldData, FieldInput, Part, Plan};
 use crate::spec::FieldSpec;
 use errors::{to_py, BatchError, SchemaError};
 use extract::{index_values, rows, tensor_ref, KeepAlive};
@@ -50,6 +50,23 @@ fn field_input(
             lengths: index_values(need_second()?, keep, &|| format!("field {name:?} lengths"))?,
         },
         "dense" => FieldInput::Dense(tensor_ref(first, keep, &here)?),
+        "csr" => {
+            let tables = need_second()?;
+            let (shapes, seg_offsets, row_offsets, row_segments): (
+                Bound<'_, PyAny>,
+                Bound<'_, PyAny>,
+                Bound<'_, PyAny>,
+                Bound<'_, PyAny>,
+            ) = tables.extract()?;
+            let at = |what: &'static str| move || format!("field {name:?} {what}");
+            FieldInput::Csr {
+                values: tensor_ref(first, keep, &here)?,
+                seg_shapes: index_values(&shapes, keep, &at("segment shapes"))?,
+                seg_offsets: index_values(&seg_offsets, keep, &at("segment offsets"))?,
+                row_offsets: index_values(&row_offsets, keep, &at("row offsets"))?,
+                row_segments: index_values(&row_segments, keep, &at("row segments"))?,
+            }
+        }
         other => {
             return Err(SchemaError::new_err(format!(
                 "unknown input kind {other:?}"
@@ -58,27 +75,30 @@ fn field_input(
     })
 }
 
-/// Encodes a batch. `fields` come from the Python layer, which matched them to the schema.
-#[pyfunction]
-#[pyo3(signature = (fields, sequence_field, metadata, contracts=Vec::new(), num_rows_hint=None, threads=None, parallel_threshold=None))]
-#[allow(clippy::too_many_arguments)]
-fn encode(
-    py: Python<'_>,
+/// A batch as the codec sees it, with the Python objects its views borrow.
+struct Prepared {
+    request: EncodeRequest<'static>,
+    contracts: Vec<PlaceholderContract>,
+    options: EncodeOptions,
+    keep: KeepAlive,
+}
+
+fn prepare(
     fields: Vec<RawField<'_>>,
     sequence_field: Option<String>,
+    lengths_field: Option<String>,
     metadata: BTreeMap<String, String>,
     contracts: Vec<String>,
-    num_rows_hint: Option<u64>,
     threads: Option<usize>,
     parallel_threshold: Option<usize>,
-) -> PyResult<Frame> {
-    let contracts = parse_contracts(&contracts)?;
+) -> PyResult<Prepared> {
     let mut keep = KeepAlive::default();
     let mut request = EncodeRequest {
         fields: Vec::with_capacity(fields.len()),
         sequence_field,
+        lengths_field,
         metadata,
-        num_rows_hint,
+        num_rows_hint: None,
     };
     for (spec_json, kind, first, second) in &fields {
         let spec: FieldSpec = serde_json::from_str(spec_json)
@@ -93,16 +113,106 @@ fn encode(
     if let Some(t) = parallel_threshold {
         options.parallel_threshold = t;
     }
-    let (buf, layout) = py
-        .detach(|| {
-            let buf = crate::encode::encode(&request, options)?;
-            let layout = crate::decode::parse_frame(buf.as_slice())?;
-            check_contracts(buf.as_slice(), &layout, &contracts)?;
-            Ok((buf, layout))
-        })
+    Ok(Prepared {
+        request,
+        contracts: parse_contracts(&contracts)?,
+        options,
+        keep,
+    })
+}
+
+/// Validates and lays out the batch, then checks its contracts: all before any payload copy.
+fn checked_plan(p: &Prepared) -> crate::Result<Plan<'static>> {
+    let plan = crate::encode::plan(&p.request)?;
+    crate::contract::check_request_contracts(&p.request, &p.contracts)?;
+    Ok(plan)
+}
+
+/// Encodes a batch into a new frame, or into `out` (a writable buffer, reused across calls;
+/// the frame then borrows it and is valid until `out` is overwritten).
+#[pyfunction]
+#[pyo3(signature = (fields, sequence_field, lengths_field, metadata, contracts=Vec::new(), threads=None, parallel_threshold=None, out=None))]
+#[allow(clippy::too_many_arguments)]
+fn encode(
+    py: Python<'_>,
+    fields: Vec<RawField<'_>>,
+    sequence_field: Option<String>,
+    lengths_field: Option<String>,
+    metadata: BTreeMap<String, String>,
+    contracts: Vec<String>,
+    threads: Option<usize>,
+    parallel_threshold: Option<usize>,
+    out: Option<Bound<'_, PyAny>>,
+) -> PyResult<Frame> {
+    let prepared = prepare(
+        fields,
+        sequence_field,
+        lengths_field,
+        metadata,
+        contracts,
+        threads,
+        parallel_threshold,
+    )?;
+    let frame = match out {
+        None => {
+            let (buf, layout) = py
+                .detach(|| {
+                    let buf = checked_plan(&prepared)?.write(prepared.options)?;
+                    let layout = crate::decode::parse_frame(buf.as_slice())?;
+                    Ok((buf, layout))
+                })
+                .map_err(to_py)?;
+            Frame::from_owned(buf, layout)
+        }
+        Some(out) => {
+            let plan = py.detach(|| checked_plan(&prepared)).map_err(to_py)?;
+            Frame::write_into_buffer(py, &out, plan.total_len, |dst| {
+                plan.write_into(dst, prepared.options)?;
+                crate::decode::parse_frame(dst)
+            })?
+        }
+    };
+    drop(prepared.keep);
+    Ok(frame)
+}
+
+/// Encodes a batch as parts: `bytes` for the header, index tensors, padding and small payloads,
+/// and read-only buffers over the caller's own tensors for payloads of at least `min_borrow`
+/// bytes. Written one after another, the parts are byte-identical to `encode`'s frame.
+#[pyfunction]
+#[pyo3(signature = (fields, sequence_field, lengths_field, metadata, contracts=Vec::new(), min_borrow=65536))]
+fn encode_parts(
+    py: Python<'_>,
+    fields: Vec<RawField<'_>>,
+    sequence_field: Option<String>,
+    lengths_field: Option<String>,
+    metadata: BTreeMap<String, String>,
+    contracts: Vec<String>,
+    min_borrow: usize,
+) -> PyResult<Vec<Py<PyAny>>> {
+    let prepared = prepare(
+        fields,
+        sequence_field,
+        lengths_field,
+        metadata,
+        contracts,
+        None,
+        None,
+    )?;
+    let parts = py
+        .detach(|| checked_plan(&prepared)?.parts(min_borrow))
         .map_err(to_py)?;
-    drop(keep);
-    Ok(Frame::from_owned(buf, layout))
+    let owners = std::sync::Arc::new(prepared.keep);
+    parts
+        .into_iter()
+        .map(|part| match part {
+            Part::Owned(bytes) => Ok(pyo3::types::PyBytes::new(py, &bytes).into_any().unbind()),
+            Part::Borrowed(bytes) => {
+                let view = frame::BorrowedBytes::new(bytes, owners.clone());
+                Ok(Py::new(py, view)?.into_any())
+            }
+        })
+        .collect()
 }
 
 fn parse_contracts(json: &[String]) -> PyResult<Vec<PlaceholderContract>> {
@@ -179,13 +289,13 @@ fn placeholder_runs(
 #[pymodule]
 mod _native {
     #[pymodule_export]
-    use super::encode;
-    #[pymodule_export]
     use super::errors::{BatchError, ContractError, FrameError, SchemaError, WireError};
     #[pymodule_export]
     use super::extract::register_torch;
     #[pymodule_export]
-    use super::frame::Frame;
+    use super::frame::{BorrowedBytes, Frame};
     #[pymodule_export]
     use super::{check_frame_contracts, placeholder_runs};
+    #[pymodule_export]
+    use super::{encode, encode_parts};
 }
