@@ -318,11 +318,11 @@ pub fn check_request_contracts(
         };
         spec.shape[zero_dim] = None;
         let strip = |t: &TensorRef<'a>| -> Result<TensorRef<'a>> {
-            let mut shape = t.shape.clone();
+            let mut shape = t.shape;
             if zero_dim < shape.len() {
                 shape[zero_dim] = 0;
             }
-            TensorRef::contiguous(t.dtype, shape, &[])
+            TensorRef::contiguous(t.dtype, &shape, &[])
         };
         let input = match &field.input {
             FieldInput::Segments {
@@ -343,7 +343,7 @@ pub fn check_request_contracts(
                 let mut shapes = seg_shapes.clone();
                 shapes.chunks_exact_mut(rank).for_each(|s| s[zero_dim] = 0);
                 FieldInput::Csr {
-                    values: TensorRef::contiguous(values.dtype, vec![0], &[])?,
+                    values: TensorRef::contiguous(values.dtype, &[0], &[])?,
                     seg_offsets: vec![0; seg_offsets.len()],
                     seg_shapes: shapes,
                     row_offsets: row_offsets.clone(),

@@ -240,7 +240,7 @@ mod tests {
                 acc *= shape[d].max(1) + pad;
             }
             let bytes: Vec<u8> = (0..(acc as usize * 4 + 8)).map(|i| i as u8).collect();
-            let t = TensorRef::strided(DType::F32, shape, strides, &bytes).unwrap();
+            let t = TensorRef::strided(DType::F32, &shape, &strides, &bytes).unwrap();
             let mut out = vec![0u8; t.nbytes() as usize];
             copy_tensor(&t, DType::F32, &mut out).unwrap();
             prop_assert_eq!(out, gather_reference(&t));
@@ -251,8 +251,8 @@ mod tests {
     fn parallel_jobs_fill_disjoint_ranges() {
         let a: Vec<u8> = (0..10_000_000u32).map(|i| (i % 251) as u8).collect();
         let b: Vec<u8> = (0..3_000u32).map(|i| (i % 13) as u8).collect();
-        let ta = TensorRef::contiguous(DType::U8, vec![a.len() as u64], &a).unwrap();
-        let tb = TensorRef::contiguous(DType::U8, vec![b.len() as u64], &b).unwrap();
+        let ta = TensorRef::contiguous(DType::U8, &[a.len() as u64], &a).unwrap();
+        let tb = TensorRef::contiguous(DType::U8, &[b.len() as u64], &b).unwrap();
         let jobs = vec![
             CopyJob {
                 src: ta,

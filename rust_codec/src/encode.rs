@@ -9,7 +9,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::header::{write_header, Entry};
 use crate::spec::{meta, names, pattern_string, FieldSpec, Tier};
-use crate::tensor::TensorRef;
+use crate::tensor::{Dims, TensorRef};
 use crate::{batch_err, schema_err};
 
 /// How a producer hands one field to the codec.
@@ -85,7 +85,7 @@ impl<'a> FieldInput<'a> {
                 ));
             }
             let bytes = &values.bytes[(a * es) as usize..(b * es) as usize];
-            physical.push(TensorRef::contiguous(values.dtype, shape.to_vec(), bytes)?);
+            physical.push(TensorRef::contiguous(values.dtype, shape, bytes)?);
         }
         let mut segments = Vec::with_capacity(row_segments.len());
         for (i, &id) in row_segments.iter().enumerate() {
@@ -769,12 +769,7 @@ fn plan_per_token<'a>(
 /// `t[index]`: drops dim 0.
 fn select0<'a>(t: &TensorRef<'a>, index: u64) -> Result<TensorRef<'a>> {
     let row = t.narrow0(index, 1)?;
-    TensorRef::strided(
-        row.dtype,
-        row.shape[1..].to_vec(),
-        row.strides[1..].to_vec(),
-        row.bytes,
-    )
+    TensorRef::strided(row.dtype, &row.shape[1..], &row.strides[1..], row.bytes)
 }
 
 fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()> {
@@ -806,7 +801,7 @@ fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()>
     }
     // Physical segments: a segment that two rows reference (same memory, shape and strides)
     // is stored once.
-    type Key = (usize, Vec<u64>, Vec<u64>);
+    type Key = (usize, Dims, Dims);
     let mut interned: HashMap<Key, u64> = HashMap::new();
     let mut physical: Vec<TensorRef<'a>> = Vec::new();
     let mut row_segments = Vec::with_capacity(segments.len());
@@ -820,11 +815,7 @@ fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()>
         check_dtype(spec, seg, &location)?;
         check_dims(spec, &seg.shape, &spec.shape, &location, "shape")?;
         let id = if seg.numel() > 0 {
-            let key = (
-                seg.bytes.as_ptr() as usize,
-                seg.shape.clone(),
-                seg.strides.clone(),
-            );
+            let key = (seg.bytes.as_ptr() as usize, seg.shape, seg.strides);
             *interned.entry(key).or_insert_with(|| {
                 physical.push(seg.clone());
                 physical.len() as u64 - 1

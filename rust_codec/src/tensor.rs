@@ -3,13 +3,68 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
+/// The most dims a tensor may have (torch's own limit is 64; real batches use at most 5).
+pub const MAX_RANK: usize = 8;
+
+/// A shape or stride list stored inline: views are made per row, and allocating two vectors
+/// per row is a measurable share of encoding many small rows.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Dims {
+    len: u8,
+    dims: [u64; MAX_RANK],
+}
+
+impl Dims {
+    pub fn new(dims: &[u64]) -> Result<Dims> {
+        if dims.len() > MAX_RANK {
+            return Err(Error::Batch(format!(
+                "tensor has {} dims; py_wire supports up to {MAX_RANK}",
+                dims.len()
+            )));
+        }
+        let mut out = Dims {
+            len: dims.len() as u8,
+            dims: [0; MAX_RANK],
+        };
+        out.dims[..dims.len()].copy_from_slice(dims);
+        Ok(out)
+    }
+}
+
+impl std::ops::Deref for Dims {
+    type Target = [u64];
+    fn deref(&self) -> &[u64] {
+        &self.dims[..self.len as usize]
+    }
+}
+
+impl std::ops::DerefMut for Dims {
+    fn deref_mut(&mut self) -> &mut [u64] {
+        &mut self.dims[..self.len as usize]
+    }
+}
+
+impl<'d> IntoIterator for &'d Dims {
+    type Item = &'d u64;
+    type IntoIter = std::slice::Iter<'d, u64>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl std::fmt::Debug for Dims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
 /// A strided tensor over borrowed bytes. `bytes` starts at the first element and covers the
 /// tensor's whole extent; strides are in elements and never negative.
 #[derive(Debug, Clone)]
 pub struct TensorRef<'a> {
     pub dtype: DType,
-    pub shape: Vec<u64>,
-    pub strides: Vec<u64>,
+    pub shape: Dims,
+    pub strides: Dims,
     pub bytes: &'a [u8],
 }
 
@@ -43,12 +98,7 @@ pub fn extent_bytes(shape: &[u64], strides: &[u64], elem_size: usize) -> Option<
 
 impl<'a> TensorRef<'a> {
     /// A view with explicit strides; fails if the extent does not fit in `bytes`.
-    pub fn strided(
-        dtype: DType,
-        shape: Vec<u64>,
-        strides: Vec<u64>,
-        bytes: &'a [u8],
-    ) -> Result<Self> {
+    pub fn strided(dtype: DType, shape: &[u64], strides: &[u64], bytes: &'a [u8]) -> Result<Self> {
         if shape.len() != strides.len() {
             return Err(Error::Batch(format!(
                 "tensor has {} dims but {} strides",
@@ -56,10 +106,10 @@ impl<'a> TensorRef<'a> {
                 strides.len()
             )));
         }
-        checked_numel(&shape)
+        checked_numel(shape)
             .and_then(|n| n.checked_mul(dtype.size() as u64))
             .ok_or_else(|| Error::Batch(format!("tensor shape {shape:?} overflows")))?;
-        let extent = extent_bytes(&shape, &strides, dtype.size())
+        let extent = extent_bytes(shape, strides, dtype.size())
             .ok_or_else(|| Error::Batch(format!("tensor shape {shape:?} overflows")))?;
         if extent > bytes.len() as u64 {
             return Err(Error::Batch(format!(
@@ -69,16 +119,16 @@ impl<'a> TensorRef<'a> {
         }
         Ok(TensorRef {
             dtype,
-            shape,
-            strides,
+            shape: Dims::new(shape)?,
+            strides: Dims::new(strides)?,
             bytes: &bytes[..extent as usize],
         })
     }
 
     /// A C-contiguous view.
-    pub fn contiguous(dtype: DType, shape: Vec<u64>, bytes: &'a [u8]) -> Result<Self> {
-        let strides = contiguous_strides(&shape);
-        Self::strided(dtype, shape, strides, bytes)
+    pub fn contiguous(dtype: DType, shape: &[u64], bytes: &'a [u8]) -> Result<Self> {
+        let strides = contiguous_strides(shape);
+        Self::strided(dtype, shape, &strides, bytes)
     }
 
     pub fn numel(&self) -> u64 {
@@ -155,10 +205,10 @@ impl<'a> TensorRef<'a> {
                     "range {start}..{start}+{len} is outside dim 0 of size {dim0}"
                 ))
             })?;
-        let mut shape = self.shape.clone();
+        let mut shape = self.shape;
         shape[0] = end - start;
         if shape.contains(&0) {
-            return TensorRef::strided(self.dtype, shape, self.strides.clone(), &[]);
+            return TensorRef::strided(self.dtype, &shape, &self.strides, &[]);
         }
         let begin = start
             .checked_mul(self.strides[0])
@@ -167,8 +217,8 @@ impl<'a> TensorRef<'a> {
             .ok_or_else(|| Error::Batch("narrowed view overflows".to_string()))?;
         TensorRef::strided(
             self.dtype,
-            shape,
-            self.strides.clone(),
+            &shape,
+            &self.strides,
             &self.bytes[begin as usize..],
         )
     }
@@ -190,16 +240,16 @@ mod tests {
     #[test]
     fn rejects_short_bytes() {
         let bytes = [0u8; 20];
-        assert!(TensorRef::contiguous(DType::F32, vec![2, 3], &bytes).is_err());
-        assert!(TensorRef::contiguous(DType::F32, vec![5], &bytes).is_ok());
+        assert!(TensorRef::contiguous(DType::F32, &[2, 3], &bytes).is_err());
+        assert!(TensorRef::contiguous(DType::F32, &[5], &bytes).is_ok());
     }
 
     #[test]
     fn contiguity() {
         let bytes = [0u8; 96];
-        let t = TensorRef::strided(DType::F32, vec![3, 2], vec![1, 3], &bytes).unwrap();
+        let t = TensorRef::strided(DType::F32, &[3, 2], &[1, 3], &bytes).unwrap();
         assert!(!t.is_contiguous());
-        let t = TensorRef::strided(DType::F32, vec![1, 6], vec![99, 1], &bytes).unwrap();
+        let t = TensorRef::strided(DType::F32, &[1, 6], &[99, 1], &bytes).unwrap();
         assert!(t.is_contiguous());
     }
 }

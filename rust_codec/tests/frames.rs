@@ -152,7 +152,7 @@ proptest! {
         let mut k = 0;
         for row in &rows {
             for &n in row {
-                segments.push(TensorRef::contiguous(dtype, vec![n, width], &storage[k]).unwrap());
+                segments.push(TensorRef::contiguous(dtype, &[n, width], &storage[k]).unwrap());
                 k += 1;
             }
             row_offsets.push(segments.len() as u64);
@@ -195,7 +195,7 @@ proptest! {
             for j in 0..n {
                 padded[r * width as usize + j as usize] = (start + j) as i64;
             }
-            segments.push(TensorRef::contiguous(DType::I64, vec![n],
+            segments.push(TensorRef::contiguous(DType::I64, &[n],
                 &flat[start as usize * 8..(start + n) as usize * 8]).unwrap());
             offsets.push(start + n);
         }
@@ -214,11 +214,11 @@ proptest! {
             row_offsets: (0..=lengths.len() as u64).collect(),
         });
         let by_jagged = make(FieldInput::Jagged {
-            values: TensorRef::contiguous(DType::I64, vec![total], &flat).unwrap(),
+            values: TensorRef::contiguous(DType::I64, &[total], &flat).unwrap(),
             offsets: offsets.clone(),
         });
         let by_padded = make(FieldInput::Padded {
-            padded: TensorRef::contiguous(DType::I64, vec![lengths.len() as u64, width], &padded).unwrap(),
+            padded: TensorRef::contiguous(DType::I64, &[lengths.len() as u64, width], &padded).unwrap(),
             lengths: lengths.clone(),
         });
         prop_assert_eq!(&by_rows, &by_jagged);

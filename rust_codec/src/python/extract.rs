@@ -10,7 +10,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 
 use super::errors::BatchError;
 use crate::dtype::DType;
-use crate::tensor::{contiguous_strides, extent_bytes, TensorRef};
+use crate::tensor::{contiguous_strides, extent_bytes, Dims, TensorRef, MAX_RANK};
 
 struct Registry {
     tensor_type: Py<PyAny>,
@@ -47,23 +47,29 @@ fn registry() -> PyResult<&'static Registry> {
 #[derive(Default)]
 pub struct KeepAlive(pub Vec<Py<PyAny>>);
 
-fn dims(obj: &Bound<'_, PyAny>, what: &str, location: &dyn Fn() -> String) -> PyResult<Vec<u64>> {
+fn dims(obj: &Bound<'_, PyAny>, what: &str, location: &dyn Fn() -> String) -> PyResult<Dims> {
     let tuple = obj.cast::<PyTuple>().map_err(|_| {
         BatchError::new_err(format!("{}: {what} is not a tuple of ints", location()))
     })?;
-    let mut out = Vec::with_capacity(tuple.len());
-    for item in tuple.iter() {
+    let mut out = [0u64; MAX_RANK];
+    if tuple.len() > MAX_RANK {
+        return Err(BatchError::new_err(format!(
+            "{}: {} dims; py_wire supports up to {MAX_RANK}",
+            location(),
+            tuple.len()
+        )));
+    }
+    for (slot, item) in out.iter_mut().zip(tuple.iter()) {
         let v: i64 = item.extract().map_err(|_| {
             BatchError::new_err(format!(
                 "{}: {what} {tuple} is not a tuple of ints (a nested tensor where a plain one is expected?)",
                 location()
             ))
         })?;
-        out.push(u64::try_from(v).map_err(|_| {
-            BatchError::new_err(format!("{}: negative {what} {tuple}", location()))
-        })?);
+        *slot = u64::try_from(v)
+            .map_err(|_| BatchError::new_err(format!("{}: negative {what} {tuple}", location())))?;
     }
-    Ok(out)
+    Dims::new(&out[..tuple.len()]).map_err(super::errors::to_py)
 }
 
 /// A view of a tensor or ndarray. `location` names the field/row/segment for errors.
@@ -74,7 +80,9 @@ pub fn tensor_ref(
 ) -> PyResult<TensorRef<'static>> {
     let py = obj.py();
     let reg = registry()?;
-    let (dtype, shape, strides, ptr) = if obj.is_instance(reg.tensor_type.bind(py))? {
+    let tensor_type = reg.tensor_type.bind(py);
+    let is_tensor = obj.get_type().is(tensor_type) || obj.is_instance(tensor_type)?;
+    let (dtype, shape, strides, ptr) = if is_tensor {
         let dt_obj = obj.getattr(intern!(py, "dtype"))?;
         let dtype = reg
             .dtypes
@@ -127,14 +135,14 @@ pub fn tensor_ref(
         unsafe { std::slice::from_raw_parts(ptr as *const u8, extent as usize) }
     };
     keep.0.push(obj.clone().unbind());
-    TensorRef::strided(dtype, shape, strides, bytes)
+    TensorRef::strided(dtype, &shape, &strides, bytes)
         .map_err(|e| BatchError::new_err(format!("{}: {}", location(), e.message())))
 }
 
 fn array_interface(
     iface: &Bound<'_, PyAny>,
     location: &dyn Fn() -> String,
-) -> PyResult<(DType, Vec<u64>, Vec<u64>, usize)> {
+) -> PyResult<(DType, Dims, Dims, usize)> {
     let bad = |what: &str| BatchError::new_err(format!("{}: {what}", location()));
     let d = iface
         .cast::<PyDict>()
@@ -179,9 +187,10 @@ fn array_interface(
                         Ok((b / es) as u64)
                     }
                 })
-                .collect::<PyResult<Vec<u64>>>()?
+                .collect::<PyResult<Vec<u64>>>()
+                .and_then(|v| Dims::new(&v).map_err(super::errors::to_py))?
         }
-        _ => contiguous_strides(&shape),
+        _ => Dims::new(&contiguous_strides(&shape)).map_err(super::errors::to_py)?,
     };
     let (ptr, _readonly): (usize, bool) = d
         .get_item("data")?

@@ -32,9 +32,9 @@ pub fn sample_frame() -> Vec<u8> {
                 spec: spec("ids", Tier::PerToken, DType::I64, vec![]),
                 input: FieldInput::Segments {
                     segments: vec![
-                        TensorRef::contiguous(DType::I64, vec![3], &ids[..24]).unwrap(),
-                        TensorRef::contiguous(DType::I64, vec![0], &[]).unwrap(),
-                        TensorRef::contiguous(DType::I64, vec![2], &ids[24..]).unwrap(),
+                        TensorRef::contiguous(DType::I64, &[3], &ids[..24]).unwrap(),
+                        TensorRef::contiguous(DType::I64, &[0], &[]).unwrap(),
+                        TensorRef::contiguous(DType::I64, &[2], &ids[24..]).unwrap(),
                     ],
                     row_offsets: vec![0, 1, 2, 3],
                 },
@@ -43,18 +43,16 @@ pub fn sample_frame() -> Vec<u8> {
                 spec: spec("img", Tier::Packed, DType::U8, vec![None, Some(4)]),
                 input: FieldInput::Segments {
                     segments: vec![
-                        TensorRef::contiguous(DType::U8, vec![6, 4], &img_a).unwrap(),
-                        TensorRef::contiguous(DType::U8, vec![3, 4], &img_b).unwrap(),
-                        TensorRef::contiguous(DType::U8, vec![6, 4], &img_a).unwrap(),
+                        TensorRef::contiguous(DType::U8, &[6, 4], &img_a).unwrap(),
+                        TensorRef::contiguous(DType::U8, &[3, 4], &img_b).unwrap(),
+                        TensorRef::contiguous(DType::U8, &[6, 4], &img_a).unwrap(),
                     ],
                     row_offsets: vec![0, 1, 1, 3],
                 },
             },
             FieldData {
                 spec: spec("reward", Tier::Scalar, DType::F32, vec![]),
-                input: FieldInput::Dense(
-                    TensorRef::contiguous(DType::F32, vec![3], &reward).unwrap(),
-                ),
+                input: FieldInput::Dense(TensorRef::contiguous(DType::F32, &[3], &reward).unwrap()),
             },
         ],
         sequence_field: Some("ids".into()),
