@@ -1,0 +1,385 @@
+"""Bundled schemas and their generators: load, round-trip bit-exactly, keep placeholder runs
+aligned with the media, give every forward stage the same multimodal fields."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import py_wire
+from py_wire import ContractError, PackedTensor, PlaceholderContract, Schema
+from py_wire.synth import GENERATORS, generate, nemotron_omni_batch, smolvlm_batch
+from py_wire.testing import assert_batch_equal
+
+BUNDLED = py_wire.bundled_schemas()
+WITH_CONTRACTS = [n for n in BUNDLED if py_wire.load_schema(n).contracts]
+MULTIMODAL = [n for n in BUNDLED if n != "text_grpo"]
+FORWARD_STAGES = ("logprob", "ref_logprob", "train")
+TYPE_ID_FIELDS = ("mm_token_type_ids", "token_type_ids")
+JSON_SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "schema-file.schema.json"
+
+
+def _contracts_enforced() -> bool:
+    """Whether ``encode`` checks placeholder contracts yet: a two-token image run for a grid
+    that implies 2 tokens passes, the same image with one token must raise."""
+    ids = torch.tensor([1, 151652, 151655, 151653, 2])
+    batch = {
+        "input_ids": [ids],
+        "pixel_values": [torch.zeros(8, 1176)],
+        "image_grid_thw": [torch.tensor([[1, 2, 4]])],
+        "advantages": [torch.zeros(5)],
+        "generation_logprobs": [torch.zeros(5)],
+        "input_lengths": torch.tensor([5]),
+        "loss_multiplier": torch.ones(1),
+        "reward": torch.zeros(1),
+    }
+    try:
+        py_wire.encode(batch, "qwen2_5_vl")
+    except ContractError:
+        return True
+    return False
+
+
+CONTRACTS_ENFORCED = _contracts_enforced()
+
+
+def _media_rows(batch: dict[str, Any], *fields: str) -> list[int]:
+    """Rows with at least one segment in any of ``fields``."""
+    return [
+        i for i in range(len(batch["input_ids"])) if any(batch[f][i] is not None for f in fields)
+    ]
+
+
+def _contract_media_rows(batch: dict[str, Any], schema: Schema) -> list[int]:
+    return _media_rows(batch, *(c.media_field for c in schema.contracts))
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+
+def test_every_family_is_bundled_with_a_generator() -> None:
+    expected = {
+        "gemma3",
+        "nemotron_omni",
+        "qwen2_5_vl",
+        "qwen2_5_vl_video",
+        "qwen3_vl",
+        "smolvlm",
+        "text_grpo",
+    }
+    assert expected <= set(BUNDLED)
+    assert set(GENERATORS) == set(BUNDLED)
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_bundled_schema_loads(name: str) -> None:
+    schema = py_wire.load_schema(name)
+    assert schema.name == name
+    assert schema.description
+    assert schema.sequence_field == "input_ids"
+    assert schema.lengths_field == "input_lengths"
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_forward_stages_get_the_same_multimodal_fields(name: str) -> None:
+    """logprob, ref_logprob and train must see the same media (the image-blind training bug
+    class: a worker that silently runs without pixels)."""
+    schema = py_wire.load_schema(name)
+    multimodal = {n for n, f in schema.fields.items() if f.tier == "packed" or n in TYPE_ID_FIELDS}
+    per_stage = {s: multimodal & set(schema.fields_for(s)) for s in FORWARD_STAGES}
+    assert per_stage["logprob"] == per_stage["ref_logprob"] == per_stage["train"], per_stage
+    if name in MULTIMODAL:
+        assert per_stage["train"], f"{name}: no multimodal field reaches the trainer"
+    for c in schema.contracts:
+        for ref in (c.media_field, c.grid_field, c.sizes_field):
+            if ref is not None:
+                assert ref in per_stage["train"], f"{name}: contract field {ref} not in train"
+
+
+def test_family_facts() -> None:
+    """Widths, token ids and dtypes from the models' configs and processors."""
+    qwen3 = py_wire.load_schema("qwen3_vl")
+    assert qwen3.fields["pixel_values"].shape == ("*", 3 * 2 * 16 * 16)
+    (c,) = qwen3.contracts
+    assert (c.token_id, c.begin_token_id, c.end_token_id, c.merge_size) == (
+        151655,
+        151652,
+        151653,
+        2,
+    )
+    video = py_wire.load_schema("qwen2_5_vl_video")
+    assert [c.token_id for c in video.contracts] == [151655, 151656]
+    assert [c.grid_field for c in video.contracts] == ["image_grid_thw", "video_grid_thw"]
+    assert video.fields["second_per_grid_ts"].shape == ("*",)
+    gemma = py_wire.load_schema("gemma3")
+    (c,) = gemma.contracts
+    assert (c.count, c.tokens_per_image, c.token_id, c.begin_token_id, c.end_token_id) == (
+        "fixed",
+        256,
+        262144,
+        255999,
+        256000,
+    )
+    assert gemma.fields["pixel_values"].shape == ("*", 3, 896, 896)
+    nemotron = py_wire.load_schema("nemotron_omni")
+    pixels = nemotron.fields["pixel_values"]
+    assert (pixels.dtype, pixels.wire_dtype, pixels.lossy) == ("float32", "bfloat16", True)
+    assert nemotron.fields["imgs_sizes"].dtype == "int64"
+    (c,) = nemotron.contracts
+    assert (c.count, c.sizes_field, c.patch_size, c.downsample_ratio) == (
+        "image_size",
+        "imgs_sizes",
+        16,
+        0.5,
+    )
+    smol = py_wire.load_schema("smolvlm")
+    assert smol.fields["pixel_values"].pack_dim == 1
+    assert smol.fields["pixel_attention_mask"].pack_dim == 1
+    assert smol.fields["pixel_attention_mask"].dtype == "int64"
+    # Only Nemotron's pixels are narrowed on the wire.
+    for name in BUNDLED:
+        for field_name, f in py_wire.load_schema(name).fields.items():
+            if (name, field_name) != ("nemotron_omni", "pixel_values"):
+                assert f.stored_dtype == f.dtype, (name, field_name)
+
+
+# -- generators ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_generated_batch_round_trips(name: str) -> None:
+    schema = py_wire.load_schema(name)
+    batch = generate(name, 8 if name != "text_grpo" else 16, seed=3)
+    frame = py_wire.encode(batch, schema)
+    assert_batch_equal(py_wire.decode(frame), batch, schema)
+    assert_batch_equal(py_wire.decode(memoryview(frame), layout="list"), batch, schema)
+    train = py_wire.decode(frame, stage="train")
+    assert set(train) == {k for k, v in batch.items() if v is not None} & set(
+        schema.fields_for("train")
+    )
+
+
+@pytest.mark.parametrize("name", MULTIMODAL)
+def test_default_batch_is_realistic(name: str) -> None:
+    """Default size: text-only rows, GRPO groups sharing the prompt's media tensor, stored once."""
+    schema = py_wire.load_schema(name)
+    batch = GENERATORS[name]()
+    media = next(n for n, f in schema.fields.items() if f.tier == "packed")
+    rows = batch[media]
+    assert any(r is None for r in rows), "no text-only row"
+    assert any(r is not None for r in rows), "no row with media"
+    shared = [i for i in range(1, len(rows)) if rows[i] is not None and rows[i] is rows[i - 1]]
+    assert shared, "GRPO samples do not share the prompt's media tensor"
+    frame = py_wire.encode(batch, schema)
+    packed = {f["name"]: f for f in frame._layout()["fields"]}[media]
+    assert packed["num_segments"] < packed["num_refs"]
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_generators_are_deterministic(name: str) -> None:
+    a = py_wire.encode(generate(name, 4, seed=7), name)
+    b = py_wire.encode(generate(name, 4, seed=7), name)
+    c = py_wire.encode(generate(name, 4, seed=8), name)
+    assert bytes(a) == bytes(b)
+    assert bytes(a) != bytes(c)
+
+
+def _runs(ids: torch.Tensor, token_id: int) -> list[tuple[int, int]]:
+    """(start, length) of every maximal run of ``token_id``."""
+    out: list[tuple[int, int]] = []
+    hits = (ids == token_id).tolist()
+    i = 0
+    while i < len(hits):
+        if hits[i]:
+            j = i
+            while j < len(hits) and hits[j]:
+                j += 1
+            out.append((i, j - i))
+            i = j
+        else:
+            i += 1
+    return out
+
+
+def _segments(row: Any) -> list[torch.Tensor]:
+    if row is None:
+        return []
+    return [row] if isinstance(row, torch.Tensor) else list(row)
+
+
+def _expected_counts(batch: dict[str, Any], c: PlaceholderContract, row: int) -> list[int]:
+    """Feature counts per image, by the contract's rule (an independent reference)."""
+    if c.count == "grid_thw":
+        assert c.grid_field is not None
+        grids = _segments(batch[c.grid_field][row])
+        return [int(t * h * w) // c.merge_size**2 for g in grids for t, h, w in g.tolist()]
+    if c.count == "fixed":
+        assert c.tokens_per_image is not None
+        items = sum(s.shape[0] for s in _segments(batch[c.media_field][row]))
+        return [c.tokens_per_image] * items
+    assert c.sizes_field is not None
+    sizes = _segments(batch[c.sizes_field][row])
+    r = c.downsample_ratio
+    p = c.patch_size
+    return [int((h // p) * r) * int((w // p) * r) for s in sizes for h, w in s.tolist()]
+
+
+def _check_alignment(batch: dict[str, Any], schema: Schema) -> list[int]:
+    """Rows whose placeholder runs do not match their media; also checks the wrapping."""
+    bad = set()
+    for c in schema.contracts:
+        for row, ids in enumerate(batch["input_ids"]):
+            runs = _runs(ids, c.token_id)
+            if [n for _, n in runs] != _expected_counts(batch, c, row):
+                bad.add(row)
+                continue
+            for start, n in runs:
+                assert int(ids[start - 1]) == c.begin_token_id, (schema.name, row, start)
+                assert int(ids[start + n]) == c.end_token_id, (schema.name, row, start)
+    return sorted(bad)
+
+
+@pytest.mark.parametrize("name", WITH_CONTRACTS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_placeholder_runs_match_media(name: str, seed: int) -> None:
+    schema = py_wire.load_schema(name)
+    batch = generate(name, 8, seed=seed)
+    assert _check_alignment(batch, schema) == []
+    row = _contract_media_rows(batch, schema)[0]
+    broken = generate(name, 8, seed=seed, misalign_row=row)
+    assert _check_alignment(broken, schema) == [row]
+    assert len(broken["input_ids"][row]) == len(batch["input_ids"][row]) - 1
+    assert int(broken["input_lengths"][row]) == len(broken["input_ids"][row])
+    py_wire.encode(batch, schema)  # aligned batches always encode
+
+
+def test_misalign_row_needs_a_media_row() -> None:
+    batch = generate("qwen3_vl", 8)
+    text_only = [i for i, r in enumerate(batch["pixel_values"]) if r is None]
+    with pytest.raises(ValueError, match="no placeholder run"):
+        generate("qwen3_vl", 8, misalign_row=text_only[0])
+    with pytest.raises(ValueError, match="out of range"):
+        generate("qwen3_vl", 4, misalign_row=4)
+    with pytest.raises(ValueError, match="no placeholder runs"):
+        generate("text_grpo", 4, misalign_row=0)
+    with pytest.raises(ValueError, match="no generator"):
+        generate("llava", 4)
+
+
+@pytest.mark.skipif(not CONTRACTS_ENFORCED, reason="encode does not check contracts yet")
+@pytest.mark.parametrize("name", WITH_CONTRACTS)
+def test_misaligned_batch_raises_contract_error(name: str) -> None:
+    schema = py_wire.load_schema(name)
+    aligned = generate(name, 8, seed=2)
+    row = _contract_media_rows(aligned, schema)[-1]
+    with pytest.raises(ContractError, match=rf"\brow {row}\b"):
+        py_wire.encode(generate(name, 8, seed=2, misalign_row=row), schema)
+
+
+# -- family specifics ------------------------------------------------------------------------
+
+
+def test_qwen_video_fields() -> None:
+    batch = generate("qwen2_5_vl_video", 16, seed=1)
+    videos = _media_rows(batch, "pixel_values_videos")
+    assert videos
+    for row in videos:
+        grid = batch["video_grid_thw"][row]
+        seconds = batch["second_per_grid_ts"][row]
+        assert seconds.shape == (grid.shape[0],) and seconds.dtype == torch.float32
+        assert batch["pixel_values_videos"][row].shape[0] == int(grid.prod(-1).sum())
+        types, ids = batch["mm_token_type_ids"][row], batch["input_ids"][row]
+        assert torch.equal(types == 2, ids == 151656)
+        assert torch.equal(types == 1, ids == 151655)
+
+
+def test_gemma3_crops_and_token_types() -> None:
+    batch = generate("gemma3", 16, seed=0)
+    assert any(int(c.sum()) for c in batch["num_crops"] if c is not None), "no pan-and-scan"
+    for row in range(16):
+        ids, types = batch["input_ids"][row], batch["token_type_ids"][row]
+        assert torch.equal(types, (ids == 262144).to(torch.int64))
+        crops, pixels = batch["num_crops"][row], batch["pixel_values"][row]
+        if crops is None:
+            assert pixels is None
+        else:
+            assert pixels.shape[0] == len(crops) + int(crops.sum())
+
+
+def test_nemotron_pixels_are_bf16_on_the_wire() -> None:
+    schema = py_wire.load_schema("nemotron_omni")
+    batch = nemotron_omni_batch(8, seed=4, two_turn_fraction=1.0)
+    assert any(r is not None and len(r) > 1 for r in batch["pixel_values"]), "no multi-turn row"
+    out = py_wire.decode(py_wire.encode(batch, schema))
+    for row, segs in enumerate(batch["pixel_values"]):
+        got = out["pixel_values"][row]
+        if segs is None:
+            assert got is None
+            continue
+        for seg, sizes, decoded in zip(segs, batch["imgs_sizes"][row], got, strict=True):
+            assert seg.dtype == torch.float32 and decoded.dtype == torch.bfloat16
+            assert torch.equal(decoded, seg.to(torch.bfloat16))
+            # A turn is padded to its largest image; imgs_sizes keeps the true sizes.
+            assert list(seg.shape[2:]) == sizes.max(0).values.tolist()
+            for k, (h, w) in enumerate(sizes.tolist()):
+                assert not seg[k, :, h:, :].any() and not seg[k, :, :, w:].any()
+
+
+def test_smolvlm_round_trips_along_pack_dim_1() -> None:
+    schema = py_wire.load_schema("smolvlm")
+    batch = smolvlm_batch(12, seed=5, tile_sizes=(128, 192), image_seq_len=16)
+    out = py_wire.decode(py_wire.encode(batch, schema))
+    assert_batch_equal(out, batch, schema)
+    pixels, mask = out["pixel_values"], out["pixel_attention_mask"]
+    assert isinstance(pixels, PackedTensor) and pixels.dim_to_pack == 1
+    assert mask.dim_to_pack == 1
+    segments = [s for r in batch["pixel_values"] if r is not None for s in _segments(r)]
+    sizes = {s.shape[-1] for s in segments}
+    assert len(sizes) > 1, "tile sizes should differ between processor calls"
+    padded = pixels.as_tensor(pad_to_max_shape=True)
+    assert padded.shape == (1, sum(s.shape[1] for s in segments), 3, max(sizes), max(sizes))
+    start = 0
+    for s in segments:  # each segment's tiles, in order along dim 1, zero-padded
+        n, size = s.shape[1], s.shape[-1]
+        assert torch.equal(padded[:, start : start + n, :, :size, :size], s)
+        assert not padded[:, start : start + n, :, size:, :].any()
+        start += n
+    masks = [s for r in batch["pixel_attention_mask"] if r is not None for s in _segments(r)]
+    assert all(set(m.unique().tolist()) <= {0, 1} for m in masks)
+    # Tiles of one size across the batch: as_tensor concatenates along dim 1, no padding.
+    uniform = py_wire.load_schema("smolvlm")
+    batch = smolvlm_batch(8, seed=5, tile_sizes=(128,), image_seq_len=16)
+    out = py_wire.decode(py_wire.encode(batch, uniform))
+    segments = [s for r in batch["pixel_values"] if r is not None for s in _segments(r)]
+    whole = out["pixel_values"].as_tensor()
+    assert whole is not None and torch.equal(whole, torch.cat(segments, dim=1))
+    masks = [s for r in batch["pixel_attention_mask"] if r is not None for s in _segments(r)]
+    assert torch.equal(out["pixel_attention_mask"].as_tensor(), torch.cat(masks, dim=1))
+
+
+# -- the schema-file JSON Schema -------------------------------------------------------------
+
+
+def test_json_schema_file_matches_the_model() -> None:
+    """Fails when the pydantic model changes without re-exporting:
+    ``python -m py_wire.cli schema export-json-schema > schemas/schema-file.schema.json``."""
+    assert json.loads(JSON_SCHEMA.read_text()) == Schema.model_json_schema()
+
+
+def test_json_schema_describes_the_bundled_files() -> None:
+    """Every key the bundled files use is a property the JSON Schema declares."""
+    import tomllib
+
+    doc = json.loads(JSON_SCHEMA.read_text())
+    defs = doc["$defs"]
+    for name in BUNDLED:
+        data = tomllib.loads((JSON_SCHEMA.parent / f"{name}.toml").read_text())
+        assert set(data) <= set(doc["properties"]), name
+        for field in data["fields"].values():
+            assert set(field) <= set(defs["FieldDef"]["properties"]), name
+        for contract in data.get("contracts", []):
+            assert set(contract) <= set(defs["PlaceholderContract"]["properties"]), name
