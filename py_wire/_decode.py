@@ -165,11 +165,6 @@ _CSR = ("seg_shapes", "seg_offsets", "row_offsets", "row_segments")
 
 
 def _jagged(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    if offsets.shape[0] <= 1:
-        raise FrameError(
-            "a frame with 0 rows cannot decode per-token fields as a jagged tensor "
-            "(torch.nested needs at least one row); use layout='list' or 'padded'"
-        )
     # torch 2.15 logs an unrelated fx-tracing notice on the first jagged construction.
     fx_log = logging.getLogger("torch.fx._symbolic_trace")
     level = fx_log.level
