@@ -99,25 +99,15 @@ impl<'b> Packed<'b> {
             );
             let start = self.field.values.offset + a * es;
             let bytes = &self.buf[start..start + (b - a) * es];
-            match dtype {
-                DType::I64 => out.extend(
-                    bytes
-                        .chunks_exact(8)
-                        .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))),
-                ),
-                DType::I32 => out.extend(
-                    bytes
-                        .chunks_exact(4)
-                        .map(|c| i32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as i64),
-                ),
-                other => {
-                    return Err(schema_err!(
-                        "field {:?} counts features, so it must be int32 or int64, not {}",
-                        self.field.spec.name,
-                        other.name()
-                    ))
-                }
+            if !matches!(dtype, DType::I64 | DType::I32) {
+                return Err(schema_err!(
+                    "field {:?} counts features, so it must be int32 or int64, not {}",
+                    self.field.spec.name,
+                    dtype.name()
+                ));
             }
+            let segment = crate::tensor::TensorRef::contiguous(dtype, &[(b - a) as u64], bytes)?;
+            out.extend(segment.to_i64_vec()?);
         }
         Ok(())
     }

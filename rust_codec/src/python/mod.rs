@@ -266,21 +266,15 @@ fn placeholder_runs(
         views.push(t);
     }
     let runs = py.detach(|| {
-        let mut out = Vec::with_capacity(views.len());
-        let mut scratch = Vec::new();
-        for t in &views {
-            scratch.clear();
-            let es = 8usize;
-            let stride = t.strides[0] as usize * es;
-            scratch.extend((0..t.shape[0] as usize).map(|i| {
-                let b = &t.bytes[i * stride..i * stride + es];
-                i64::from_le_bytes(b.try_into().unwrap_or([0; 8]))
-            }));
-            let table =
-                crate::placeholder::scan_runs(&scratch, &[0, scratch.len() as u64], token_id)?;
-            out.push(table.run_lengths);
-        }
-        Ok::<_, crate::Error>(out)
+        views
+            .iter()
+            .map(|t| {
+                let tokens = t.to_i64_vec()?;
+                let table =
+                    crate::placeholder::scan_runs(&tokens, &[0, tokens.len() as u64], token_id)?;
+                Ok(table.run_lengths)
+            })
+            .collect::<crate::Result<Vec<_>>>()
     });
     drop(keep);
     runs.map_err(to_py)
