@@ -36,7 +36,9 @@ run_tests() {
   echo "== cargo clippy"; cargo clippy --all-targets -- -D warnings
   cargo clippy --all-targets --features python -- -D warnings
   echo "== cargo test"; cargo test --quiet
-  echo "== ruff"; "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check .
+  echo "== ruff"
+  "$VENV/bin/ruff" check .
+  "$VENV/bin/ruff" format --check .
   echo "== pytest"; "$PY" -m pytest "$@"
 }
 
