@@ -19,7 +19,9 @@ def training_fields(
     response mask, and the per-sample scalars."""
     rewards = torch.rand(len(lengths), generator=gen)
     groups = rewards.view(-1, group_size) if len(lengths) % group_size == 0 else rewards[None]
-    advantages = (groups - groups.mean(-1, keepdim=True)) / (groups.std(-1, keepdim=True) + 1e-6)
+    advantages = (groups - groups.mean(-1, keepdim=True)) / (
+        groups.std(-1, keepdim=True, correction=min(1, groups.shape[-1] - 1)) + 1e-6
+    )
     advantages = advantages.reshape(-1)
     adv_rows, logprob_rows, mask_rows = [], [], []
     for i, (p, n) in enumerate(zip(prompt_lengths, lengths, strict=True)):

@@ -1,4 +1,7 @@
-//! The frame's one allocation: 64-byte aligned, huge-page backed where the kernel offers it.
+//! The frame's one allocation: 64-byte aligned, huge-page backed where the kernel offers it,
+//! and recycled: a fresh mapping costs a kernel page fault (and a page clear) per page on first
+//! write, which triples the cost of a copy, so large buffers of dropped frames are kept in a
+//! small pool and reused by the next encode.
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
@@ -28,6 +31,22 @@ unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
+    /// Allocates `len` bytes whose contents are unspecified (but initialised): a recycled
+    /// frame's when one of the right size is pooled, else zeros. Callers overwrite every byte.
+    pub fn recycled(len: usize) -> Option<AlignedBuf> {
+        #[cfg(target_os = "linux")]
+        if len >= 2 * HUGE_PAGE {
+            if let Some((ptr, map_len)) = pool::take(len) {
+                return Some(AlignedBuf {
+                    ptr,
+                    len,
+                    origin: Origin::Mapped(map_len),
+                });
+            }
+        }
+        Self::zeroed(len)
+    }
+
     /// Allocates `len` zeroed bytes. Large buffers are 2 MiB aligned and advised for
     /// transparent huge pages, which cuts the page-fault cost of the first write.
     pub fn zeroed(len: usize) -> Option<AlignedBuf> {
@@ -76,7 +95,7 @@ impl AlignedBuf {
     }
 
     pub fn from_slice(bytes: &[u8]) -> Option<AlignedBuf> {
-        let mut buf = AlignedBuf::zeroed(bytes.len())?;
+        let mut buf = AlignedBuf::recycled(bytes.len())?;
         buf.as_mut_slice().copy_from_slice(bytes);
         Some(buf)
     }
@@ -110,10 +129,68 @@ impl Drop for AlignedBuf {
             // SAFETY: allocated in `zeroed` with exactly this layout.
             Origin::Heap(layout) => unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) },
             #[cfg(target_os = "linux")]
-            // SAFETY: mapped in `mapped` with exactly this length and not unmapped since.
-            Origin::Mapped(map_len) => unsafe {
-                libc::munmap(self.ptr.as_ptr().cast(), map_len);
-            },
+            Origin::Mapped(map_len) => pool::give(self.ptr, map_len),
+        }
+    }
+}
+
+/// Mappings of dropped frames, kept for reuse within a byte budget
+/// (`PY_WIRE_FRAME_POOL_BYTES`, default 2 GiB; 0 disables the pool).
+#[cfg(target_os = "linux")]
+mod pool {
+    use std::ptr::NonNull;
+    use std::sync::{Mutex, OnceLock};
+
+    struct Mapping(NonNull<u8>, usize);
+    // SAFETY: a pooled mapping is owned by the pool alone; no reference to it exists.
+    unsafe impl Send for Mapping {}
+
+    static POOL: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
+    const MAX_ENTRIES: usize = 4;
+
+    fn budget() -> usize {
+        static BUDGET: OnceLock<usize> = OnceLock::new();
+        *BUDGET.get_or_init(|| {
+            std::env::var("PY_WIRE_FRAME_POOL_BYTES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(2 << 30)
+        })
+    }
+
+    fn unmap(m: Mapping) {
+        // SAFETY: the mapping was created by `AlignedBuf::mapped` with exactly this length and
+        // nothing references it any more.
+        unsafe {
+            libc::munmap(m.0.as_ptr().cast(), m.1);
+        }
+    }
+
+    /// The smallest pooled mapping that holds `len` bytes without wasting more than half.
+    pub fn take(len: usize) -> Option<(NonNull<u8>, usize)> {
+        let mut pool = POOL.lock().ok()?;
+        let best = pool
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.1 >= len && m.1 / 2 <= len)
+            .min_by_key(|(_, m)| m.1)
+            .map(|(i, _)| i)?;
+        let m = pool.swap_remove(best);
+        Some((m.0, m.1))
+    }
+
+    pub fn give(ptr: NonNull<u8>, map_len: usize) {
+        let Ok(mut pool) = POOL.lock() else {
+            return unmap(Mapping(ptr, map_len));
+        };
+        if map_len > budget() {
+            return unmap(Mapping(ptr, map_len));
+        }
+        pool.push(Mapping(ptr, map_len));
+        // Oldest first out, until within the entry and byte budgets.
+        while pool.len() > MAX_ENTRIES || pool.iter().map(|m| m.1).sum::<usize>() > budget() {
+            let oldest = pool.remove(0);
+            unmap(oldest);
         }
     }
 }
@@ -121,6 +198,23 @@ impl Drop for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recycled_buffers_are_reused() {
+        // A size no other test uses, so the parallel tests cannot take this mapping.
+        let len = (97 << 20) + 12_345;
+        let mut a = AlignedBuf::recycled(len).unwrap();
+        a.as_mut_slice()[len - 1] = 7;
+        let addr = a.as_ptr() as usize;
+        drop(a);
+        let b = AlignedBuf::recycled(len - 4096).unwrap();
+        assert_eq!(b.as_ptr() as usize, addr, "the dropped mapping is reused");
+        assert_eq!(b.len(), len - 4096);
+        drop(b);
+        // Too large a mapping for a small request is not handed out.
+        let c = AlignedBuf::recycled(len / 4).unwrap();
+        assert_ne!(c.as_ptr() as usize, addr);
+    }
 
     #[test]
     fn aligned_and_zeroed() {

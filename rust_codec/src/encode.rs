@@ -233,16 +233,11 @@ impl<'a> Plan<'a> {
         run_jobs(&self.jobs, out, options.threads, options.parallel_threshold)
     }
 
+    /// Writes the frame into a new (or recycled) aligned buffer.
     pub fn write(&self, options: EncodeOptions) -> Result<AlignedBuf> {
-        let mut buf = AlignedBuf::zeroed(self.total_len)
+        let mut buf = AlignedBuf::recycled(self.total_len)
             .ok_or_else(|| batch_err!("could not allocate a frame of {} bytes", self.total_len))?;
-        // A fresh buffer is already zeroed; only the header, blobs and payload need writing.
-        let out = buf.as_mut_slice();
-        out[..self.header.len()].copy_from_slice(&self.header);
-        for (offset, blob) in &self.blobs {
-            out[*offset..offset + blob.len()].copy_from_slice(blob);
-        }
-        run_jobs(&self.jobs, out, options.threads, options.parallel_threshold)?;
+        self.write_into(buf.as_mut_slice(), options)?;
         Ok(buf)
     }
 }
