@@ -37,7 +37,8 @@ def encode(
     schema's lengths field. Scalars take a ``[B, ...]`` tensor. numpy arrays work wherever
     tensors do. With ``stage``, every field that stage needs must be present.
 
-    ``threads`` caps the copy threads (default: the core count; used above 8 MiB per thread).
+    ``threads`` caps the copy threads (default: ``PY_WIRE_THREADS`` or the core count; a thread
+    is used per 8 MiB of payload).
     ``out`` is a writable buffer to encode into instead of a fresh allocation (reuse it across
     steps to skip page faults); the frame then borrows ``out`` and is valid until ``out`` is
     written again.

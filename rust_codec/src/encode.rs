@@ -124,9 +124,15 @@ pub struct EncodeOptions {
 }
 
 impl Default for EncodeOptions {
+    /// Copy threads: `PY_WIRE_THREADS` if set, else the core count.
     fn default() -> Self {
+        let threads = std::env::var("PY_WIRE_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         EncodeOptions {
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads,
             parallel_threshold: DEFAULT_PARALLEL_THRESHOLD,
         }
     }
