@@ -12,7 +12,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -131,23 +131,32 @@ class PlaceholderContract(BaseModel):
     token_id: int
     begin_token_id: int | None = None
     end_token_id: int | None = None
-    count: Literal["grid_thw", "fixed", "image_size"]
+    count: Literal["grid_thw", "fixed", "image_size", "field"]
     grid_field: str | None = None
     merge_size: int = 2
     tokens_per_image: int | None = None
     sizes_field: str | None = None
+    count_field: str | None = Field(
+        default=None, description='count = "field": a packed int field, one token count per image.'
+    )
     patch_size: int = 16
     downsample_ratio: float = 0.5
 
     @model_validator(mode="after")
     def _check(self) -> PlaceholderContract:
-        needs = {"grid_thw": "grid_field", "fixed": "tokens_per_image", "image_size": "sizes_field"}
+        needs = {
+            "grid_thw": "grid_field",
+            "fixed": "tokens_per_image",
+            "image_size": "sizes_field",
+            "field": "count_field",
+        }
         if getattr(self, needs[self.count]) is None:
             raise ValueError(f"count = {self.count!r} needs {needs[self.count]}")
         return self
 
 
-Contract = Annotated[PlaceholderContract, Field(discriminator="kind")]
+#: The contract kinds; ``kind`` defaults to "placeholder", the only one so far.
+Contract = PlaceholderContract
 
 
 class Schema(BaseModel):
@@ -189,7 +198,7 @@ class Schema(BaseModel):
             if f is None or f.tier != "scalar" or f.shape or f.dtype not in ("int32", "int64"):
                 raise ValueError(f"lengths_field {lengths!r} must name a 0-d int scalar field")
         for c in self.contracts:
-            for ref in (c.media_field, c.grid_field, c.sizes_field):
+            for ref in (c.media_field, c.grid_field, c.sizes_field, c.count_field):
                 if ref is not None and ref not in self.fields:
                     raise ValueError(f"contract {c.name!r} names unknown field {ref!r}")
         return self

@@ -222,3 +222,42 @@ def test_pack_dim_one_round_trips():
     whole = pt["pv"].as_tensor()
     assert whole.shape == (1, 6, 3, 4, 4)
     assert torch.equal(whole, torch.cat([rows[0], *rows[2]], dim=1))
+
+
+def test_count_from_a_token_count_field():
+    img, image, end = 131073, 131072, 131074
+    schema = py_wire.Schema.from_dict(
+        {
+            "name": "counted",
+            "sequence_field": "input_ids",
+            "fields": {
+                "input_ids": {"tier": "per_token", "dtype": "int64"},
+                "pixel_values": {"tier": "packed", "dtype": "float32", "shape": ["*", 3, "*", "*"]},
+                "num_tokens": {"tier": "packed", "dtype": "int64", "shape": ["*"]},
+            },
+            "contracts": [
+                {
+                    "name": "tiles",
+                    "media_field": "pixel_values",
+                    "token_id": image,
+                    "begin_token_id": img,
+                    "end_token_id": end,
+                    "count": "field",
+                    "count_field": "num_tokens",
+                }
+            ],
+        }
+    )
+    ids = [img, image, image, end, img, image, end]
+    batch = {
+        "input_ids": [torch.tensor(ids)],
+        "pixel_values": [torch.zeros(2, 3, 4, 4)],
+        "num_tokens": [torch.tensor([2, 1])],
+    }
+    py_wire.encode(batch, schema)
+    batch["num_tokens"] = [torch.tensor([2, 2])]
+    with pytest.raises(ContractError, match="row 0, image 1"):
+        py_wire.encode(batch, schema)
+    batch["num_tokens"] = [torch.tensor([2, 1, 1])]
+    with pytest.raises(ContractError, match="num_tokens lists 3 images but pixel_values has 2"):
+        py_wire.encode(batch, schema)

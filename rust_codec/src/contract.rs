@@ -23,6 +23,8 @@ pub enum CountRule {
     /// `int((H // patch) * ratio) * int((W // patch) * ratio)` from a `[n, 2]` sizes field
     /// (Nemotron).
     ImageSize,
+    /// Per image, the token count stored in a companion `[n]` integer field.
+    Field,
 }
 
 /// A placeholder contract as the schema declares it.
@@ -41,6 +43,8 @@ pub struct PlaceholderContract {
     pub merge_size: u64,
     pub tokens_per_image: Option<u64>,
     pub sizes_field: Option<String>,
+    #[serde(default)]
+    pub count_field: Option<String>,
     pub patch_size: u64,
     pub downsample_ratio: f64,
 }
@@ -161,6 +165,7 @@ pub fn check_contracts(
         let source_name = match c.count {
             CountRule::GridThw => c.grid_field.as_deref(),
             CountRule::ImageSize => c.sizes_field.as_deref(),
+            CountRule::Field => c.count_field.as_deref(),
             CountRule::Fixed => Some(c.media_field.as_str()),
         }
         .ok_or_else(|| schema_err!("contract {:?} names no field to count features", c.name))?;
@@ -212,12 +217,15 @@ pub fn check_contracts(
                     }
                     expected.extend(feats);
                 }
-                (Some(s), CountRule::ImageSize) => {
+                (Some(s), rule @ (CountRule::ImageSize | CountRule::Field)) => {
                     values.clear();
                     s.row_values(row, &mut values)?;
-                    let feats =
+                    let feats = if rule == CountRule::Field {
+                        counts_from_field(&values, &c.name, source_name, row)?
+                    } else {
                         features_from_image_sizes(&values, c.patch_size, c.downsample_ratio)
-                            .map_err(|e| in_row(e, &c.name, source_name, row))?;
+                            .map_err(|e| in_row(e, &c.name, source_name, row))?
+                    };
                     if let Some(m) = &media {
                         let found = m.items(row);
                         if feats.len() as u64 != found {
@@ -248,6 +256,20 @@ pub fn check_contracts(
     Ok(())
 }
 
+fn counts_from_field(values: &[i64], contract: &str, field: &str, row: usize) -> Result<Vec<u64>> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            u64::try_from(v).map_err(|_| {
+                contract_err!(
+                    "contract {contract:?}: {field}, row {row}, image {i}: count {v} is negative"
+                )
+            })
+        })
+        .collect()
+}
+
 fn in_row(e: Error, contract: &str, field: &str, row: usize) -> Error {
     match e {
         Error::Batch(m) => contract_err!("contract {contract:?}: {field}, row {row}: {m}"),
@@ -272,6 +294,7 @@ pub fn check_request_contracts(
     for c in contracts {
         needed.extend(c.grid_field.as_deref());
         needed.extend(c.sizes_field.as_deref());
+        needed.extend(c.count_field.as_deref());
     }
     let media: Vec<&str> = contracts.iter().map(|c| c.media_field.as_str()).collect();
     let mut fields = Vec::new();

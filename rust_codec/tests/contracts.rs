@@ -22,6 +22,7 @@ fn qwen_contract() -> PlaceholderContract {
         merge_size: 2,
         tokens_per_image: None,
         sizes_field: None,
+        count_field: None,
         patch_size: 16,
         downsample_ratio: 0.5,
     }
