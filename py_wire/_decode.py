@@ -16,6 +16,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from py_wire import _native
 from py_wire._dtypes import DTYPES
 from py_wire._encode import FINGERPRINT_KEY
 from py_wire._native import Frame, FrameError, SchemaError
@@ -129,7 +130,7 @@ def decode(
                 if seq_lengths is None:
                     seq_lengths = torch.diff(offsets)
                 pad = frame_schema.fields[name].pad_value
-                out[name] = _padded(values, seq_lengths, pad)
+                out[name] = _padded(values, offsets, seq_lengths, pad)
             else:
                 out[name] = _jagged(values, offsets)
     if layout == "padded" and seq_lengths is not None:
@@ -175,23 +176,12 @@ def _jagged(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         fx_log.setLevel(level)
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """A same-size integer view: index_put works for it whatever the dtype (torch lacks it for
-    uint16/32/64 and float8), and copying bits is exact."""
-    if t.is_complex():
-        t = torch.view_as_real(t)
-    return t.view(
-        {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    )
-
-
-def _padded(values: torch.Tensor, lengths: torch.Tensor, pad: float | int | bool) -> torch.Tensor:
+def _padded(
+    values: torch.Tensor, offsets: torch.Tensor, lengths: torch.Tensor, pad: float | int | bool
+) -> torch.Tensor:
     rows = lengths.shape[0]
     width = int(lengths.max()) if rows else 0
     out = torch.empty((rows, width, *values.shape[1:]), dtype=values.dtype)
-    out_bits, value_bits = _bits(out), _bits(values)
-    pad_bits = _bits(torch.tensor(pad).to(values.dtype).reshape(1))[0]
-    out_bits.copy_(pad_bits.expand_as(out_bits))
-    mask = torch.arange(width) < lengths[:, None]
-    out_bits[mask] = value_bits
+    pad_bytes = torch.tensor(pad).to(values.dtype).reshape(1).view(torch.uint8).numpy().tobytes()
+    _native.pad_rows(values, offsets, out, pad_bytes)
     return out

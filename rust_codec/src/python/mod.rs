@@ -280,6 +280,45 @@ fn placeholder_runs(
     runs.map_err(to_py)
 }
 
+/// Fills `out` (a fresh contiguous `[B, W, ...]` tensor) with the rows of `values` padded by
+/// the element whose bytes are `pad`.
+#[pyfunction]
+fn pad_rows(
+    py: Python<'_>,
+    values: &Bound<'_, PyAny>,
+    offsets: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    pad: &[u8],
+) -> PyResult<()> {
+    let mut keep = KeepAlive::default();
+    let here = || "padded decode".to_string();
+    let values = tensor_ref(values, &mut keep, &here)?;
+    let offsets = index_values(offsets, &mut keep, &here)?;
+    let target = tensor_ref(out, &mut keep, &here)?;
+    if !values.is_contiguous() || !target.is_contiguous() || target.shape.len() < 2 {
+        return Err(BatchError::new_err(
+            "pad_rows needs contiguous values and [B, W, ...] output",
+        ));
+    }
+    let token_bytes = values.nbytes() as usize / values.shape[0].max(1) as usize;
+    let token_bytes = if values.shape[0] == 0 {
+        target.shape[2..].iter().product::<u64>() as usize * values.dtype.size()
+    } else {
+        token_bytes
+    };
+    let width = target.shape[1] as usize;
+    let (ptr, len) = (target.bytes.as_ptr() as usize, target.nbytes() as usize);
+    py.detach(|| {
+        // SAFETY: `out` is a tensor the caller allocated for this call and shares with no one;
+        // `keep` holds it alive, and [ptr, ptr+len) is its contiguous storage.
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+        crate::pad::pad_rows(values.bytes, token_bytes, &offsets, width, pad, dst)
+    })
+    .map_err(to_py)?;
+    drop(keep);
+    Ok(())
+}
+
 #[pymodule]
 mod _native {
     #[pymodule_export]
@@ -288,6 +327,8 @@ mod _native {
     use super::extract::register_torch;
     #[pymodule_export]
     use super::frame::{BorrowedBytes, Frame};
+    #[pymodule_export]
+    use super::pad_rows;
     #[pymodule_export]
     use super::{check_frame_contracts, placeholder_runs};
     #[pymodule_export]
