@@ -37,7 +37,9 @@ def as_frame(data: Any) -> Frame:
             raise FrameError(
                 f"a tensor frame must be 1-D contiguous uint8, got {data.dtype} {tuple(data.shape)}"
             )
-        data = data.cpu().numpy()
+        if data.device.type != "cpu":
+            raise FrameError(f"a frame on {data.device} must be copied to host memory first")
+        data = data.numpy()
     if isinstance(data, np.ndarray) and data.dtype != np.uint8:
         raise FrameError(f"an array frame must be uint8, got {data.dtype}")
     if not isinstance(data, bytes | bytearray | memoryview | mmap.mmap | np.ndarray):
