@@ -1,7 +1,7 @@
 //! The frame's one allocation: 64-byte aligned (page aligned when large; huge pages on
-//! request), and recycled: a fresh mapping costs a kernel page fault (and a page clear) per page on first
-//! write, which triples the cost of a copy, so large buffers of dropped frames are kept in a
-//! small pool and reused by the next encode.
+//! request), and recycled: a fresh mapping costs a kernel page fault (and a page clear) per
+//! page on first write, which triples the cost of a copy, so large buffers of dropped frames
+//! are kept in a small pool and reused by the next encode.
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
