@@ -136,8 +136,12 @@ def decode(
             else:
                 out[name] = _jagged(values, offsets)
     if layout == "padded" and seq_lengths is not None:
-        key = frame_schema.lengths_field or "lengths"
-        out.setdefault(key, seq_lengths)
+        key = frame_schema.lengths_field
+        if key is None:
+            out.setdefault("lengths", seq_lengths)
+        elif key not in out and (keep is None or key in keep):
+            # Absent from the frame: derive it, in the dtype the schema declares.
+            out[key] = seq_lengths.to(DTYPES[frame_schema.fields[key].dtype])
     return out
 
 
@@ -164,18 +168,19 @@ def _check_field_table(views: FrameViews, schema: Schema) -> None:
         raise FrameError("the frame's sequence field disagrees with its schema")
 
 
+def _drop_fx_notice(record: logging.LogRecord) -> bool:
+    return "is_fx_tracing" not in record.getMessage()
+
+
+# torch 2.15 logs an unrelated fx-tracing notice on the first jagged construction; drop that one
+# message (a filter, not a level change: changing levels clears logging's caches on every call).
+logging.getLogger("torch.fx._symbolic_trace").addFilter(_drop_fx_notice)
+
 _CSR = ("seg_shapes", "seg_offsets", "row_offsets", "row_segments")
 
 
 def _jagged(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    # torch 2.15 logs an unrelated fx-tracing notice on the first jagged construction.
-    fx_log = logging.getLogger("torch.fx._symbolic_trace")
-    level = fx_log.level
-    fx_log.setLevel(logging.ERROR)
-    try:
-        return torch.nested.nested_tensor_from_jagged(values, offsets)
-    finally:
-        fx_log.setLevel(level)
+    return torch.nested.nested_tensor_from_jagged(values, offsets)
 
 
 def _padded(
