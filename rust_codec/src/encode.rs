@@ -262,22 +262,29 @@ struct Layout<'a> {
 }
 
 impl<'a> Layout<'a> {
-    fn place(&mut self, name: String, dtype: DType, shape: Vec<u64>, nbytes: u64) -> Result<u64> {
+    /// Moves the cursor to the next 64-byte boundary, covering the gap with a padding entry
+    /// (safetensors forbids holes in the data section).
+    fn align(&mut self) -> Result<u64> {
         let aligned = self
             .cursor
             .checked_next_multiple_of(ALIGNMENT as u64)
             .ok_or_else(|| batch_err!("frame size overflows"))?;
         if aligned > self.cursor {
-            let gap = aligned - self.cursor;
             self.entries.push(Entry {
                 name: format!("{}{}", names::PAD_PREFIX, self.pads),
                 dtype: DType::U8,
-                shape: vec![gap],
+                shape: vec![aligned - self.cursor],
                 begin: self.cursor,
                 end: aligned,
             });
             self.pads += 1;
+            self.cursor = aligned;
         }
+        Ok(aligned)
+    }
+
+    fn place(&mut self, name: String, dtype: DType, shape: Vec<u64>, nbytes: u64) -> Result<u64> {
+        let aligned = self.align()?;
         let end = aligned
             .checked_add(nbytes)
             .ok_or_else(|| batch_err!("frame size overflows"))?;
@@ -576,20 +583,7 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
     }
     // The data section's end must be covered: pad the final tensor out to alignment so the next
     // frame in a stream (or a file) starts aligned too.
-    let data_len = layout
-        .cursor
-        .checked_next_multiple_of(ALIGNMENT as u64)
-        .ok_or_else(|| batch_err!("frame size overflows"))?;
-    if data_len > layout.cursor {
-        let gap = data_len - layout.cursor;
-        layout.entries.push(Entry {
-            name: format!("{}{}", names::PAD_PREFIX, layout.pads),
-            dtype: DType::U8,
-            shape: vec![gap],
-            begin: layout.cursor,
-            end: data_len,
-        });
-    }
+    let data_len = layout.align()?;
     let header = write_header(&metadata, &layout.entries)?;
     let data_start = header.len();
     let total_len = usize::try_from(data_len)

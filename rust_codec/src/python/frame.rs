@@ -298,31 +298,45 @@ impl Frame {
         flags: c_int,
     ) -> PyResult<()> {
         let this = slf.get();
-        let bytes = this.bytes();
-        let len = isize::try_from(bytes.len())
-            .map_err(|_| PyBufferError::new_err("frame too large for a buffer"))?;
-        // SAFETY: `view` is CPython's to fill; the exported memory belongs to `slf`, which
-        // PyBuffer_FillInfo keeps alive (it stores a new reference in view.obj) until the
-        // buffer is released. A frame never moves or frees its bytes while it lives.
-        let rc = unsafe {
-            ffi::PyBuffer_FillInfo(
-                view,
-                slf.as_ptr(),
-                bytes.as_ptr() as *mut c_void,
-                len,
-                c_int::from(this.readonly()),
-                flags,
-            )
-        };
-        if rc == -1 {
-            return Err(PyErr::fetch(slf.py()));
-        }
-        Ok(())
+        // SAFETY: the bytes belong to `slf`, which the export keeps alive; a frame never moves
+        // or frees its bytes while it lives.
+        unsafe { export(slf.as_any(), view, this.bytes(), this.readonly(), flags) }
     }
 
     /// # Safety
     /// Nothing to release: the frame owns its memory.
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+}
+
+/// Fills `view` with `bytes`, owned by `owner`.
+///
+/// # Safety
+/// `view` must be CPython's buffer to fill, and `bytes` must stay valid and unmoved for as long
+/// as `owner` lives (PyBuffer_FillInfo stores a new reference to `owner` in the view).
+unsafe fn export(
+    owner: &Bound<'_, PyAny>,
+    view: *mut ffi::Py_buffer,
+    bytes: &[u8],
+    readonly: bool,
+    flags: c_int,
+) -> PyResult<()> {
+    let len = isize::try_from(bytes.len())
+        .map_err(|_| PyBufferError::new_err("buffer too large to export"))?;
+    // SAFETY: guaranteed by the caller, as documented above.
+    let rc = unsafe {
+        ffi::PyBuffer_FillInfo(
+            view,
+            owner.as_ptr(),
+            bytes.as_ptr() as *mut c_void,
+            len,
+            c_int::from(readonly),
+            flags,
+        )
+    };
+    if rc == -1 {
+        return Err(PyErr::fetch(owner.py()));
+    }
+    Ok(())
 }
 
 fn poisoned() -> PyErr {
@@ -362,17 +376,11 @@ impl BorrowedBytes {
         flags: c_int,
     ) -> PyResult<()> {
         let this = slf.get();
-        let len = isize::try_from(this.len)
-            .map_err(|_| PyBufferError::new_err("part too large for a buffer"))?;
-        // SAFETY: [ptr, ptr+len) lies in a tensor that `_owners` keeps alive; the export is
-        // read-only and holds a reference to `slf` (and so to the owners) until released.
-        let rc = unsafe {
-            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), this.ptr as *mut c_void, len, 1, flags)
-        };
-        if rc == -1 {
-            return Err(PyErr::fetch(slf.py()));
-        }
-        Ok(())
+        // SAFETY: [ptr, ptr+len) lies in a tensor that `_owners` keeps alive for as long as
+        // `slf` lives, and the export holds a reference to `slf`.
+        let bytes = unsafe { std::slice::from_raw_parts(this.ptr as *const u8, this.len) };
+        // SAFETY: as above; the export is read-only.
+        unsafe { export(slf.as_any(), view, bytes, true, flags) }
     }
 
     /// # Safety
