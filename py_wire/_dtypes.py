@@ -15,11 +15,5 @@ DTYPES: dict[str, torch.dtype] = {
 }
 NAMES: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
 
-FLOATING = frozenset(n for n, d in DTYPES.items() if d.is_floating_point)
-INTEGRAL = frozenset(n for n, d in DTYPES.items() if not d.is_floating_point and not d.is_complex)
-
 _native.register_torch(torch.Tensor, [(dtype, name) for name, dtype in DTYPES.items()])
 
-
-def name_of(dtype: torch.dtype) -> str:
-    return NAMES[dtype]
