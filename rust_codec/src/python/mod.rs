@@ -232,9 +232,13 @@ fn check_frame_contracts(
     contracts: Vec<String>,
 ) -> PyResult<()> {
     let contracts = parse_contracts(&contracts)?;
-    let frame = frame.get();
-    py.detach(|| check_contracts(frame.bytes(), frame.layout(), &contracts))
-        .map_err(to_py)
+    let bytes = frame.get().bytes();
+    // Validate again: a borrowed buffer may have been written since the frame was wrapped.
+    py.detach(|| {
+        let layout = crate::decode::parse_frame(bytes)?;
+        check_contracts(bytes, &layout, &contracts)
+    })
+    .map_err(to_py)
 }
 
 /// Per row, the lengths of the runs of `token_id` (rows: 1-D int64 tensors or arrays).
