@@ -6,7 +6,6 @@ is O(fields) torch calls, independent of rows and bytes.
 
 from __future__ import annotations
 
-import json
 import logging
 import mmap
 import warnings
@@ -53,10 +52,13 @@ class FrameViews:
     def __init__(self, frame: Frame) -> None:
         self.frame = frame
         self.layout = frame._layout()
-        with warnings.catch_warnings():
-            # Read-only inputs (bytes, read-only mmaps) give views torch cannot mark read-only;
-            # py_wire documents that such views must not be written.
-            warnings.simplefilter("ignore", UserWarning)
+        if frame.readonly_buffer:
+            with warnings.catch_warnings():
+                # Read-only inputs (bytes, read-only mmaps) give views torch cannot mark
+                # read-only; py_wire documents that such views must not be written.
+                warnings.simplefilter("ignore", UserWarning)
+                self.base = torch.frombuffer(frame, dtype=torch.uint8)
+        else:
             self.base = torch.frombuffer(frame, dtype=torch.uint8)
         self.fields = {f["name"]: f for f in self.layout["fields"]}
         seq = self.layout["seq_offsets"]
@@ -148,8 +150,7 @@ def decode(
 def _check_field_table(views: FrameViews, schema: Schema) -> None:
     """The codec's field table must say what the frame's schema says."""
     for name, f in views.fields.items():
-        spec = schema._specs.get(name)
-        stored = json.loads(spec) if spec else None
+        stored = schema._spec_dicts.get(name)
         found = {
             "name": name,
             "tier": f["tier"],

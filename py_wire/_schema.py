@@ -225,11 +225,11 @@ class Schema(BaseModel):
         return "sha256:" + hashlib.sha256(self.canonical_json.encode()).hexdigest()
 
     @functools.cached_property
-    def _specs(self) -> dict[str, str]:
-        """Per field, the layout facts the codec needs, as JSON."""
+    def _spec_dicts(self) -> dict[str, dict[str, Any]]:
+        """Per field, the layout facts the codec needs (what a frame's field table holds)."""
         out = {}
         for name, f in self.fields.items():
-            spec = {
+            spec: dict[str, Any] = {
                 "name": name,
                 "tier": f.tier,
                 "dtype": f.dtype,
@@ -238,8 +238,13 @@ class Schema(BaseModel):
             }
             if f.wire_dtype and f.wire_dtype != f.dtype:
                 spec["wire_dtype"] = f.wire_dtype
-            out[name] = json.dumps(spec)
+            out[name] = spec
         return out
+
+    @functools.cached_property
+    def _specs(self) -> dict[str, str]:
+        """The same, as JSON for the codec."""
+        return {name: json.dumps(spec) for name, spec in self._spec_dicts.items()}
 
     @functools.cached_property
     def _contracts_json(self) -> list[str]:
