@@ -16,6 +16,7 @@ from py_wire._native import (
     SchemaError,
     WireError,
 )
+from py_wire._ops import concat, select, shard, split
 from py_wire._packed import PackedTensor
 from py_wire._schema import FieldDef, PlaceholderContract, Schema, bundled_schemas, load_schema
 
@@ -32,10 +33,14 @@ __all__ = [
     "WireError",
     "bundled_schemas",
     "check_contracts",
+    "concat",
     "decode",
     "encode",
     "encode_parts",
     "load_schema",
     "placeholder_runs",
+    "select",
+    "shard",
+    "split",
 ]
 __version__ = "0.1.0"

@@ -174,9 +174,16 @@ def test_narrowing_must_be_declared_lossy_and_integers_never_cast():
         cast_schema("int64", "int32")
 
 
-def test_wire_cast_takes_the_declared_dtype_only():
-    with pytest.raises(BatchError, match="dtype bfloat16 but the schema declares float32"):
-        py_wire.encode({"pixels": [torch.zeros(2, 7, dtype=torch.bfloat16)]}, cast_schema())
+def test_wire_cast_takes_the_declared_dtype_or_the_wire_dtype():
+    # Already-cast data (a decoded frame being re-encoded) goes through as is: nothing is lost.
+    pre_cast = torch.randn(2, 7).to(torch.bfloat16)
+    frame = py_wire.encode({"pixels": [pre_cast]}, cast_schema())
+    assert torch.equal(py_wire.decode(frame)["pixels"].as_tensor(), pre_cast)
+    with pytest.raises(
+        BatchError,
+        match="dtype float16 but the schema declares float32 \\(or its wire dtype bfloat16\\)",
+    ):
+        py_wire.encode({"pixels": [torch.zeros(2, 7, dtype=torch.float16)]}, cast_schema())
 
 
 # -- stages and pack dims ------------------------------------------------------------------

@@ -400,18 +400,17 @@ fn check_offsets(name: &str, what: &str, offsets: &[u64]) -> Result<()> {
     Ok(())
 }
 
+/// A field takes its declared dtype, or its wire dtype as is (already cast: nothing is lost).
 fn check_dtype(spec: &FieldSpec, t: &TensorRef<'_>, location: &str) -> Result<()> {
-    if t.dtype != spec.dtype {
+    if t.dtype != spec.dtype && Some(t.dtype) != spec.wire_dtype {
         return Err(batch_err!(
             "field {:?}{location}: dtype {} but the schema declares {}{}",
             spec.name,
             t.dtype.name(),
             spec.dtype.name(),
-            if spec.wire_dtype.is_some() {
-                " (the wire cast starts from the declared dtype)"
-            } else {
-                ""
-            }
+            spec.wire_dtype
+                .map(|w| format!(" (or its wire dtype {})", w.name()))
+                .unwrap_or_default()
         ));
     }
     Ok(())
@@ -651,17 +650,41 @@ fn prefix_sums(values: &[u64], what: &str) -> Result<Vec<u64>> {
 
 fn plan_scalar<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>, num_rows: u64) -> Result<()> {
     let spec = &field.spec;
-    let FieldInput::Dense(t) = &field.input else {
-        return Err(batch_err!(
-            "field {:?} is a scalar field: pass one [B, ...] tensor",
-            spec.name
-        ));
+    let sources = match &field.input {
+        FieldInput::Dense(t) => {
+            check_dtype(spec, t, "")?;
+            check_dims(spec, &t.shape[1..], &spec.shape, "", "row shape")?;
+            vec![t.clone()]
+        }
+        // One value per row, as frame operations gather them.
+        FieldInput::Segments {
+            segments,
+            row_offsets,
+        } => {
+            for (row, w) in row_offsets.windows(2).enumerate() {
+                let location = format!(", row {row}");
+                if w[1] - w[0] != 1 {
+                    return Err(batch_err!(
+                        "field {:?}{location}: a scalar field needs one value per row",
+                        spec.name
+                    ));
+                }
+                let t = &segments[w[0] as usize];
+                check_dtype(spec, t, &location)?;
+                check_dims(spec, &t.shape, &spec.shape, &location, "value shape")?;
+            }
+            segments.clone()
+        }
+        _ => {
+            return Err(batch_err!(
+                "field {:?} is a scalar field: pass one [B, ...] tensor",
+                spec.name
+            ))
+        }
     };
-    check_dtype(spec, t, "")?;
-    check_dims(spec, &t.shape[1..], &spec.shape, "", "row shape")?;
     let mut shape = vec![num_rows];
     shape.extend(spec.shape.iter().map(|d| d.unwrap_or(0)));
-    layout.values(spec, shape, vec![t.clone()])
+    layout.values(spec, shape, sources)
 }
 
 fn plan_per_token<'a>(

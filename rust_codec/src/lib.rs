@@ -12,6 +12,7 @@ pub mod dtype;
 pub mod encode;
 pub mod error;
 pub mod header;
+pub mod ops;
 pub mod pad;
 pub mod placeholder;
 pub mod spec;

@@ -225,3 +225,40 @@ proptest! {
         prop_assert_eq!(&by_rows, &by_padded);
     }
 }
+
+#[test]
+fn gather_selects_and_concatenates_rows() {
+    use py_wire_codec::ops::{gather, Source};
+    let frame = sample_frame();
+    let layout = parse_frame(&frame).unwrap();
+    let source = || Source {
+        bytes: &frame,
+        layout: &layout,
+    };
+    // Row 2 then row 0: ids [4, 5] then [1, 2, 3]; row 2 holds images b and a, row 0 holds
+    // image a again, which stays one physical segment.
+    let request = gather(&[source()], Some(&[2, 0])).unwrap();
+    let picked = py_wire_codec::encode(&request, Default::default()).unwrap();
+    let bytes = picked.as_slice();
+    let out = parse_frame(bytes).unwrap();
+    assert_eq!(out.num_rows, 2);
+    let ids = out.field("ids").unwrap();
+    assert_eq!(
+        read_i64s(bytes, &ids.values).collect::<Vec<_>>(),
+        [4, 5, 1, 2, 3]
+    );
+    let img = out.field("img").unwrap().packed.clone().unwrap();
+    assert_eq!(img.num_segments, 2);
+    assert_eq!(
+        read_i64s(bytes, &img.row_segments).collect::<Vec<_>>(),
+        [0, 1, 1]
+    );
+    // Concatenating a frame with itself doubles every row.
+    let request = gather(&[source(), source()], None).unwrap();
+    let twice = py_wire_codec::encode(&request, Default::default()).unwrap();
+    assert_eq!(parse_frame(twice.as_slice()).unwrap().num_rows, 6);
+    assert!(matches!(
+        gather(&[source()], Some(&[3])),
+        Err(Error::Frame(_))
+    ));
+}

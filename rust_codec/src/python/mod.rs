@@ -323,6 +323,34 @@ fn pad_rows(
     Ok(())
 }
 
+/// A new frame holding `rows` (indices into the concatenation of the frames' rows; `None`:
+/// every row, in order) of frames that share one schema.
+#[pyfunction]
+#[pyo3(signature = (frames, rows=None))]
+fn gather(
+    py: Python<'_>,
+    frames: Vec<Bound<'_, Frame>>,
+    rows: Option<Vec<u64>>,
+) -> PyResult<Frame> {
+    let frames: Vec<&Frame> = frames.iter().map(|f| f.get()).collect();
+    let (buf, layout) = py
+        .detach(|| {
+            let sources: Vec<crate::ops::Source<'_>> = frames
+                .iter()
+                .map(|f| crate::ops::Source {
+                    bytes: f.bytes(),
+                    layout: f.layout(),
+                })
+                .collect();
+            let request = crate::ops::gather(&sources, rows.as_deref())?;
+            let buf = crate::encode::encode(&request, EncodeOptions::default())?;
+            let layout = crate::decode::parse_frame(buf.as_slice())?;
+            Ok((buf, layout))
+        })
+        .map_err(to_py)?;
+    Ok(Frame::from_owned(buf, layout))
+}
+
 #[pymodule]
 mod _native {
     #[pymodule_export]
@@ -331,6 +359,8 @@ mod _native {
     use super::extract::register_torch;
     #[pymodule_export]
     use super::frame::{BorrowedBytes, Frame};
+    #[pymodule_export]
+    use super::gather;
     #[pymodule_export]
     use super::pad_rows;
     #[pymodule_export]

@@ -1,0 +1,113 @@
+"""Frame operations: select, split, shard, concat, without decoding."""
+
+from __future__ import annotations
+
+import pytest
+import safetensors.torch
+import torch
+
+import py_wire
+from py_wire.synth import qwen2_5_vl_batch
+from py_wire.synth.registry import generate
+from py_wire.testing import assert_batch_equal
+
+QWEN = py_wire.load_schema("qwen2_5_vl")
+
+
+def take(batch: dict, rows: list[int]) -> dict:
+    return {k: [v[i] for i in rows] if isinstance(v, list) else v[rows] for k, v in batch.items()}
+
+
+@pytest.fixture(scope="module")
+def batch_and_frame():
+    batch = qwen2_5_vl_batch(8, seed=1)
+    return batch, py_wire.encode(batch, QWEN)
+
+
+def test_select_rows_in_any_order(batch_and_frame):
+    batch, frame = batch_and_frame
+    rows = [7, 0, 3, 3]
+    picked = py_wire.select(frame, rows)
+    assert picked.num_rows == 4 and picked.schema == QWEN
+    assert_batch_equal(py_wire.decode(picked), take(batch, rows), QWEN)
+    py_wire.check_contracts(picked)
+
+
+def test_select_keeps_shared_segments_shared(batch_and_frame):
+    batch, frame = batch_and_frame
+    # Rows 0-3 are one GRPO group sharing one pixel tensor.
+    assert batch["pixel_values"][0] is batch["pixel_values"][1]
+    picked = safetensors.torch.load(bytes(py_wire.select(frame, [0, 1])))
+    assert picked["pixel_values.seg_shapes"].shape[0] == 1
+    assert picked["pixel_values.row_segments"].tolist() == [0, 0]
+
+
+def test_split_shard_and_concat_round_trip(batch_and_frame):
+    batch, frame = batch_and_frame
+    parts = py_wire.split(frame, 3)
+    assert [p.num_rows for p in parts] == [3, 3, 2]
+    assert [p.num_rows for p in py_wire.split(frame, [5, 0, 3])] == [5, 0, 3]
+    shards = [py_wire.shard(frame, r, 3) for r in range(3)]
+    assert [bytes(s) for s in shards] == [bytes(p) for p in parts]
+    joined = py_wire.concat(parts)
+    assert_batch_equal(py_wire.decode(joined), batch, QWEN)
+    with pytest.raises(ValueError, match="do not add up"):
+        py_wire.split(frame, [4, 5])
+
+
+def test_concat_text_only_and_multimodal_in_either_order(batch_and_frame):
+    batch, frame = batch_and_frame
+    text_rows = [r for r, px in enumerate(batch["pixel_values"]) if px is None]
+    text_only = {
+        k: v
+        for k, v in take(batch, text_rows).items()
+        if k not in ("pixel_values", "image_grid_thw")
+    }
+    text_frame = py_wire.encode(text_only, QWEN)  # no media columns at all
+    for frames, rows in [
+        ([frame, text_frame], list(range(8)) + text_rows),
+        ([text_frame, frame], text_rows + list(range(8))),
+    ]:
+        joined = py_wire.concat(frames)
+        py_wire.check_contracts(joined)
+        assert_batch_equal(py_wire.decode(joined), take(batch, rows), QWEN)
+
+
+def test_concat_refuses_other_schemas(batch_and_frame):
+    _, frame = batch_and_frame
+    other = py_wire.encode(generate("text_grpo", 2), "text_grpo")
+    with pytest.raises(py_wire.SchemaError, match="different schemas"):
+        py_wire.concat([frame, other])
+
+
+def test_bad_rows(batch_and_frame):
+    _, frame = batch_and_frame
+    assert py_wire.select(frame, [-1]).num_rows == 1
+    assert py_wire.select(frame, []).num_rows == 0
+    assert py_wire.select(frame, slice(2, 5)).num_rows == 3
+    with pytest.raises(IndexError, match="row 8 is out of range for 8 rows"):
+        py_wire.select(frame, [8])
+    with pytest.raises(ValueError, match="rank 3"):
+        py_wire.shard(frame, 3, 3)
+
+
+def test_wire_dtype_and_pack_dim_fields_survive():
+    for name in ("nemotron_omni", "smolvlm"):
+        schema = py_wire.load_schema(name)
+        batch = generate(name, 4)
+        frame = py_wire.encode(batch, schema)
+        picked = py_wire.select(frame, [2, 1])
+        expected = py_wire.decode(py_wire.encode(take(batch, [2, 1]), schema))
+        got = py_wire.decode(picked)
+        for field, value in expected.items():
+            if isinstance(value, py_wire.PackedTensor):
+                assert value.segment_counts() == got[field].segment_counts(), field
+                a, b = value.as_tensor(), got[field].as_tensor()
+                assert (a is None and b is None) or torch.equal(a, b), field
+            elif value.is_nested:
+                assert all(
+                    torch.equal(x, y)
+                    for x, y in zip(value.unbind(), got[field].unbind(), strict=True)
+                ), field
+            else:
+                assert torch.equal(value, got[field]), field
