@@ -400,8 +400,27 @@ fn check_offsets(name: &str, what: &str, offsets: &[u64]) -> Result<()> {
     Ok(())
 }
 
+/// Where in a field a problem is, rendered only when there is one (formatting a location for
+/// every row would cost more than checking it).
+#[derive(Clone, Copy)]
+enum Where {
+    Field,
+    Row(usize),
+    Segment(usize, usize),
+}
+
+impl std::fmt::Display for Where {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Where::Field => Ok(()),
+            Where::Row(r) => write!(f, ", row {r}"),
+            Where::Segment(r, s) => write!(f, ", row {r}, segment {s}"),
+        }
+    }
+}
+
 /// A field takes its declared dtype, or its wire dtype as is (already cast: nothing is lost).
-fn check_dtype(spec: &FieldSpec, t: &TensorRef<'_>, location: &str) -> Result<()> {
+fn check_dtype(spec: &FieldSpec, t: &TensorRef<'_>, location: Where) -> Result<()> {
     if t.dtype != spec.dtype && Some(t.dtype) != spec.wire_dtype {
         return Err(batch_err!(
             "field {:?}{location}: dtype {} but the schema declares {}{}",
@@ -421,7 +440,7 @@ fn check_dims(
     spec: &FieldSpec,
     dims: &[u64],
     pattern: &[Option<u64>],
-    location: &str,
+    location: Where,
     what: &str,
 ) -> Result<()> {
     if dims.len() != pattern.len() {
@@ -652,8 +671,8 @@ fn plan_scalar<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>, num_rows: u64
     let spec = &field.spec;
     let sources = match &field.input {
         FieldInput::Dense(t) => {
-            check_dtype(spec, t, "")?;
-            check_dims(spec, &t.shape[1..], &spec.shape, "", "row shape")?;
+            check_dtype(spec, t, Where::Field)?;
+            check_dims(spec, &t.shape[1..], &spec.shape, Where::Field, "row shape")?;
             vec![t.clone()]
         }
         // One value per row, as frame operations gather them.
@@ -662,7 +681,7 @@ fn plan_scalar<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>, num_rows: u64
             row_offsets,
         } => {
             for (row, w) in row_offsets.windows(2).enumerate() {
-                let location = format!(", row {row}");
+                let location = Where::Row(row);
                 if w[1] - w[0] != 1 {
                     return Err(batch_err!(
                         "field {:?}{location}: a scalar field needs one value per row",
@@ -670,8 +689,8 @@ fn plan_scalar<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>, num_rows: u64
                     ));
                 }
                 let t = &segments[w[0] as usize];
-                check_dtype(spec, t, &location)?;
-                check_dims(spec, &t.shape, &spec.shape, &location, "value shape")?;
+                check_dtype(spec, t, location)?;
+                check_dims(spec, &t.shape, &spec.shape, location, "value shape")?;
             }
             segments.clone()
         }
@@ -720,15 +739,15 @@ fn plan_per_token<'a>(
                     ));
                 }
                 let t = &segments[w[0] as usize];
-                let location = format!(", row {row}");
-                check_dtype(spec, t, &location)?;
+                let location = Where::Row(row);
+                check_dtype(spec, t, location)?;
                 if t.shape.is_empty() {
                     return Err(batch_err!(
                         "field {:?}, row {row}: a per-token row needs a sequence dim, got a 0-d tensor",
                         spec.name
                     ));
                 }
-                check_dims(spec, &t.shape[1..], &spec.shape, &location, "trailing dims")?;
+                check_dims(spec, &t.shape[1..], &spec.shape, location, "trailing dims")?;
                 if t.shape[0] != lengths[row] {
                     return Err(mismatch(row, t.shape[0]));
                 }
@@ -737,14 +756,14 @@ fn plan_per_token<'a>(
             sources
         }
         FieldInput::Jagged { values, offsets } => {
-            check_dtype(spec, values, "")?;
+            check_dtype(spec, values, Where::Field)?;
             if values.shape.is_empty() {
                 return Err(batch_err!(
                     "field {:?}: jagged values need a sequence dim",
                     spec.name
                 ));
             }
-            check_dims(spec, &values.shape[1..], &spec.shape, "", "trailing dims")?;
+            check_dims(spec, &values.shape[1..], &spec.shape, Where::Field, "trailing dims")?;
             for (row, w) in offsets.windows(2).enumerate() {
                 if w[1] - w[0] != lengths[row] {
                     return Err(mismatch(row, w[1] - w[0]));
@@ -755,8 +774,8 @@ fn plan_per_token<'a>(
             vec![values.narrow0(first, last - first)?]
         }
         FieldInput::Padded { padded, lengths: given } => {
-            check_dtype(spec, padded, "")?;
-            check_dims(spec, &padded.shape[2..], &spec.shape, "", "trailing dims")?;
+            check_dtype(spec, padded, Where::Field)?;
+            check_dims(spec, &padded.shape[2..], &spec.shape, Where::Field, "trailing dims")?;
             let max_len = padded.shape[1];
             let mut sources = Vec::with_capacity(given.len());
             for (row, &len) in given.iter().enumerate() {
@@ -829,9 +848,9 @@ fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()>
             row += 1;
         }
         let seg_in_row = index - row_offsets[row] as usize;
-        let location = format!(", row {row}, segment {seg_in_row}");
-        check_dtype(spec, seg, &location)?;
-        check_dims(spec, &seg.shape, &spec.shape, &location, "shape")?;
+        let location = Where::Segment(row, seg_in_row);
+        check_dtype(spec, seg, location)?;
+        check_dims(spec, &seg.shape, &spec.shape, location, "shape")?;
         let id = if seg.numel() > 0 {
             let key = (seg.bytes.as_ptr() as usize, seg.shape, seg.strides);
             *interned.entry(key).or_insert_with(|| {
