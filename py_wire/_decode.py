@@ -87,7 +87,8 @@ def decode(
     """Decode a frame into views, per tier: packed → :class:`PackedTensor`, per-token → jagged
     ``torch.nested`` tensor (``layout="padded"``: ``[B, L, ...]`` padded with the field's pad
     value, lengths under the schema's lengths field; ``layout="list"``: lists of row tensors),
-    scalar → dense ``[B, ...]`` tensor. ``stage`` keeps only that stage's fields.
+    scalar → dense ``[B, ...]`` tensor. ``stage`` keeps only that stage's fields; a packed field
+    of that stage which the frame lacks comes back as rows without segments.
     Fields with a wire dtype decode as stored; ``source_dtype=True`` casts them back to the
     schema's declared dtype (a copy of those fields only).
 
@@ -137,6 +138,14 @@ def decode(
                 out[name] = _padded(values, offsets, seq_lengths, pad)
             else:
                 out[name] = _jagged(values, offsets)
+    if keep is not None:
+        # A stage's packed field the frame lacks is a column no row had media for: present it as
+        # rows without segments, so a consumer sees "no media", never a missing key.
+        for name in keep - out.keys():
+            field = frame_schema.fields[name]
+            if field.tier == "packed":
+                empty = PackedTensor([None] * frame.num_rows, field.pack_dim)
+                out[name] = empty.rows() if layout == "list" else empty
     if layout == "padded" and seq_lengths is not None:
         key = frame_schema.lengths_field
         if key is None:

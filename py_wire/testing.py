@@ -726,6 +726,8 @@ def assert_batch_equal(
     if fields is not None:
         present &= set(fields)
     got = {k for k, v in decoded.items() if v is not None}
+    if fields is not None:
+        got &= set(fields)
     missing = sorted(present - got)
     if missing:
         raise AssertionError(f"fields {missing} are in the batch but were not decoded")

@@ -319,3 +319,15 @@ def test_decoded_packed_tensor_re_encodes_without_row_work(vlm):
         batch, pixel_values=decoded["pixel_values"], image_grid_thw=decoded["image_grid_thw"]
     )
     assert bytes(py_wire.encode(again, QWEN)) == bytes(frame)
+
+
+def test_stage_decode_presents_absent_media_as_empty_rows():
+    batch = small_text_batch()
+    frame = py_wire.encode(batch, QWEN)  # no media columns at all
+    decoded = py_wire.decode(frame, stage="train")
+    assert decoded["pixel_values"].segment_counts() == [0, 0, 0]
+    assert decoded["pixel_values"].as_tensor() is None
+    assert decoded["image_grid_thw"][1] is None
+    assert "mm_token_type_ids" not in decoded  # per-token data is never invented
+    listed = py_wire.decode(frame, stage="train", layout="list")
+    assert listed["pixel_values"] == [None, None, None]
