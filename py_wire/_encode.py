@@ -63,12 +63,14 @@ def encode_parts(
     schema: Schema | str | Path,
     *,
     stage: str | None = None,
-    min_borrow: int = 1 << 16,
+    min_borrow: int = 0,
 ) -> list[Any]:
     """Encode ``batch`` as a list of buffers for scatter/gather I/O (``socket.sendmsg``,
-    ``writev``): ``bytes`` for the header, index tensors, padding and payloads under
-    ``min_borrow`` bytes, and read-only buffers over the caller's own tensors for the rest (no
-    copy). Written one after another they are byte-identical to ``encode``'s frame.
+    ``writev``): read-only buffers over the caller's own tensors for every payload (no copy),
+    and ``bytes`` for the header, index tensors and padding. Written one after another they are
+    byte-identical to ``encode``'s frame. Only payloads that need work are copied into the
+    ``bytes`` parts: wire-dtype casts and non-contiguous inputs. ``min_borrow`` gathers
+    payloads under that many bytes too (fewer, larger buffers for many tiny rows).
     The batch's tensors must not be modified until the parts are sent.
     """
     schema = load_schema(schema)

@@ -48,7 +48,7 @@ def encode_parts(
     lengths_field: str | None,
     metadata: dict[str, str],
     contracts: Sequence[str] = (),
-    min_borrow: int = 65536,
+    min_borrow: int = 0,
 ) -> list[bytes | BorrowedBytes]: ...
 
 class BorrowedBytes:

@@ -331,3 +331,23 @@ def test_stage_decode_presents_absent_media_as_empty_rows():
     assert "mm_token_type_ids" not in decoded  # per-token data is never invented
     listed = py_wire.decode(frame, stage="train", layout="list")
     assert listed["pixel_values"] == [None, None, None]
+
+
+def test_encode_parts_copies_no_payload_by_default():
+    batch = small_text_batch((5, 0, 7))
+    parts = py_wire.encode_parts(batch, "text_grpo")
+    borrowed = {
+        np.frombuffer(p, dtype=np.uint8).ctypes.data for p in parts if not isinstance(p, bytes)
+    }
+    inputs = [
+        t
+        for name in ("input_ids", "advantages", "generation_logprobs")
+        for t in batch[name]
+        if t.numel()
+    ]
+    inputs += [batch[name] for name in ("input_lengths", "loss_multiplier", "reward")]
+    assert {t.data_ptr() for t in inputs} <= borrowed
+    frame = bytes(py_wire.encode(batch, "text_grpo"))
+    assert b"".join(bytes(p) for p in parts) == frame
+    payload = sum(t.nbytes for t in inputs)
+    assert sum(len(p) for p in parts if isinstance(p, bytes)) == len(frame) - payload

@@ -176,11 +176,12 @@ fn encode(
     Ok(frame)
 }
 
-/// Encodes a batch as parts: `bytes` for the header, index tensors, padding and small payloads,
-/// and read-only buffers over the caller's own tensors for payloads of at least `min_borrow`
-/// bytes. Written one after another, the parts are byte-identical to `encode`'s frame.
+/// Encodes a batch as parts: read-only buffers over the caller's own tensors for payloads of at
+/// least `min_borrow` bytes that need no cast, and `bytes` for everything else (header, index
+/// tensors, padding, casts, non-contiguous inputs). Written one after another, the parts are
+/// byte-identical to `encode`'s frame.
 #[pyfunction]
-#[pyo3(signature = (fields, sequence_field, lengths_field, metadata, contracts=Vec::new(), min_borrow=65536))]
+#[pyo3(signature = (fields, sequence_field, lengths_field, metadata, contracts=Vec::new(), min_borrow=0))]
 fn encode_parts(
     py: Python<'_>,
     fields: Vec<RawField<'_>>,
