@@ -68,13 +68,6 @@ class FrameViews:
         offset, nbytes, dtype, shape = loc
         return self.base[offset : offset + nbytes].view(DTYPES[dtype]).view(shape)
 
-    def values(self, name: str) -> torch.Tensor:
-        return self.view(self.fields[name]["values"])
-
-
-def frame_views(frame: Frame) -> FrameViews:
-    return FrameViews(frame)
-
 
 def decode(
     data: Any,

@@ -235,8 +235,6 @@ class _FrameRows:
 
     def contiguous_values(self) -> torch.Tensor | None:
         """The whole values tensor, when it is exactly the rows' concatenation."""
-        if self.in_order and self.values.dim() > 1:
-            return self.values
-        if self.in_order and self.seg_shapes.shape[1] == 1:
-            return self.values
-        return None
+        # In order, and shaped as the segments stacked: [Σ items, static...] or rank-1 segments.
+        stacked = self.values.dim() > 1 or self.seg_shapes.shape[1] == 1
+        return self.values if self.in_order and stacked else None
