@@ -3,14 +3,14 @@
 
 use serde::Deserialize;
 
-use crate::decode::{read_i64s, DecodedField, FrameLayout};
+use crate::decode::{read_seq_offsets, DecodedField, FrameLayout, PackedTables};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::placeholder::{
     check_alignment, features_from_grid_thw, features_from_image_sizes, PlaceholderRule,
 };
 use crate::spec::Tier;
-use crate::{contract_err, schema_err};
+use crate::{contract_err, frame_err, schema_err};
 
 /// How a contract counts each image's features.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -49,68 +49,62 @@ pub struct PlaceholderContract {
     pub downsample_ratio: f64,
 }
 
-/// The CSR tables of a packed field, read once.
+/// A packed field as contracts read it: its validated tables and where its values lie.
 struct Packed<'b> {
     field: &'b DecodedField,
     buf: &'b [u8],
-    rank: usize,
-    seg_shapes: Vec<i64>,
-    seg_offsets: Vec<i64>,
-    row_offsets: Vec<i64>,
-    row_segments: Vec<i64>,
+    tables: PackedTables,
 }
 
 impl<'b> Packed<'b> {
-    fn new(buf: &'b [u8], field: &'b DecodedField) -> Result<Packed<'b>> {
-        let p = field
-            .packed
-            .as_ref()
-            .ok_or_else(|| schema_err!("field {:?} is not packed", field.spec.name))?;
+    fn new(buf: &'b [u8], field: &'b DecodedField, num_rows: u64) -> Result<Packed<'b>> {
+        if field.spec.tier != Tier::Packed {
+            return Err(schema_err!(
+                "contracts read media and geometry from packed fields; {:?} is {}",
+                field.spec.name,
+                field.spec.tier.name()
+            ));
+        }
         Ok(Packed {
             field,
             buf,
-            rank: field.spec.shape.len(),
-            seg_shapes: read_i64s(buf, &p.seg_shapes).collect(),
-            seg_offsets: read_i64s(buf, &p.seg_offsets).collect(),
-            row_offsets: read_i64s(buf, &p.row_offsets).collect(),
-            row_segments: read_i64s(buf, &p.row_segments).collect(),
+            tables: PackedTables::read(buf, field, num_rows)?,
         })
     }
 
-    /// Physical segment ids of row `r` (validated by `parse_frame`).
-    fn segments(&self, row: usize) -> &[i64] {
-        &self.row_segments[self.row_offsets[row] as usize..self.row_offsets[row + 1] as usize]
-    }
-
-    fn dim(&self, seg: i64, d: usize) -> u64 {
-        self.seg_shapes[seg as usize * self.rank + d] as u64
-    }
-
     /// Items of row `r` along the pack dim.
-    fn items(&self, row: usize) -> u64 {
-        let d = self.field.spec.pack_dim;
-        self.segments(row).iter().map(|&s| self.dim(s, d)).sum()
+    fn items(&self, row: usize) -> Result<u64> {
+        self.tables
+            .items(row, self.field.spec.pack_dim)
+            .ok_or_else(|| {
+                frame_err!(
+                    "field {:?}, row {row}: item counts overflow",
+                    self.field.spec.name
+                )
+            })
     }
 
     /// The row's values, its segments concatenated, as i64 (integer geometry fields).
     fn row_values(&self, row: usize, out: &mut Vec<i64>) -> Result<()> {
         let dtype = self.field.values.dtype;
+        if !matches!(dtype, DType::I64 | DType::I32) {
+            return Err(schema_err!(
+                "field {:?} counts features, so it must be int32 or int64, not {}",
+                self.field.spec.name,
+                dtype.name()
+            ));
+        }
         let es = dtype.size();
-        for &s in self.segments(row) {
-            let (a, b) = (
-                self.seg_offsets[s as usize] as usize,
-                self.seg_offsets[s as usize + 1] as usize,
-            );
-            let start = self.field.values.offset + a * es;
-            let bytes = &self.buf[start..start + (b - a) * es];
-            if !matches!(dtype, DType::I64 | DType::I32) {
-                return Err(schema_err!(
-                    "field {:?} counts features, so it must be int32 or int64, not {}",
-                    self.field.spec.name,
-                    dtype.name()
-                ));
-            }
-            let segment = crate::tensor::TensorRef::contiguous(dtype, &[(b - a) as u64], bytes)?;
+        let values = &self.field.values;
+        for &s in self.tables.row(row) {
+            let elements = self.tables.elements(s);
+            let bytes = self
+                .buf
+                .get(values.offset..values.offset + values.nbytes)
+                .and_then(|v| v.get(elements.start * es..elements.end * es))
+                .ok_or_else(|| frame_err!("segment {s} lies outside its values"))?;
+            let segment =
+                crate::tensor::TensorRef::contiguous(dtype, &[elements.len() as u64], bytes)?;
             out.extend(segment.to_i64_vec()?);
         }
         Ok(())
@@ -136,12 +130,19 @@ fn tokens(buf: &[u8], layout: &FrameLayout) -> Result<(Vec<i64>, Vec<u64>)> {
             seq.spec.tier.name()
         ));
     }
-    let tokens = read_i64s(buf, &seq.values).collect();
-    let offsets = layout
-        .seq_offsets
-        .as_ref()
-        .map(|l| read_i64s(buf, l).map(|v| v as u64).collect())
-        .unwrap_or_default();
+    let tokens = buf
+        .get(seq.values.offset..seq.values.offset + seq.values.nbytes)
+        .ok_or_else(|| frame_err!("the sequence field's values lie outside the frame"))?
+        .chunks_exact(8)
+        .map(|c| {
+            let mut le = [0u8; 8];
+            le.copy_from_slice(c);
+            i64::from_le_bytes(le)
+        })
+        .collect();
+    let offsets = read_seq_offsets(buf, layout)?
+        .filter(|o| o.len() as u64 == layout.num_rows + 1)
+        .ok_or_else(|| frame_err!("the frame has per-token fields but no sequence offsets"))?;
     Ok((tokens, offsets))
 }
 
@@ -160,7 +161,7 @@ pub fn check_contracts(
     for c in contracts {
         let media = layout
             .field(&c.media_field)
-            .map(|f| Packed::new(buf, f))
+            .map(|f| Packed::new(buf, f, layout.num_rows))
             .transpose()?;
         let source_name = match c.count {
             CountRule::GridThw => c.grid_field.as_deref(),
@@ -171,10 +172,16 @@ pub fn check_contracts(
         .ok_or_else(|| schema_err!("contract {:?} names no field to count features", c.name))?;
         let source = layout
             .field(source_name)
-            .map(|f| Packed::new(buf, f))
+            .map(|f| Packed::new(buf, f, layout.num_rows))
             .transpose()?;
         if let (Some(m), None) = (&media, &source) {
-            let with_media = (0..rows).find(|&r| m.items(r) > 0);
+            let mut with_media = None;
+            for r in 0..rows {
+                if m.items(r)? > 0 {
+                    with_media = Some(r);
+                    break;
+                }
+            }
             if let Some(row) = with_media {
                 return Err(contract_err!(
                     "contract {:?}: row {row} has {} but the frame lacks {source_name:?}, \
@@ -193,7 +200,23 @@ pub fn check_contracts(
                 (None, _) => {}
                 (Some(s), CountRule::Fixed) => {
                     let per = c.tokens_per_image.unwrap_or(0);
-                    expected.extend(std::iter::repeat_n(per, s.items(row) as usize));
+                    let images = s.items(row)?;
+                    // Each image is one run of at least one token: more images than the row has
+                    // tokens cannot align, and must not size an allocation.
+                    let row_tokens = token_offsets[row + 1] - token_offsets[row];
+                    if per == 0 || images > row_tokens {
+                        return Err(contract_err!(
+                            "contract {:?}: row {row}: {} has {images} images of {per} tokens \
+                             each but {} has {row_tokens} tokens in that row",
+                            c.name,
+                            c.media_field,
+                            layout
+                                .sequence_field
+                                .as_deref()
+                                .unwrap_or("the sequence field")
+                        ));
+                    }
+                    expected.extend(std::iter::repeat_n(per, images as usize));
                 }
                 (Some(s), CountRule::GridThw) => {
                     values.clear();
@@ -201,11 +224,20 @@ pub fn check_contracts(
                     let feats = features_from_grid_thw(&values, c.merge_size)
                         .map_err(|e| in_row(e, &c.name, source_name, row))?;
                     if let Some(m) = media.as_ref().filter(|m| m.field.spec.pack_dim == 0) {
-                        let patches: u64 = values
+                        // Every value is >= 0 and each product fits: features_from_grid_thw
+                        // checked both.
+                        let patches = values
                             .chunks_exact(3)
-                            .map(|g| g.iter().map(|&v| v.max(0) as u64).product::<u64>())
-                            .sum();
-                        let found = m.items(row);
+                            .map(|g| g.iter().map(|&v| v as u64).product::<u64>())
+                            .try_fold(0u64, |acc, n| acc.checked_add(n))
+                            .ok_or_else(|| {
+                                contract_err!(
+                                    "contract {:?}: row {row}: {source_name} implies more than \
+                                     2^64 patches",
+                                    c.name
+                                )
+                            })?;
+                        let found = m.items(row)?;
                         if patches != found {
                             return Err(contract_err!(
                                 "contract {:?}: row {row}: {source_name} implies {patches} patches \
@@ -227,7 +259,7 @@ pub fn check_contracts(
                             .map_err(|e| in_row(e, &c.name, source_name, row))?
                     };
                     if let Some(m) = &media {
-                        let found = m.items(row);
+                        let found = m.items(row)?;
                         if feats.len() as u64 != found {
                             return Err(contract_err!(
                                 "contract {:?}: row {row}: {source_name} lists {} images but {} \
