@@ -1,5 +1,7 @@
 //! Encode → parse round trips and hostile frames, without Python.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests panic on purpose
+
 mod common;
 
 use common::{le_i64, read_i64s, sample_frame, spec};

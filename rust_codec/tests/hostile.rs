@@ -1,6 +1,8 @@
 //! Regression tests for hostile frames that used to abort the process or loop for hours: no
 //! allocation or loop may be sized by a number the bytes do not back.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests panic on purpose
+
 mod common;
 
 use std::collections::BTreeMap;

@@ -320,9 +320,16 @@ fn pad_rows(
     };
     let width = target.shape[1] as usize;
     let (ptr, len) = (target.bytes.as_ptr() as usize, target.nbytes() as usize);
+    let src = values.bytes.as_ptr_range();
+    if (src.start as usize) < ptr + len && ptr < src.end as usize {
+        return Err(errors::InternalError::new_err(
+            "pad_rows: the output overlaps the values",
+        ));
+    }
     py.detach(|| {
-        // SAFETY: `out` is a tensor the caller allocated for this call and shares with no one;
-        // `keep` holds it alive, and [ptr, ptr+len) is its contiguous storage.
+        // SAFETY: [ptr, ptr+len) is `out`'s contiguous storage (checked above), which `keep`
+        // holds alive; it does not overlap `values` (checked above), the only other memory this
+        // call reads. `out` is a fresh tensor `_decode` allocated for this call.
         let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
         guarded(OnPanic::Internal, || {
             crate::pad::pad_rows(values.bytes, token_bytes, &offsets, width, pad, dst)
