@@ -47,7 +47,10 @@ pub enum FieldInput<'a> {
 
 impl<'a> FieldInput<'a> {
     /// Resolves a CSR input into rows of segment views (O(references), no payload work).
-    fn csr_segments(&self, spec: &FieldSpec) -> Result<Option<(Vec<TensorRef<'a>>, Vec<u64>)>> {
+    pub(crate) fn csr_segments(
+        &self,
+        spec: &FieldSpec,
+    ) -> Result<Option<(Vec<TensorRef<'a>>, Vec<u64>)>> {
         let FieldInput::Csr {
             values,
             seg_shapes,
