@@ -6,6 +6,7 @@ it in the form each consumer needs.
 """
 
 from py_wire import _dtypes  # noqa: F401  (registers torch's dtypes with the codec)
+from py_wire import _native
 from py_wire._decode import decode
 from py_wire._encode import check_contracts, encode, encode_parts, placeholder_runs
 from py_wire._native import (
@@ -45,4 +46,4 @@ __all__ = [
     "shard",
     "split",
 ]
-__version__ = "0.1.0"
+__version__ = _native.__version__

@@ -425,6 +425,13 @@ fn split_rows(py: Python<'_>, frame: &Bound<'_, Frame>, sizes: Vec<u64>) -> PyRe
 
 #[pymodule]
 mod _native {
+    use pyo3::prelude::*;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add("__version__", env!("CARGO_PKG_VERSION"))
+    }
+
     #[pymodule_export]
     use super::errors::InternalError;
     #[pymodule_export]
