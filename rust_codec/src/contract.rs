@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::placeholder::{
     check_alignment, features_from_grid_thw, features_from_image_sizes, PlaceholderRule,
 };
-use crate::spec::Tier;
+use crate::spec::{FieldSpec, Tier};
 use crate::{contract_err, schema_err};
 
 /// How a contract counts each image's features.
@@ -47,6 +47,141 @@ pub struct PlaceholderContract {
     pub count_field: Option<String>,
     pub patch_size: u64,
     pub downsample_ratio: f64,
+}
+
+impl PlaceholderContract {
+    /// The contract's own rules (no field needed): the kind, the counting parameters and the
+    /// field its count rule reads. Checked at schema load and again before a check runs.
+    pub fn validate(&self) -> Result<()> {
+        let name = &self.name;
+        if let Some(kind) = self.kind.as_deref().filter(|&k| k != "placeholder") {
+            return Err(schema_err!(
+                "contract {name:?}: kind {kind:?} is unknown; the only kind is \"placeholder\""
+            ));
+        }
+        if name.is_empty() {
+            return Err(schema_err!("a contract needs a non-empty name"));
+        }
+        for (what, id) in [
+            ("begin_token_id", self.begin_token_id),
+            ("end_token_id", self.end_token_id),
+        ] {
+            if id == Some(self.token_id) {
+                return Err(schema_err!(
+                    "contract {name:?}: {what} equals token_id {}; the wrapping tokens must \
+                     differ from the placeholder",
+                    self.token_id
+                ));
+            }
+        }
+        if self.merge_size == 0 || self.merge_size.checked_mul(self.merge_size).is_none() {
+            return Err(schema_err!(
+                "contract {name:?}: merge_size {} must be at least 1 and its square must fit in \
+                 64 bits",
+                self.merge_size
+            ));
+        }
+        if self.patch_size == 0 {
+            return Err(schema_err!(
+                "contract {name:?}: patch_size 0 must be at least 1"
+            ));
+        }
+        if !(self.downsample_ratio.is_finite() && self.downsample_ratio > 0.0) {
+            return Err(schema_err!(
+                "contract {name:?}: downsample_ratio {} must be a finite number above 0",
+                self.downsample_ratio
+            ));
+        }
+        let (needs, present) = match self.count {
+            CountRule::GridThw => ("grid_field", self.grid_field.is_some()),
+            CountRule::Fixed => ("tokens_per_image", self.tokens_per_image.is_some()),
+            CountRule::ImageSize => ("sizes_field", self.sizes_field.is_some()),
+            CountRule::Field => ("count_field", self.count_field.is_some()),
+        };
+        if !present {
+            return Err(schema_err!(
+                "contract {name:?}: count = {:?} needs {needs}",
+                self.count.name()
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`validate`](Self::validate), then the fields the contract names against the schema's
+    /// field specs: the media field is packed; the grid, sizes or count field is a packed
+    /// int32/int64 field of shape `["*", 3]`, `["*", 2]` or `["*"]`; the sequence field is a
+    /// per-token int64 field of shape `[]`.
+    pub fn validate_fields(
+        &self,
+        fields: &[FieldSpec],
+        sequence_field: Option<&str>,
+    ) -> Result<()> {
+        self.validate()?;
+        let name = &self.name;
+        let find = |field: &str| fields.iter().find(|f| f.name == field);
+        let seq = sequence_field.ok_or_else(|| {
+            schema_err!("contract {name:?}: placeholder contracts need a sequence_field")
+        })?;
+        match find(seq) {
+            Some(f)
+                if f.tier == Tier::PerToken
+                    && f.stored_dtype() == DType::I64
+                    && f.shape.is_empty() => {}
+            _ => {
+                return Err(schema_err!(
+                    "contract {name:?}: the sequence field {seq:?} must be a per_token int64 field \
+                     of shape []"
+                ))
+            }
+        }
+        let media = find(&self.media_field).ok_or_else(|| {
+            schema_err!(
+                "contract {name:?} names unknown field {:?}",
+                self.media_field
+            )
+        })?;
+        if media.tier != Tier::Packed {
+            return Err(schema_err!(
+                "contract {name:?}: media_field {:?} must be a packed field, not {}",
+                self.media_field,
+                media.tier.name()
+            ));
+        }
+        let (what, source, width) = match self.count {
+            CountRule::GridThw => ("grid_field", self.grid_field.as_deref(), Some(3)),
+            CountRule::ImageSize => ("sizes_field", self.sizes_field.as_deref(), Some(2)),
+            CountRule::Field => ("count_field", self.count_field.as_deref(), None),
+            CountRule::Fixed => return Ok(()),
+        };
+        let source = source.unwrap_or_default();
+        let f = find(source)
+            .ok_or_else(|| schema_err!("contract {name:?} names unknown field {source:?}"))?;
+        let expected: Vec<Option<u64>> = std::iter::once(None).chain(width.map(Some)).collect();
+        let int = matches!(f.stored_dtype(), DType::I64 | DType::I32);
+        if f.tier != Tier::Packed || !int || f.shape != expected || f.pack_dim != 0 {
+            return Err(schema_err!(
+                "contract {name:?}: {what} {source:?} must be a packed int32 or int64 field of \
+                 shape {} packed on dim 0; it is a {} {} field of shape {} packed on dim {}",
+                crate::spec::pattern_string(&expected),
+                f.tier.name(),
+                f.stored_dtype().name(),
+                crate::spec::pattern_string(&f.shape),
+                f.pack_dim
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl CountRule {
+    pub fn name(self) -> &'static str {
+        match self {
+            CountRule::GridThw => "grid_thw",
+            CountRule::Fixed => "fixed",
+            CountRule::ImageSize => "image_size",
+            CountRule::Field => "field",
+        }
+    }
 }
 
 /// The CSR tables of a packed field, read once.
