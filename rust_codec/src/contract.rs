@@ -503,3 +503,63 @@ pub fn check_request_contracts(
         Ok(FieldData { spec, input })
     }
 }
+
+#[cfg(test)]
+mod rule_tests {
+    use super::*;
+
+    fn contract(extra: &str) -> PlaceholderContract {
+        serde_json::from_str(&format!(
+            r#"{{"name":"c","media_field":"pv","token_id":7,"begin_token_id":null,
+                "end_token_id":null,"count":"grid_thw","grid_field":"grid","merge_size":2,
+                "tokens_per_image":null,"sizes_field":null,"patch_size":16,
+                "downsample_ratio":0.5{extra}}}"#
+        ))
+        .unwrap()
+    }
+
+    fn spec(json: &str) -> FieldSpec {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn parameters_and_fields() {
+        assert!(contract("").validate().is_ok());
+        let mut c = contract("");
+        c.merge_size = 0;
+        assert!(c.validate().is_err());
+        c.merge_size = 1 << 32;
+        assert!(c.validate().is_err());
+        let mut c = contract("");
+        c.downsample_ratio = f64::NAN;
+        assert!(c.validate().is_err());
+        let mut c = contract("");
+        c.patch_size = 0;
+        assert!(c.validate().is_err());
+        let mut c = contract("");
+        c.begin_token_id = Some(7);
+        assert!(c.validate().is_err());
+        let mut c = contract("");
+        c.grid_field = None;
+        assert!(c.validate().is_err());
+
+        let ids = spec(r#"{"name":"ids","tier":"per_token","dtype":"int64","shape":[]}"#);
+        let pv = spec(r#"{"name":"pv","tier":"packed","dtype":"float32","shape":[null,4]}"#);
+        let grid = spec(r#"{"name":"grid","tier":"packed","dtype":"int64","shape":[null,3]}"#);
+        let fgrid = spec(r#"{"name":"grid","tier":"packed","dtype":"float32","shape":[null,3]}"#);
+        let c = contract("");
+        assert!(c
+            .validate_fields(&[ids.clone(), pv.clone(), grid.clone()], Some("ids"))
+            .is_ok());
+        assert!(c
+            .validate_fields(&[ids.clone(), pv.clone(), grid.clone()], None)
+            .is_err());
+        assert!(c
+            .validate_fields(&[ids.clone(), pv.clone(), fgrid], Some("ids"))
+            .is_err());
+        assert!(c.validate_fields(&[ids.clone(), pv], Some("ids")).is_err());
+        let mut c = contract("");
+        c.media_field = "ids".into();
+        assert!(c.validate_fields(&[ids, grid], Some("ids")).is_err());
+    }
+}

@@ -255,3 +255,66 @@ pub mod meta {
     pub const FIELDS: &str = "py_wire.fields";
     pub const SEQUENCE_FIELD: &str = "py_wire.sequence_field";
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decl(json: &str) -> Result<FieldSpec> {
+        serde_json::from_str::<FieldDecl>(json).unwrap().resolve()
+    }
+
+    #[test]
+    fn field_names() {
+        for ok in ["x", "_x", "X9", "_", &"a".repeat(MAX_NAME_LEN)] {
+            assert!(is_field_name(ok), "{ok:?}");
+        }
+        for bad in [
+            "",
+            "1x",
+            "__x",
+            "x-y",
+            "x.y",
+            "abc\n",
+            "é",
+            &"a".repeat(MAX_NAME_LEN + 1),
+        ] {
+            assert!(!is_field_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ranks_pack_dims_and_casts() {
+        let packed = |shape: &str, pack: i64| {
+            decl(&format!(
+                r#"{{"name":"f","tier":"packed","dtype":"float32","shape":{shape},"pack_dim":{pack}}}"#
+            ))
+        };
+        assert_eq!(packed("[null,3]", -1).unwrap().pack_dim, 1);
+        assert!(packed("[null,3]", -3).is_err());
+        assert!(packed("[null,3]", 2).is_err());
+        assert!(packed("[null,1,1,1,1,1,1,1]", 0).is_ok());
+        assert!(packed("[null,1,1,1,1,1,1,1,1]", 0).is_err());
+        assert!(packed("[9223372036854775808]", 0).is_err());
+        let scalar = |shape: &str| {
+            decl(&format!(
+                r#"{{"name":"f","tier":"scalar","dtype":"float32","shape":{shape}}}"#
+            ))
+        };
+        assert!(scalar("[1,1,1,1,1,1,1]").is_ok());
+        assert!(scalar("[1,1,1,1,1,1,1,1]").is_err());
+        let cast = |from: &str, to: &str, lossy: bool| {
+            decl(&format!(
+                r#"{{"name":"f","tier":"scalar","dtype":"{from}","wire_dtype":"{to}","shape":[],"lossy":{lossy}}}"#
+            ))
+        };
+        assert_eq!(
+            cast("float32", "bfloat16", true).unwrap().wire_dtype,
+            Some(DType::BF16)
+        );
+        assert!(cast("float32", "bfloat16", false).is_err());
+        assert!(cast("bfloat16", "float32", true).is_err());
+        assert!(cast("int64", "int32", true).is_err());
+        assert_eq!(cast("float32", "float32", false).unwrap().wire_dtype, None);
+    }
+}
