@@ -13,6 +13,7 @@ from py_wire._native import (
     ContractError,
     Frame,
     FrameError,
+    InternalError,
     SchemaError,
     WireError,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "FieldDef",
     "Frame",
     "FrameError",
+    "InternalError",
     "PackedTensor",
     "PlaceholderContract",
     "Schema",

@@ -137,7 +137,9 @@ def decode(
         for name in keep - out.keys():
             field = frame_schema.fields[name]
             if field.tier == "packed":
-                empty = PackedTensor([None] * frame.num_rows, field.pack_dim)
+                empty = PackedTensor._no_segments(
+                    frame.num_rows, len(field.shape), DTYPES[field.stored_dtype], field.pack_dim
+                )
                 out[name] = empty.rows() if layout == "list" else empty
     if layout == "padded" and seq_lengths is not None:
         key = frame_schema.lengths_field

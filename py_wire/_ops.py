@@ -4,20 +4,24 @@ rows stay shared, and packed media are never cut as if dim 1 were the sequence."
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 from py_wire import _native
 from py_wire._decode import as_frame
 from py_wire._encode import FINGERPRINT_KEY
-from py_wire._native import Frame, SchemaError
+from py_wire._native import Frame, SchemaError, WireError
 
 
 def select(frame: Frame, rows: Sequence[int] | range | slice) -> Frame:
-    """A new frame with ``rows`` of ``frame``, in that order (repeats allowed)."""
+    """A new frame with ``rows`` of ``frame``, in that order (repeats allowed; negative indices
+    count from the end). A ``slice`` or ``range`` is resolved in Rust, never row by row here."""
     frame = as_frame(frame)
     if isinstance(rows, slice):
         rows = range(frame.num_rows)[rows]
-    picked = _native.gather([frame], [_row(r, frame.num_rows) for r in rows])
+    elif not isinstance(rows, range) and hasattr(rows, "tolist"):
+        rows = rows.tolist()  # a tensor or array of indices
+    picked = _native.gather([frame], rows)
     picked.schema = frame.schema
     return picked
 
@@ -27,7 +31,7 @@ def concat(frames: Sequence[Frame]) -> Frame:
     some frames lack (text-only beside multimodal batches) gives their rows no segments."""
     frames = [as_frame(f) for f in frames]
     if not frames:
-        raise ValueError("concat needs at least one frame")
+        raise WireError("concat needs at least one frame")
     prints = {f.metadata.get(FINGERPRINT_KEY) for f in frames}
     if len(prints) != 1:
         raise SchemaError(f"cannot concatenate frames of different schemas: {sorted(prints)}")
@@ -41,35 +45,32 @@ def split(frame: Frame, sections: int | Sequence[int]) -> list[Frame]:
     larger), or frames of the given row counts, which must add up to the frame's rows."""
     frame = as_frame(frame)
     n = frame.num_rows
-    if isinstance(sections, int):
-        if sections < 1:
-            raise ValueError(f"sections must be at least 1, got {sections}")
+    if isinstance(sections, int) and not isinstance(sections, bool):
+        if not 1 <= sections <= max(n, 1):
+            raise WireError(f"sections must be between 1 and the {n} rows, got {sections}")
         base, extra = divmod(n, sections)
         sizes = [base + (i < extra) for i in range(sections)]
     else:
-        sizes = list(sections)
-        if sum(sizes) != n or any(s < 0 for s in sizes):
-            raise ValueError(f"section sizes {sizes} do not add up to {n} rows")
-    out, start = [], 0
-    for size in sizes:
-        out.append(select(frame, range(start, start + size)))
-        start += size
-    return out
+        try:
+            sizes = [operator.index(s) for s in sections]
+        except TypeError:
+            raise WireError(
+                f"sections must be an int or a list of ints, not {sections!r}"
+            ) from None
+        if any(s < 0 for s in sizes):
+            raise WireError(f"section sizes {sizes} must not be negative")
+    parts = _native.split_rows(frame, sizes)
+    for part in parts:
+        part.schema = frame.schema
+    return parts
 
 
 def shard(frame: Frame, rank: int, world_size: int) -> Frame:
     """Data-parallel rank ``rank``'s contiguous share of the rows (as ``split(frame,
     world_size)[rank]``, without building the other shards)."""
     if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not in 0..{world_size}")
+        raise WireError(f"rank {rank} is not in 0..{world_size}")
     frame = as_frame(frame)
     base, extra = divmod(frame.num_rows, world_size)
     start = rank * base + min(rank, extra)
     return select(frame, range(start, start + base + (rank < extra)))
-
-
-def _row(r: int, n: int) -> int:
-    index = r + n if r < 0 else r
-    if not 0 <= index < n:
-        raise IndexError(f"row {r} is out of range for {n} rows")
-    return index

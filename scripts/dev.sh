@@ -15,6 +15,8 @@ setup() {
     python3 -m venv "$VENV"
     "$PY" -m pip install --quiet --upgrade pip
   fi
+  VENV=$(cd "$VENV" && pwd)
+  PY=$VENV/bin/python
   stamp=$VENV/.requirements.sha256
   want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
@@ -22,13 +24,17 @@ setup() {
     echo "$want" > "$stamp"
   fi
   # Release mode because the codec is measured. The first build installs the package
-  # (editable); later ones only rebuild the extension in place, incrementally.
-  installed=$("$PY" -c "import importlib.util as u; print(u.find_spec('py_wire') is not None)")
+  # (editable, with the py-wire command); later ones only rebuild the extension in place.
+  # Asked from outside the repository: from its root, the source folder itself is importable.
   extra=()
-  [ "$installed" = True ] && extra=(--skip-install)
-  VIRTUAL_ENV=$(cd "$VENV" && pwd) "$VENV/bin/maturin" develop --release --quiet "${extra[@]}" \
+  if [ -x "$VENV/bin/py-wire" ] && (cd / && "$PY" -c "import py_wire" 2>/dev/null); then
+    extra=(--skip-install)
+  fi
+  VIRTUAL_ENV=$VENV "$VENV/bin/maturin" develop --release --quiet "${extra[@]}" \
     > "$VENV/.maturin.log" 2>&1 || { cat "$VENV/.maturin.log"; exit 1; }
-  "$PY" -c "import py_wire._native" # fail here, loudly, if the build did not install
+  # Fail here, loudly, if the build did not install: import it from another directory.
+  (cd / && "$PY" -c "import py_wire._native") || { echo "py_wire is not installed" >&2; exit 1; }
+  [ -x "$VENV/bin/py-wire" ] || { echo "the py-wire command is not installed" >&2; exit 1; }
 }
 
 run_tests() {

@@ -23,30 +23,6 @@ TYPE_ID_FIELDS = ("mm_token_type_ids", "token_type_ids")
 JSON_SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "schema-file.schema.json"
 
 
-def _contracts_enforced() -> bool:
-    """Whether ``encode`` checks placeholder contracts yet: a two-token image run for a grid
-    that implies 2 tokens passes, the same image with one token must raise."""
-    ids = torch.tensor([1, 151652, 151655, 151653, 2])
-    batch = {
-        "input_ids": [ids],
-        "pixel_values": [torch.zeros(8, 1176)],
-        "image_grid_thw": [torch.tensor([[1, 2, 4]])],
-        "advantages": [torch.zeros(5)],
-        "generation_logprobs": [torch.zeros(5)],
-        "input_lengths": torch.tensor([5]),
-        "loss_multiplier": torch.ones(1),
-        "reward": torch.zeros(1),
-    }
-    try:
-        py_wire.encode(batch, "qwen2_5_vl")
-    except ContractError:
-        return True
-    return False
-
-
-CONTRACTS_ENFORCED = _contracts_enforced()
-
-
 def _media_rows(batch: dict[str, Any], *fields: str) -> list[int]:
     """Rows with at least one segment in any of ``fields``."""
     return [
@@ -270,7 +246,6 @@ def test_misalign_row_needs_a_media_row() -> None:
         generate("llava", 4)
 
 
-@pytest.mark.skipif(not CONTRACTS_ENFORCED, reason="encode does not check contracts yet")
 @pytest.mark.parametrize("name", WITH_CONTRACTS)
 def test_misaligned_batch_raises_contract_error(name: str) -> None:
     schema = py_wire.load_schema(name)

@@ -93,8 +93,19 @@ def test_placeholder_runs_reads_back_the_engine_decision():
 
 
 def test_check_contracts_on_a_received_frame():
-    frame = py_wire.encode(qwen2_5_vl_batch(4), QWEN)
+    batch = qwen2_5_vl_batch(4)
+    frame = py_wire.encode(batch, QWEN)
     py_wire.check_contracts(py_wire.Frame.from_buffer(bytes(frame)))
+    # A producer that skipped the check: one placeholder token of the first media row is
+    # rewritten in the frame's bytes. The received frame is refused, naming that row.
+    row = next(r for r, px in enumerate(batch["pixel_values"]) if px is not None)
+    received = bytearray(bytes(frame))
+    ids = py_wire.decode(py_wire.Frame.from_buffer(received))["input_ids"]
+    tokens = ids.values()
+    position = int(ids.offsets()[row]) + int((ids[row] == PAD).nonzero()[0])
+    tokens[position] = 9  # the decoded view writes through to `received`
+    with pytest.raises(ContractError, match=rf"row {row}\b"):
+        py_wire.check_contracts(py_wire.Frame.from_buffer(bytes(received)))
 
 
 # -- wire dtypes ---------------------------------------------------------------------------

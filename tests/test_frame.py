@@ -136,6 +136,11 @@ def test_decode_from_mmap_is_zero_copy(vlm, tmp_path):
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         decoded = py_wire.decode(mm)
         assert torch.equal(decoded["reward"], batch["reward"])
+        base = np.frombuffer(mm, dtype=np.uint8).ctypes.data
+        for name in ("reward", "input_ids"):
+            value = decoded[name]
+            address = (value.values() if value.is_nested else value).data_ptr()
+            assert base <= address < base + len(mm), f"{name} was copied out of the mapping"
         del decoded
         gc.collect()
 
@@ -145,8 +150,16 @@ def test_misaligned_base_is_copied_once(vlm):
     shifted = bytearray(len(frame) + 1)
     shifted[1:] = bytes(frame)
     view = memoryview(shifted)[1:]
-    decoded = py_wire.decode(view)
+    source = np.frombuffer(shifted, dtype=np.uint8).ctypes.data
+    assert (source + 1) % 16, "the test needs a base that is not 16-byte aligned"
+    frame = py_wire.Frame.from_buffer(view)
+    copy = frame_address(frame)[0]
+    assert not source <= copy < source + len(shifted), "a misaligned base was not copied"
+    assert copy % 64 == 0
+    decoded = py_wire.decode(frame)
     assert torch.equal(decoded["reward"], batch["reward"])
+    lo, size = frame_address(frame)
+    assert lo <= decoded["reward"].data_ptr() < lo + size, "decode copied again"
 
 
 def test_readonly_input_gives_no_warning(vlm, recwarn):

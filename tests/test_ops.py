@@ -85,10 +85,20 @@ def test_bad_rows(batch_and_frame):
     assert py_wire.select(frame, [-1]).num_rows == 1
     assert py_wire.select(frame, []).num_rows == 0
     assert py_wire.select(frame, slice(2, 5)).num_rows == 3
-    with pytest.raises(IndexError, match="row 8 is out of range for 8 rows"):
+    with pytest.raises(py_wire.WireError, match="row 8 is out of range for 8 rows"):
         py_wire.select(frame, [8])
-    with pytest.raises(ValueError, match="rank 3"):
+    with pytest.raises(py_wire.WireError, match="row -9 is out of range for 8 rows"):
+        py_wire.select(frame, [-9])
+    with pytest.raises(py_wire.WireError, match="rank 3"):
         py_wire.shard(frame, 3, 3)
+    with pytest.raises(py_wire.WireError, match="do not add up"):
+        py_wire.split(frame, [3, 3])
+    with pytest.raises(py_wire.WireError, match="between 1 and the 8 rows"):
+        py_wire.split(frame, 9)
+    with pytest.raises(py_wire.WireError, match="at least one frame"):
+        py_wire.concat([])
+    with pytest.raises(py_wire.WireError, match="sequence of ints"):
+        py_wire.select(frame, ["a"])
 
 
 def test_wire_dtype_and_pack_dim_fields_survive():

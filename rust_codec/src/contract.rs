@@ -1,16 +1,20 @@
-//! Cross-field contracts, checked on an encoded frame: placeholder runs in the sequence field
-//! against the features its media imply, and media payloads against their geometry.
+//! Cross-field contracts: placeholder runs in the sequence field against the features its
+//! media imply, and media payloads against their geometry. One check reads both an encode
+//! request (before any payload is copied) and a parsed frame (one received from elsewhere),
+//! through `ContractInput`.
 
 use serde::Deserialize;
 
-use crate::decode::{read_i64s, DecodedField, FrameLayout};
+use crate::decode::{read_seq_offsets, DecodedField, FrameLayout, PackedTables};
 use crate::dtype::DType;
+use crate::encode::{EncodeRequest, FieldInput};
 use crate::error::{Error, Result};
 use crate::placeholder::{
     check_alignment, features_from_grid_thw, features_from_image_sizes, PlaceholderRule,
 };
 use crate::spec::{FieldSpec, Tier};
-use crate::{contract_err, schema_err};
+use crate::tensor::TensorRef;
+use crate::{batch_err, contract_err, frame_err, internal_err, schema_err};
 
 /// How a contract counts each image's features.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -184,76 +188,111 @@ impl CountRule {
     }
 }
 
-/// The CSR tables of a packed field, read once.
+/// What a contract reads of a packed field, row by row.
+trait MediaRows {
+    fn field(&self) -> &FieldSpec;
+    /// Items of `row` along the pack dim.
+    fn items(&self, row: usize) -> Result<u64>;
+    /// The row's values, its segments concatenated, as i64 (integer geometry fields).
+    fn row_values(&self, row: usize, out: &mut Vec<i64>) -> Result<()>;
+}
+
+/// What contracts read of a batch: its tokens and its packed fields.
+struct ContractInput<'i> {
+    num_rows: usize,
+    sequence_field: &'i str,
+    tokens: Vec<i64>,
+    token_offsets: Vec<u64>,
+    packed: Vec<Box<dyn MediaRows + 'i>>,
+}
+
+impl ContractInput<'_> {
+    fn packed(&self, name: &str) -> Option<&dyn MediaRows> {
+        self.packed
+            .iter()
+            .find(|m| m.field().name == name)
+            .map(|m| m.as_ref())
+    }
+}
+
+fn not_int_geometry(spec: &FieldSpec, dtype: DType) -> Error {
+    schema_err!(
+        "field {:?} counts features, so it must be int32 or int64, not {}",
+        spec.name,
+        dtype.name()
+    )
+}
+
+fn check_token_dtype(spec: &FieldSpec, stored: DType) -> Result<()> {
+    if spec.tier != Tier::PerToken || stored != DType::I64 || !spec.shape.is_empty() {
+        return Err(schema_err!(
+            "placeholder contracts need an int64 per-token sequence field of shape []; {:?} is {} {} of shape {}",
+            spec.name,
+            stored.name(),
+            spec.tier.name(),
+            crate::spec::pattern_string(&spec.shape)
+        ));
+    }
+    Ok(())
+}
+
+/// A packed field of a frame: its validated tables and where its values lie.
 struct Packed<'b> {
     field: &'b DecodedField,
     buf: &'b [u8],
-    rank: usize,
-    seg_shapes: Vec<i64>,
-    seg_offsets: Vec<i64>,
-    row_offsets: Vec<i64>,
-    row_segments: Vec<i64>,
+    tables: PackedTables,
 }
 
 impl<'b> Packed<'b> {
-    fn new(buf: &'b [u8], field: &'b DecodedField) -> Result<Packed<'b>> {
-        let p = field
-            .packed
-            .as_ref()
-            .ok_or_else(|| schema_err!("field {:?} is not packed", field.spec.name))?;
+    fn new(buf: &'b [u8], field: &'b DecodedField, num_rows: u64) -> Result<Packed<'b>> {
         Ok(Packed {
             field,
             buf,
-            rank: field.spec.shape.len(),
-            seg_shapes: read_i64s(buf, &p.seg_shapes).collect(),
-            seg_offsets: read_i64s(buf, &p.seg_offsets).collect(),
-            row_offsets: read_i64s(buf, &p.row_offsets).collect(),
-            row_segments: read_i64s(buf, &p.row_segments).collect(),
+            tables: PackedTables::read(buf, field, num_rows)?,
         })
     }
+}
 
-    /// Physical segment ids of row `r` (validated by `parse_frame`).
-    fn segments(&self, row: usize) -> &[i64] {
-        &self.row_segments[self.row_offsets[row] as usize..self.row_offsets[row + 1] as usize]
+impl MediaRows for Packed<'_> {
+    fn field(&self) -> &FieldSpec {
+        &self.field.spec
     }
 
-    fn dim(&self, seg: i64, d: usize) -> u64 {
-        self.seg_shapes[seg as usize * self.rank + d] as u64
+    fn items(&self, row: usize) -> Result<u64> {
+        self.tables
+            .items(row, self.field.spec.pack_dim)
+            .ok_or_else(|| {
+                frame_err!(
+                    "field {:?}, row {row}: item counts overflow",
+                    self.field.spec.name
+                )
+            })
     }
 
-    /// Items of row `r` along the pack dim.
-    fn items(&self, row: usize) -> u64 {
-        let d = self.field.spec.pack_dim;
-        self.segments(row).iter().map(|&s| self.dim(s, d)).sum()
-    }
-
-    /// The row's values, its segments concatenated, as i64 (integer geometry fields).
     fn row_values(&self, row: usize, out: &mut Vec<i64>) -> Result<()> {
         let dtype = self.field.values.dtype;
+        if !matches!(dtype, DType::I64 | DType::I32) {
+            return Err(not_int_geometry(&self.field.spec, dtype));
+        }
         let es = dtype.size();
-        for &s in self.segments(row) {
-            let (a, b) = (
-                self.seg_offsets[s as usize] as usize,
-                self.seg_offsets[s as usize + 1] as usize,
-            );
-            let start = self.field.values.offset + a * es;
-            let bytes = &self.buf[start..start + (b - a) * es];
-            if !matches!(dtype, DType::I64 | DType::I32) {
-                return Err(schema_err!(
-                    "field {:?} counts features, so it must be int32 or int64, not {}",
-                    self.field.spec.name,
-                    dtype.name()
-                ));
-            }
-            let segment = crate::tensor::TensorRef::contiguous(dtype, &[(b - a) as u64], bytes)?;
+        let values = &self.field.values;
+        for &s in self.tables.row(row) {
+            let elements = self.tables.elements(s);
+            let bytes = self
+                .buf
+                .get(values.offset..values.offset + values.nbytes)
+                .and_then(|v| v.get(elements.start * es..elements.end * es))
+                .ok_or_else(|| frame_err!("segment {s} lies outside its values"))?;
+            let segment =
+                crate::tensor::TensorRef::contiguous(dtype, &[elements.len() as u64], bytes)?;
             out.extend(segment.to_i64_vec()?);
         }
         Ok(())
     }
 }
 
-/// The sequence field's tokens and row offsets.
-fn tokens(buf: &[u8], layout: &FrameLayout) -> Result<(Vec<i64>, Vec<u64>)> {
+/// A parsed frame as contracts read it.
+fn frame_input<'b>(buf: &'b [u8], layout: &'b FrameLayout) -> Result<ContractInput<'b>> {
     let seq_name = layout
         .sequence_field
         .as_deref()
@@ -261,23 +300,31 @@ fn tokens(buf: &[u8], layout: &FrameLayout) -> Result<(Vec<i64>, Vec<u64>)> {
     let seq = layout
         .field(seq_name)
         .ok_or_else(|| contract_err!("the sequence field {seq_name:?} is missing"))?;
-    if seq.spec.tier != Tier::PerToken
-        || seq.values.dtype != DType::I64
-        || seq.values.shape.len() != 1
-    {
-        return Err(schema_err!(
-            "placeholder contracts need an int64 per-token sequence field of shape []; {seq_name:?} is {} {}",
-            seq.values.dtype.name(),
-            seq.spec.tier.name()
-        ));
+    check_token_dtype(&seq.spec, seq.values.dtype)?;
+    let tokens = buf
+        .get(seq.values.offset..seq.values.offset + seq.values.nbytes)
+        .ok_or_else(|| frame_err!("the sequence field's values lie outside the frame"))?
+        .chunks_exact(8)
+        .map(|c| {
+            let mut le = [0u8; 8];
+            le.copy_from_slice(c);
+            i64::from_le_bytes(le)
+        })
+        .collect();
+    let token_offsets = read_seq_offsets(buf, layout)?
+        .filter(|o| o.len() as u64 == layout.num_rows + 1)
+        .ok_or_else(|| frame_err!("the frame has per-token fields but no sequence offsets"))?;
+    let mut packed: Vec<Box<dyn MediaRows + 'b>> = Vec::new();
+    for f in layout.fields.iter().filter(|f| f.spec.tier == Tier::Packed) {
+        packed.push(Box::new(Packed::new(buf, f, layout.num_rows)?));
     }
-    let tokens = read_i64s(buf, &seq.values).collect();
-    let offsets = layout
-        .seq_offsets
-        .as_ref()
-        .map(|l| read_i64s(buf, l).map(|v| v as u64).collect())
-        .unwrap_or_default();
-    Ok((tokens, offsets))
+    Ok(ContractInput {
+        num_rows: layout.num_rows as usize,
+        sequence_field: seq_name,
+        tokens,
+        token_offsets,
+        packed,
+    })
 }
 
 /// Checks every contract against a parsed frame. Fields a contract names but the frame lacks
@@ -290,13 +337,14 @@ pub fn check_contracts(
     if contracts.is_empty() {
         return Ok(());
     }
-    let (tokens, token_offsets) = tokens(buf, layout)?;
-    let rows = layout.num_rows as usize;
+    check_input(&frame_input(buf, layout)?, contracts)
+}
+
+fn check_input(input: &ContractInput<'_>, contracts: &[PlaceholderContract]) -> Result<()> {
+    let (tokens, token_offsets) = (&input.tokens, &input.token_offsets);
+    let rows = input.num_rows;
     for c in contracts {
-        let media = layout
-            .field(&c.media_field)
-            .map(|f| Packed::new(buf, f))
-            .transpose()?;
+        let media = input.packed(&c.media_field);
         let source_name = match c.count {
             CountRule::GridThw => c.grid_field.as_deref(),
             CountRule::ImageSize => c.sizes_field.as_deref(),
@@ -304,12 +352,15 @@ pub fn check_contracts(
             CountRule::Fixed => Some(c.media_field.as_str()),
         }
         .ok_or_else(|| schema_err!("contract {:?} names no field to count features", c.name))?;
-        let source = layout
-            .field(source_name)
-            .map(|f| Packed::new(buf, f))
-            .transpose()?;
+        let source = input.packed(source_name);
         if let (Some(m), None) = (&media, &source) {
-            let with_media = (0..rows).find(|&r| m.items(r) > 0);
+            let mut with_media = None;
+            for r in 0..rows {
+                if m.items(r)? > 0 {
+                    with_media = Some(r);
+                    break;
+                }
+            }
             if let Some(row) = with_media {
                 return Err(contract_err!(
                     "contract {:?}: row {row} has {} but the frame lacks {source_name:?}, \
@@ -328,19 +379,41 @@ pub fn check_contracts(
                 (None, _) => {}
                 (Some(s), CountRule::Fixed) => {
                     let per = c.tokens_per_image.unwrap_or(0);
-                    expected.extend(std::iter::repeat_n(per, s.items(row) as usize));
+                    let images = s.items(row)?;
+                    // Each image is one run of at least one token: more images than the row has
+                    // tokens cannot align, and must not size an allocation.
+                    let row_tokens = token_offsets[row + 1] - token_offsets[row];
+                    if per == 0 || images > row_tokens {
+                        return Err(contract_err!(
+                            "contract {:?}: row {row}: {} has {images} images of {per} tokens \
+                             each but {} has {row_tokens} tokens in that row",
+                            c.name,
+                            c.media_field,
+                            input.sequence_field
+                        ));
+                    }
+                    expected.extend(std::iter::repeat_n(per, images as usize));
                 }
                 (Some(s), CountRule::GridThw) => {
                     values.clear();
                     s.row_values(row, &mut values)?;
                     let feats = features_from_grid_thw(&values, c.merge_size)
                         .map_err(|e| in_row(e, &c.name, source_name, row))?;
-                    if let Some(m) = media.as_ref().filter(|m| m.field.spec.pack_dim == 0) {
-                        let patches: u64 = values
+                    if let Some(m) = media.filter(|m| m.field().pack_dim == 0) {
+                        // Every value is >= 0 and each product fits: features_from_grid_thw
+                        // checked both.
+                        let patches = values
                             .chunks_exact(3)
-                            .map(|g| g.iter().map(|&v| v.max(0) as u64).product::<u64>())
-                            .sum();
-                        let found = m.items(row);
+                            .map(|g| g.iter().map(|&v| v as u64).product::<u64>())
+                            .try_fold(0u64, |acc, n| acc.checked_add(n))
+                            .ok_or_else(|| {
+                                contract_err!(
+                                    "contract {:?}: row {row}: {source_name} implies more than \
+                                     2^64 patches",
+                                    c.name
+                                )
+                            })?;
+                        let found = m.items(row)?;
                         if patches != found {
                             return Err(contract_err!(
                                 "contract {:?}: row {row}: {source_name} implies {patches} patches \
@@ -361,8 +434,8 @@ pub fn check_contracts(
                         features_from_image_sizes(&values, c.patch_size, c.downsample_ratio)
                             .map_err(|e| in_row(e, &c.name, source_name, row))?
                     };
-                    if let Some(m) = &media {
-                        let found = m.items(row);
+                    if let Some(m) = media {
+                        let found = m.items(row)?;
                         if feats.len() as u64 != found {
                             return Err(contract_err!(
                                 "contract {:?}: row {row}: {source_name} lists {} images but {} \
@@ -380,13 +453,13 @@ pub fn check_contracts(
         }
         let rule = PlaceholderRule {
             contract: &c.name,
-            sequence_field: layout.sequence_field.as_deref().unwrap_or(""),
+            sequence_field: input.sequence_field,
             media_field: &c.media_field,
             token_id: c.token_id,
             begin_token_id: c.begin_token_id,
             end_token_id: c.end_token_id,
         };
-        check_alignment(&rule, &tokens, &token_offsets, &expected, &expected_rows)?;
+        check_alignment(&rule, tokens, token_offsets, &expected, &expected_rows)?;
     }
     Ok(())
 }
@@ -412,96 +485,167 @@ fn in_row(e: Error, contract: &str, field: &str, row: usize) -> Error {
     }
 }
 
+/// A packed field of an encode request: rows of segment views.
+struct RequestPacked<'r> {
+    spec: &'r FieldSpec,
+    segments: std::borrow::Cow<'r, [TensorRef<'r>]>,
+    row_offsets: &'r [u64],
+}
+
+impl MediaRows for RequestPacked<'_> {
+    fn field(&self) -> &FieldSpec {
+        self.spec
+    }
+
+    fn items(&self, row: usize) -> Result<u64> {
+        let dim = self.spec.pack_dim;
+        self.row(row)?.iter().try_fold(0u64, |acc, seg| {
+            acc.checked_add(seg.shape.get(dim).copied().unwrap_or(0))
+                .ok_or_else(|| {
+                    batch_err!(
+                        "field {:?}, row {row}: item counts overflow",
+                        self.spec.name
+                    )
+                })
+        })
+    }
+
+    fn row_values(&self, row: usize, out: &mut Vec<i64>) -> Result<()> {
+        for seg in self.row(row)? {
+            out.extend(int_values(self.spec, seg)?);
+        }
+        Ok(())
+    }
+}
+
+impl RequestPacked<'_> {
+    fn row(&self, row: usize) -> Result<&[TensorRef<'_>]> {
+        let (a, b) = (
+            self.row_offsets[row] as usize,
+            self.row_offsets[row + 1] as usize,
+        );
+        self.segments.get(a..b).ok_or_else(|| {
+            internal_err!("field {:?}: row offsets past its segments", self.spec.name)
+        })
+    }
+}
+
+/// Every element of an integer tensor of any rank and strides, in C order, as i64.
+fn int_values(spec: &FieldSpec, t: &TensorRef<'_>) -> Result<Vec<i64>> {
+    let es = t.dtype.size();
+    let mut bytes = vec![0u8; t.numel() as usize * es];
+    crate::copy::copy_tensor(t, t.dtype, &mut bytes)?;
+    let read = |c: &[u8]| -> i64 {
+        let mut le = [0u8; 8];
+        le[..c.len()].copy_from_slice(c);
+        if c.len() == 4 {
+            i32::from_le_bytes([le[0], le[1], le[2], le[3]]) as i64
+        } else {
+            i64::from_le_bytes(le)
+        }
+    };
+    match t.dtype {
+        DType::I64 | DType::I32 => Ok(bytes.chunks_exact(es).map(read).collect()),
+        other => Err(not_int_geometry(spec, other)),
+    }
+}
+
+/// An encode request as contracts read it (after `encode::plan` validated it): the sequence
+/// field's tokens gathered once, packed fields as rows of views. No payload is copied.
+fn request_input<'r>(request: &'r EncodeRequest<'r>) -> Result<ContractInput<'r>> {
+    let seq_name = request
+        .sequence_field
+        .as_deref()
+        .ok_or_else(|| schema_err!("placeholder contracts need a sequence field"))?;
+    let seq = request
+        .fields
+        .iter()
+        .find(|f| f.spec.name == seq_name)
+        .ok_or_else(|| contract_err!("the sequence field {seq_name:?} is missing"))?;
+    let mut tokens = Vec::new();
+    let mut token_offsets = vec![0u64];
+    let mut push_row = |row: &TensorRef<'_>| -> Result<()> {
+        check_token_dtype(&seq.spec, row.dtype)?;
+        tokens.extend(row.to_i64_vec()?);
+        token_offsets.push(tokens.len() as u64);
+        Ok(())
+    };
+    match &seq.input {
+        FieldInput::Segments { segments, .. } => segments.iter().try_for_each(&mut push_row)?,
+        FieldInput::Jagged { values, offsets } => {
+            for w in offsets.windows(2) {
+                push_row(&values.narrow0(w[0], w[1] - w[0])?)?;
+            }
+        }
+        FieldInput::Padded { padded, lengths } => {
+            for (r, &len) in lengths.iter().enumerate() {
+                let row = padded.narrow0(r as u64, 1)?;
+                let row =
+                    TensorRef::strided(row.dtype, &row.shape[1..], &row.strides[1..], row.bytes)?;
+                push_row(&row.narrow0(0, len)?)?;
+            }
+        }
+        FieldInput::Dense(_) | FieldInput::Csr { .. } => {
+            return Err(schema_err!("sequence field {seq_name:?} must be per-token"))
+        }
+    }
+    let num_rows = token_offsets.len() - 1;
+    let mut packed: Vec<Box<dyn MediaRows + 'r>> = Vec::new();
+    for field in request
+        .fields
+        .iter()
+        .filter(|f| f.spec.tier == Tier::Packed)
+    {
+        let (segments, row_offsets) = match (&field.input, field.input.csr_segments(&field.spec)?) {
+            (
+                FieldInput::Segments {
+                    segments,
+                    row_offsets,
+                },
+                _,
+            ) => (std::borrow::Cow::Borrowed(&segments[..]), &row_offsets[..]),
+            (FieldInput::Csr { row_offsets, .. }, Some((segments, _))) => {
+                (std::borrow::Cow::Owned(segments), &row_offsets[..])
+            }
+            _ => {
+                return Err(batch_err!(
+                    "field {:?} is packed: pass rows of segments",
+                    field.spec.name
+                ))
+            }
+        };
+        if row_offsets.len() != num_rows + 1 {
+            return Err(internal_err!(
+                "field {:?} has {} row offsets for {num_rows} rows",
+                field.spec.name,
+                row_offsets.len()
+            ));
+        }
+        packed.push(Box::new(RequestPacked {
+            spec: &field.spec,
+            segments,
+            row_offsets,
+        }));
+    }
+    Ok(ContractInput {
+        num_rows,
+        sequence_field: seq_name,
+        tokens,
+        token_offsets,
+        packed,
+    })
+}
+
 /// Checks contracts on a batch before it is encoded, so a broken batch costs no payload copy.
-/// Only what the contracts read is materialised: the sequence field's tokens, the geometry
-/// fields, and the media fields' shapes (as zero-byte views that keep their pack-dim sizes).
+/// Call after `encode::plan`, which validates the request's shapes, dtypes and row counts.
 pub fn check_request_contracts(
-    request: &crate::encode::EncodeRequest<'_>,
+    request: &EncodeRequest<'_>,
     contracts: &[PlaceholderContract],
 ) -> Result<()> {
-    use crate::encode::{encode, EncodeOptions, EncodeRequest, FieldData, FieldInput};
-    use crate::tensor::TensorRef;
-
     if contracts.is_empty() {
         return Ok(());
     }
-    let mut needed: Vec<&str> = request.sequence_field.iter().map(String::as_str).collect();
-    for c in contracts {
-        needed.extend(c.grid_field.as_deref());
-        needed.extend(c.sizes_field.as_deref());
-        needed.extend(c.count_field.as_deref());
-    }
-    let media: Vec<&str> = contracts.iter().map(|c| c.media_field.as_str()).collect();
-    let mut fields = Vec::new();
-    for field in &request.fields {
-        let name = field.spec.name.as_str();
-        if needed.contains(&name) {
-            fields.push(field.clone());
-        } else if media.contains(&name) {
-            fields.push(shapes_only(field)?);
-        }
-    }
-    let probe = EncodeRequest {
-        fields,
-        sequence_field: request.sequence_field.clone(),
-        lengths_field: None,
-        metadata: Default::default(),
-        num_rows_hint: None,
-    };
-    let options = EncodeOptions {
-        threads: 1,
-        ..Default::default()
-    };
-    let buf = encode(&probe, options)?;
-    let layout = crate::decode::parse_frame(buf.as_slice())?;
-    return check_contracts(buf.as_slice(), &layout, contracts);
-
-    /// The field with every segment replaced by a zero-byte view of the same pack-dim size.
-    fn shapes_only<'a>(field: &FieldData<'a>) -> Result<FieldData<'a>> {
-        let mut spec = field.spec.clone();
-        let pack = spec.pack_dim;
-        let Some(zero_dim) = (0..spec.shape.len()).find(|&d| d != pack) else {
-            // Rank-1 media: nothing to strip, and nothing large to copy either.
-            return Ok(field.clone());
-        };
-        spec.shape[zero_dim] = None;
-        let strip = |t: &TensorRef<'a>| -> Result<TensorRef<'a>> {
-            let mut shape = t.shape;
-            if zero_dim < shape.len() {
-                shape[zero_dim] = 0;
-            }
-            TensorRef::contiguous(t.dtype, &shape, &[])
-        };
-        let input = match &field.input {
-            FieldInput::Segments {
-                segments,
-                row_offsets,
-            } => FieldInput::Segments {
-                segments: segments.iter().map(strip).collect::<Result<_>>()?,
-                row_offsets: row_offsets.clone(),
-            },
-            FieldInput::Csr {
-                values,
-                seg_shapes,
-                seg_offsets,
-                row_offsets,
-                row_segments,
-            } => {
-                let rank = field.spec.shape.len().max(1);
-                let mut shapes = seg_shapes.clone();
-                shapes.chunks_exact_mut(rank).for_each(|s| s[zero_dim] = 0);
-                FieldInput::Csr {
-                    values: TensorRef::contiguous(values.dtype, &[0], &[])?,
-                    seg_offsets: vec![0; seg_offsets.len()],
-                    seg_shapes: shapes,
-                    row_offsets: row_offsets.clone(),
-                    row_segments: row_segments.clone(),
-                }
-            }
-            other => other.clone(),
-        };
-        Ok(FieldData { spec, input })
-    }
+    check_input(&request_input(request)?, contracts)
 }
 
 #[cfg(test)]

@@ -51,6 +51,8 @@ pub struct FrameLayout {
     pub sequence_field: Option<String>,
     /// `[rows + 1]` int64 token offsets shared by every per-token field.
     pub seq_offsets: Option<TensorLoc>,
+    /// Tokens in the frame: the last sequence offset (0 without per-token fields).
+    pub total_tokens: u64,
     pub fields: Vec<DecodedField>,
 }
 
@@ -58,13 +60,6 @@ impl FrameLayout {
     pub fn field(&self, name: &str) -> Option<&DecodedField> {
         self.fields.iter().find(|f| f.spec.name == name)
     }
-}
-
-/// Little-endian int64s of a validated index tensor.
-pub fn read_i64s<'b>(buf: &'b [u8], loc: &TensorLoc) -> impl Iterator<Item = i64> + 'b {
-    buf[loc.offset..loc.offset + loc.nbytes]
-        .chunks_exact(8)
-        .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
 }
 
 fn locate(header: &Header, entry: &Entry) -> Result<TensorLoc> {
@@ -100,29 +95,6 @@ fn find(header: &Header, name: &str, dtype: DType, rank: usize) -> Result<Tensor
     locate(header, entry)
 }
 
-/// Checks an offsets tensor: `len` entries, starting at 0, non-decreasing, ending at `last`.
-fn check_offsets(buf: &[u8], loc: &TensorLoc, name: &str, len: u64, last: u64) -> Result<()> {
-    if loc.shape[0] != len {
-        return Err(frame_err!(
-            "{name} has {} entries, expected {len}",
-            loc.shape[0]
-        ));
-    }
-    let mut prev = 0i64;
-    for (i, v) in read_i64s(buf, loc).enumerate() {
-        if (i == 0 && v != 0) || v < prev {
-            return Err(frame_err!(
-                "{name}[{i}] = {v} (offsets must start at 0 and never decrease)"
-            ));
-        }
-        prev = v;
-    }
-    if prev as u64 != last {
-        return Err(frame_err!("{name} ends at {prev}, expected {last}"));
-    }
-    Ok(())
-}
-
 /// Parses and validates a whole frame.
 pub fn parse_frame(buf: &[u8]) -> Result<FrameLayout> {
     let header = parse_header(buf)?;
@@ -144,29 +116,46 @@ pub fn parse_frame(buf: &[u8]) -> Result<FrameLayout> {
     }
     let num_rows: u64 = md
         .get(meta::NUM_ROWS)
+        .filter(|s| s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| frame_err!("{:?} is missing or not a number", meta::NUM_ROWS))?;
-    let specs: Vec<FieldSpec> = serde_json::from_str(
-        md.get(meta::FIELDS)
-            .ok_or_else(|| frame_err!("{:?} is missing", meta::FIELDS))?,
-    )
-    .map_err(|e| frame_err!("field table is malformed: {e}"))?;
+        .ok_or_else(|| frame_err!("{:?} is missing or not a row count", meta::NUM_ROWS))?;
+    // No loop or allocation may be sized by a number the bytes do not back: every real frame
+    // spends at least one byte per row (its sequence and row offsets alone spend 8).
+    if num_rows > buf.len() as u64 {
+        return Err(frame_err!(
+            "{:?} claims {num_rows} rows but the frame holds only {} bytes",
+            meta::NUM_ROWS,
+            buf.len()
+        ));
+    }
+    let fields_json = md
+        .get(meta::FIELDS)
+        .ok_or_else(|| frame_err!("{:?} is missing", meta::FIELDS))?;
+    let specs: Vec<FieldSpec> = serde_json::from_str(fields_json)
+        .map_err(|e| frame_err!("field table is malformed: {e}"))?;
     let sequence_field = md.get(meta::SEQUENCE_FIELD).cloned();
 
-    let mut seq_offsets = None;
+    let mut layout = FrameLayout {
+        header: Header {
+            metadata: Default::default(),
+            entries: Vec::new(),
+            data_start: header.data_start,
+        },
+        num_rows,
+        sequence_field,
+        seq_offsets: None,
+        total_tokens: 0,
+        fields: Vec::with_capacity(specs.len()),
+    };
     if specs.iter().any(|s| s.tier == Tier::PerToken) {
         let loc = find(&header, names::SEQ_OFFSETS, DType::I64, 1)?;
-        let rows_plus_one = num_rows
-            .checked_add(1)
-            .ok_or_else(|| frame_err!("row count overflows"))?;
-        let last = read_i64s(buf, &loc).last().unwrap_or(0).max(0) as u64;
-        check_offsets(buf, &loc, names::SEQ_OFFSETS, rows_plus_one, last)?;
-        seq_offsets = Some(loc);
+        let what = || names::SEQ_OFFSETS.to_string();
+        let offsets = copy_indices(buf, &loc, &what)?;
+        layout.total_tokens = offsets.last().copied().unwrap_or(0);
+        check_csr(&offsets, num_rows + 1, layout.total_tokens, &what)?;
+        layout.seq_offsets = Some(loc);
     }
-    let total_tokens = seq_offsets
-        .as_ref()
-        .and_then(|l| read_i64s(buf, l).last())
-        .unwrap_or(0) as u64;
+    let total_tokens = layout.total_tokens;
 
     let mut fields = Vec::with_capacity(specs.len());
     let mut seen = std::collections::HashSet::new();
@@ -206,7 +195,7 @@ pub fn parse_frame(buf: &[u8]) -> Result<FrameLayout> {
                 expect_shape(&spec.name, &values.shape, &expected)?;
                 None
             }
-            Tier::Packed => Some(check_packed(buf, &header, &spec, &values, num_rows)?),
+            Tier::Packed => Some(packed_index(buf, &header, &spec, &values, num_rows)?),
         };
         fields.push(DecodedField {
             spec,
@@ -214,13 +203,47 @@ pub fn parse_frame(buf: &[u8]) -> Result<FrameLayout> {
             packed,
         });
     }
-    Ok(FrameLayout {
-        header,
-        num_rows,
-        sequence_field,
-        seq_offsets,
-        fields,
-    })
+    layout.fields = fields;
+    layout.header = header;
+    Ok(layout)
+}
+
+/// Locates a packed field's index tensors and validates their contents.
+fn packed_index(
+    buf: &[u8],
+    header: &Header,
+    spec: &FieldSpec,
+    values: &TensorLoc,
+    num_rows: u64,
+) -> Result<PackedIndex> {
+    let name = &spec.name;
+    let seg_shapes = find(header, &names::seg_shapes(name), DType::I64, 2)?;
+    let rank = spec.shape.len() as u64;
+    if seg_shapes.shape[1] != rank {
+        return Err(frame_err!(
+            "field {name:?}: segment shapes have rank {}, the field has rank {rank}",
+            seg_shapes.shape[1]
+        ));
+    }
+    let mut index = PackedIndex {
+        seg_shapes,
+        seg_offsets: find(header, &names::seg_offsets(name), DType::I64, 1)?,
+        row_offsets: find(header, &names::row_offsets(name), DType::I64, 1)?,
+        row_segments: find(header, &names::row_segments(name), DType::I64, 1)?,
+        num_segments: 0,
+        num_refs: 0,
+        in_order: false,
+    };
+    let tables = PackedTables::read_index(buf, spec, values, &index, num_rows)?;
+    index.num_segments = tables.num_segments() as u64;
+    index.num_refs = tables.row_segments.len() as u64;
+    index.in_order = tables.row_segments.len() == tables.num_segments()
+        && tables
+            .row_segments
+            .iter()
+            .enumerate()
+            .all(|(i, &id)| id == i as u64);
+    Ok(index)
 }
 
 fn expect_shape(name: &str, found: &[u64], expected: &[u64]) -> Result<()> {
@@ -232,111 +255,213 @@ fn expect_shape(name: &str, found: &[u64], expected: &[u64]) -> Result<()> {
     Ok(())
 }
 
-fn check_packed(
-    buf: &[u8],
-    header: &Header,
-    spec: &FieldSpec,
-    values: &TensorLoc,
-    num_rows: u64,
-) -> Result<PackedIndex> {
-    let name = &spec.name;
-    let rank = spec.shape.len();
-    let seg_shapes = find(header, &names::seg_shapes(name), DType::I64, 2)?;
-    let seg_offsets = find(header, &names::seg_offsets(name), DType::I64, 1)?;
-    let row_offsets = find(header, &names::row_offsets(name), DType::I64, 1)?;
-    let row_segments = find(header, &names::row_segments(name), DType::I64, 1)?;
-    let num_segments = seg_shapes.shape[0];
-    if seg_shapes.shape[1] != rank as u64 {
-        return Err(frame_err!(
-            "field {name:?}: segment shapes have rank {}, the field has rank {rank}",
-            seg_shapes.shape[1]
-        ));
+/// Copies an int64 index tensor out of the frame as u64s; a negative entry is a `FrameError`.
+/// Readers validate and then use the copy, never the frame's bytes again, so a buffer written
+/// after (or while) it is read can give wrong rows but never an out-of-bounds index.
+fn copy_indices(buf: &[u8], loc: &TensorLoc, what: &dyn Fn() -> String) -> Result<Vec<u64>> {
+    let bytes = buf
+        .get(loc.offset..loc.offset.saturating_add(loc.nbytes))
+        .ok_or_else(|| frame_err!("{} lies outside the frame", what()))?;
+    let mut out = Vec::with_capacity(bytes.len() / 8);
+    for (i, chunk) in bytes.chunks_exact(8).enumerate() {
+        let mut le = [0u8; 8];
+        le.copy_from_slice(chunk);
+        let v = i64::from_le_bytes(le);
+        out.push(u64::try_from(v).map_err(|_| frame_err!("{}[{i}] = {v} is negative", what()))?);
     }
-    let values_numel = checked_numel(&values.shape)
-        .ok_or_else(|| frame_err!("field {name:?}: values shape overflows"))?;
-    // Each segment's size must be what its offsets claim, and its static dims the schema's.
-    let dims: Vec<i64> = read_i64s(buf, &seg_shapes).collect();
-    let offsets: Vec<i64> = read_i64s(buf, &seg_offsets).collect();
-    if offsets.len() as u64 != num_segments + 1 {
+    Ok(out)
+}
+
+/// Checks CSR offsets: `len` entries, starting at 0, never decreasing, ending at `last`.
+fn check_csr(offsets: &[u64], len: u64, last: u64, what: &dyn Fn() -> String) -> Result<()> {
+    if offsets.len() as u64 != len {
         return Err(frame_err!(
-            "field {name:?}: {} segment offsets for {num_segments} segments",
+            "{} has {} entries, expected {len}",
+            what(),
             offsets.len()
         ));
     }
-    if offsets.first() != Some(&0) {
-        return Err(frame_err!(
-            "field {name:?}: segment offsets must start at 0"
-        ));
-    }
-    let mut stacked = 0u64;
-    for (s, shape) in dims.chunks_exact(rank.max(1)).enumerate() {
-        let mut numel = 1u64;
-        for (d, (&dim, expected)) in shape.iter().zip(&spec.shape).enumerate() {
-            let dim = u64::try_from(dim)
-                .map_err(|_| frame_err!("field {name:?}: segment {s} dim {d} is {dim}"))?;
-            if let Some(e) = expected {
-                if dim != *e {
-                    return Err(frame_err!(
-                        "field {name:?}: segment {s} dim {d} is {dim}, the schema says {e}"
-                    ));
-                }
-            }
-            numel = numel
-                .checked_mul(dim)
-                .ok_or_else(|| frame_err!("field {name:?}: segment {s} size overflows"))?;
-        }
-        stacked = stacked
-            .checked_add(shape[0].max(0) as u64)
-            .ok_or_else(|| frame_err!("field {name:?}: segment sizes overflow"))?;
-        let span = offsets[s + 1].checked_sub(offsets[s]);
-        if span.map(|v| v as u64) != Some(numel) || offsets[s + 1] < offsets[s] {
+    if let Some(&first) = offsets.first() {
+        if first != 0 {
             return Err(frame_err!(
-                "field {name:?}: segment {s} has {numel} elements but its offsets span {}..{}",
-                offsets[s],
-                offsets[s + 1]
+                "{}[0] = {first}, offsets must start at 0",
+                what()
             ));
         }
     }
-    let last = *offsets.last().unwrap_or(&0) as u64;
-    if last != values_numel {
+    if let Some(i) = offsets.windows(2).position(|w| w[1] < w[0]) {
         return Err(frame_err!(
-            "field {name:?}: segments hold {last} elements, values hold {values_numel}"
+            "{}[{}] = {} after {} (offsets must never decrease)",
+            what(),
+            i + 1,
+            offsets[i + 1],
+            offsets[i]
         ));
     }
-    let expected_values_shape = if spec.values_are_stackable() {
-        let mut s = vec![stacked];
-        s.extend(spec.shape[1..].iter().map(|d| d.unwrap_or(0)));
-        s
-    } else {
-        vec![values_numel]
+    let end = offsets.last().copied().unwrap_or(0);
+    if end != last {
+        return Err(frame_err!("{} ends at {end}, expected {last}", what()));
+    }
+    Ok(())
+}
+
+/// The sequence offsets (`[rows + 1]`, token offsets of each row), copied and validated.
+pub fn read_seq_offsets(buf: &[u8], layout: &FrameLayout) -> Result<Option<Vec<u64>>> {
+    let Some(loc) = &layout.seq_offsets else {
+        return Ok(None);
     };
-    expect_shape(name, &values.shape, &expected_values_shape)?;
-    let num_refs = row_segments.shape[0];
-    check_offsets(
-        buf,
-        &row_offsets,
-        &names::row_offsets(name),
-        num_rows
+    let what = || names::SEQ_OFFSETS.to_string();
+    let offsets = copy_indices(buf, loc, &what)?;
+    let rows_plus_one = layout
+        .num_rows
+        .checked_add(1)
+        .ok_or_else(|| frame_err!("row count overflows"))?;
+    check_csr(&offsets, rows_plus_one, layout.total_tokens, &what)?;
+    Ok(Some(offsets))
+}
+
+/// A packed field's CSR tables, copied out of the frame and validated against the field's spec
+/// and values: every segment id, shape and element range is in bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackedTables {
+    pub rank: usize,
+    /// `[segments * rank]`: each physical segment's shape.
+    pub seg_shapes: Vec<u64>,
+    /// `[segments + 1]`: element offsets of each segment in the values.
+    pub seg_offsets: Vec<u64>,
+    /// `[rows + 1]`: offsets into `row_segments`.
+    pub row_offsets: Vec<u64>,
+    /// `[references]`: physical segment ids, row after row.
+    pub row_segments: Vec<u64>,
+}
+
+impl PackedTables {
+    pub fn num_segments(&self) -> usize {
+        self.seg_offsets.len() - 1
+    }
+
+    /// Physical segment ids of `row` (< num_rows).
+    pub fn row(&self, row: usize) -> &[u64] {
+        &self.row_segments[self.row_offsets[row] as usize..self.row_offsets[row + 1] as usize]
+    }
+
+    /// Shape of physical segment `seg`.
+    pub fn shape(&self, seg: u64) -> &[u64] {
+        let s = seg as usize * self.rank;
+        &self.seg_shapes[s..s + self.rank]
+    }
+
+    /// Element range of physical segment `seg` in the values.
+    pub fn elements(&self, seg: u64) -> std::ops::Range<usize> {
+        self.seg_offsets[seg as usize] as usize..self.seg_offsets[seg as usize + 1] as usize
+    }
+
+    /// Items of `row` along `dim` (checked: shapes come from the wire).
+    pub fn items(&self, row: usize, dim: usize) -> Option<u64> {
+        self.row(row)
+            .iter()
+            .try_fold(0u64, |acc, &s| acc.checked_add(self.shape(s)[dim]))
+    }
+
+    /// Reads and validates the tables of `field` (packed) in `buf`.
+    pub fn read(buf: &[u8], field: &DecodedField, num_rows: u64) -> Result<PackedTables> {
+        let index = field
+            .packed
+            .as_ref()
+            .ok_or_else(|| frame_err!("field {:?} has no segment tables", field.spec.name))?;
+        Self::read_index(buf, &field.spec, &field.values, index, num_rows)
+    }
+
+    fn read_index(
+        buf: &[u8],
+        spec: &FieldSpec,
+        values: &TensorLoc,
+        index: &PackedIndex,
+        num_rows: u64,
+    ) -> Result<PackedTables> {
+        let name = spec.name.as_str();
+        let rank = spec.shape.len();
+        if rank == 0 {
+            return Err(frame_err!("packed field {name:?} has rank 0"));
+        }
+        let seg_shapes = copy_indices(buf, &index.seg_shapes, &|| names::seg_shapes(name))?;
+        let seg_offsets = copy_indices(buf, &index.seg_offsets, &|| names::seg_offsets(name))?;
+        let row_offsets = copy_indices(buf, &index.row_offsets, &|| names::row_offsets(name))?;
+        let row_segments = copy_indices(buf, &index.row_segments, &|| names::row_segments(name))?;
+        let num_segments = seg_offsets.len().saturating_sub(1);
+        if seg_offsets.is_empty() || seg_shapes.len() != num_segments.saturating_mul(rank) {
+            return Err(frame_err!(
+                "field {name:?}: {} segment offsets and {} shape values do not describe the same segments of rank {rank}",
+                seg_offsets.len(),
+                seg_shapes.len()
+            ));
+        }
+        let values_numel = checked_numel(&values.shape)
+            .ok_or_else(|| frame_err!("field {name:?}: values shape overflows"))?;
+        check_csr(
+            &seg_offsets,
+            seg_offsets.len() as u64,
+            values_numel,
+            &|| names::seg_offsets(name),
+        )?;
+        let mut stacked = 0u64;
+        for s in 0..num_segments {
+            let shape = &seg_shapes[s * rank..(s + 1) * rank];
+            for (d, (&dim, expected)) in shape.iter().zip(&spec.shape).enumerate() {
+                if let Some(e) = expected {
+                    if dim != *e {
+                        return Err(frame_err!(
+                            "field {name:?}: segment {s} dim {d} is {dim}, the schema says {e}"
+                        ));
+                    }
+                }
+            }
+            let numel = checked_numel(shape).ok_or_else(|| {
+                frame_err!("field {name:?}: segment {s} shape {shape:?} overflows")
+            })?;
+            if seg_offsets[s + 1] - seg_offsets[s] != numel {
+                return Err(frame_err!(
+                    "field {name:?}: segment {s} of shape {shape:?} has {numel} elements but its offsets span {}..{}",
+                    seg_offsets[s],
+                    seg_offsets[s + 1]
+                ));
+            }
+            stacked = stacked
+                .checked_add(shape[0])
+                .ok_or_else(|| frame_err!("field {name:?}: segment sizes overflow"))?;
+        }
+        let expected_values_shape = if spec.values_are_stackable() {
+            let mut s = vec![stacked];
+            s.extend(spec.shape[1..].iter().map(|d| d.unwrap_or(0)));
+            s
+        } else {
+            vec![values_numel]
+        };
+        expect_shape(name, &values.shape, &expected_values_shape)?;
+        let rows_plus_one = num_rows
             .checked_add(1)
-            .ok_or_else(|| frame_err!("row count overflows"))?,
-        num_refs,
-    )?;
-    let mut in_order = num_refs == num_segments;
-    for (i, id) in read_i64s(buf, &row_segments).enumerate() {
-        if id < 0 || id as u64 >= num_segments {
+            .ok_or_else(|| frame_err!("row count overflows"))?;
+        check_csr(
+            &row_offsets,
+            rows_plus_one,
+            row_segments.len() as u64,
+            &|| names::row_offsets(name),
+        )?;
+        if let Some((i, &id)) = row_segments
+            .iter()
+            .enumerate()
+            .find(|(_, &id)| id >= num_segments as u64)
+        {
             return Err(frame_err!(
                 "field {name:?}: row_segments[{i}] = {id} is not a segment id (0..{num_segments})"
             ));
         }
-        in_order &= id as usize == i;
+        Ok(PackedTables {
+            rank,
+            seg_shapes,
+            seg_offsets,
+            row_offsets,
+            row_segments,
+        })
     }
-    Ok(PackedIndex {
-        seg_shapes,
-        seg_offsets,
-        row_offsets,
-        row_segments,
-        num_segments,
-        num_refs,
-        in_order,
-    })
 }

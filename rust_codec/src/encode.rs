@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::header::{write_header, Entry};
 use crate::spec::{meta, names, pattern_string, FieldSpec, Tier};
 use crate::tensor::{Dims, TensorRef};
-use crate::{batch_err, schema_err};
+use crate::{batch_err, internal_err, schema_err};
 
 /// How a producer hands one field to the codec.
 #[derive(Debug, Clone)]
@@ -47,7 +47,10 @@ pub enum FieldInput<'a> {
 
 impl<'a> FieldInput<'a> {
     /// Resolves a CSR input into rows of segment views (O(references), no payload work).
-    fn csr_segments(&self, spec: &FieldSpec) -> Result<Option<(Vec<TensorRef<'a>>, Vec<u64>)>> {
+    pub(crate) fn csr_segments(
+        &self,
+        spec: &FieldSpec,
+    ) -> Result<Option<(Vec<TensorRef<'a>>, Vec<u64>)>> {
         let FieldInput::Csr {
             values,
             seg_shapes,
@@ -581,7 +584,7 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
             Tier::PerToken => {
                 let (seq_name, lengths) = seq_lengths
                     .as_ref()
-                    .ok_or_else(|| batch_err!("internal: no sequence lengths"))?;
+                    .ok_or_else(|| internal_err!("per-token field without sequence lengths"))?;
                 plan_per_token(&mut layout, field, seq_name, lengths)?
             }
             Tier::Packed => plan_packed(&mut layout, field)?,
@@ -608,6 +611,13 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
         .ok()
         .and_then(|d| d.checked_add(data_start))
         .ok_or_else(|| batch_err!("frame of {data_len} bytes does not fit in memory"))?;
+    if num_rows > total_len as u64 {
+        // Readers refuse row counts the bytes do not back (a hostile header's favourite lie).
+        return Err(batch_err!(
+            "{num_rows} rows with no per-row data would make a frame of {total_len} bytes that \
+             no reader accepts; add a per-row field"
+        ));
+    }
     let mut jobs = layout.jobs;
     for job in &mut jobs {
         job.dst_offset += data_start;
@@ -661,7 +671,7 @@ fn prefix_sums(values: &[u64], what: &str) -> Result<Vec<u64>> {
     for &v in values {
         acc = acc
             .checked_add(v)
-            .ok_or_else(|| batch_err!("{what} overflow"))?;
+            .ok_or_else(|| batch_err!("{what} add up past 2^64"))?;
         out.push(acc);
     }
     Ok(out)
@@ -714,7 +724,10 @@ fn plan_per_token<'a>(
 ) -> Result<()> {
     let spec = &field.spec;
     let trailing: Vec<u64> = spec.shape.iter().map(|d| d.unwrap_or(0)).collect();
-    let total: u64 = lengths.iter().sum();
+    let total = lengths
+        .iter()
+        .try_fold(0u64, |acc, &n| acc.checked_add(n))
+        .ok_or_else(|| batch_err!("field {:?}: sequence lengths overflow", spec.name))?;
     let mut values_shape = vec![total];
     values_shape.extend(&trailing);
     let mismatch = |row: usize, found: u64| {
@@ -870,9 +883,17 @@ fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()>
     for seg in &physical {
         seg_shapes.extend(&seg.shape);
         seg_numels.push(seg.numel());
-        stacked += seg.shape[0];
+        stacked = stacked.checked_add(seg.shape[0]).ok_or_else(|| {
+            batch_err!(
+                "field {:?}: the segments' dim 0 sizes add up past 2^64",
+                spec.name
+            )
+        })?;
     }
-    let seg_offsets = prefix_sums(&seg_numels, "segment sizes")?;
+    let seg_offsets = prefix_sums(
+        &seg_numels,
+        &format!("field {:?}: segment sizes", spec.name),
+    )?;
     let total = *seg_offsets.last().unwrap_or(&0);
     let values_shape = if spec.values_are_stackable() {
         let mut s = vec![stacked];

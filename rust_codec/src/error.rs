@@ -16,12 +16,23 @@ pub enum Error {
     Contract(String),
     /// Bytes that are not a valid frame (Python: `FrameError`).
     Frame(String),
+    /// A call's arguments are invalid, e.g. a row index out of range (Python: `WireError`
+    /// itself, a `ValueError`).
+    Argument(String),
+    /// A broken invariant inside the codec: a bug, never the caller's input
+    /// (Python: `InternalError`).
+    Internal(String),
 }
 
 impl Error {
     pub fn message(&self) -> &str {
         match self {
-            Error::Schema(m) | Error::Batch(m) | Error::Contract(m) | Error::Frame(m) => m,
+            Error::Schema(m)
+            | Error::Batch(m)
+            | Error::Contract(m)
+            | Error::Frame(m)
+            | Error::Argument(m)
+            | Error::Internal(m) => m,
         }
     }
 }
@@ -52,4 +63,12 @@ macro_rules! schema_err {
 #[macro_export]
 macro_rules! contract_err {
     ($($arg:tt)*) => { $crate::error::Error::Contract(format!($($arg)*)) };
+}
+#[macro_export]
+macro_rules! internal_err {
+    ($($arg:tt)*) => { $crate::error::Error::Internal(format!($($arg)*)) };
+}
+#[macro_export]
+macro_rules! argument_err {
+    ($($arg:tt)*) => { $crate::error::Error::Argument(format!($($arg)*)) };
 }

@@ -9,6 +9,10 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::frame_err;
 
+/// The largest header a reader accepts (as safetensors): the header is O(fields), so a real
+/// one is kilobytes; this bounds the JSON parse of a hostile one.
+pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+
 /// One tensor of the data section; offsets are relative to the data section's start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -24,7 +28,7 @@ pub fn write_header(metadata: &BTreeMap<String, String>, entries: &[Entry]) -> R
     let mut root = serde_json::Map::new();
     root.insert(
         "__metadata__".into(),
-        serde_json::to_value(metadata).map_err(|e| Error::Batch(format!("metadata: {e}")))?,
+        serde_json::to_value(metadata).map_err(|e| Error::Internal(format!("metadata: {e}")))?,
     );
     for entry in entries {
         root.insert(
@@ -37,7 +41,7 @@ pub fn write_header(metadata: &BTreeMap<String, String>, entries: &[Entry]) -> R
         );
     }
     let json = serde_json::to_vec(&serde_json::Value::Object(root))
-        .map_err(|e| Error::Batch(format!("header: {e}")))?;
+        .map_err(|e| Error::Internal(format!("header: {e}")))?;
     let padded_len = (8 + json.len()).next_multiple_of(ALIGNMENT) - 8;
     let mut out = Vec::with_capacity(8 + padded_len);
     out.extend_from_slice(&(padded_len as u64).to_le_bytes());
@@ -83,6 +87,11 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
             )
         })?;
     let header_len = u64::from_le_bytes(len_bytes);
+    if header_len > MAX_HEADER_BYTES {
+        return Err(frame_err!(
+            "header length {header_len} exceeds the {MAX_HEADER_BYTES}-byte limit"
+        ));
+    }
     let available = buf.len() as u64 - 8;
     if header_len > available {
         return Err(frame_err!(

@@ -2,101 +2,213 @@
 //! shard, concatenate) and lay them out as a new frame. Tier-aware by construction: per-token
 //! rows are cut by the sequence offsets, packed rows keep their segments whole (shared segments
 //! stay shared), scalars move one value per row.
+//!
+//! Everything read from a frame goes through the validated copies of its index tables
+//! (`decode::PackedTables`, `decode::read_seq_offsets`), re-read at each call: a writable buffer
+//! changed since it was wrapped gives a `FrameError`, never an out-of-bounds index.
 
 use std::collections::BTreeMap;
 
-use crate::decode::{read_i64s, DecodedField, FrameLayout};
+use crate::decode::{read_seq_offsets, DecodedField, FrameLayout, PackedTables};
 use crate::encode::{EncodeRequest, FieldData, FieldInput};
 use crate::error::Result;
-use crate::frame_err;
 use crate::spec::{meta, FieldSpec, Tier};
-use crate::tensor::{checked_numel, TensorRef};
+use crate::tensor::TensorRef;
+use crate::{argument_err, frame_err, internal_err};
 
 /// One parsed frame: its bytes and validated layout.
+#[derive(Clone, Copy)]
 pub struct Source<'a> {
     pub bytes: &'a [u8],
     pub layout: &'a FrameLayout,
 }
 
-impl<'a> Source<'a> {
-    fn values(&self, field: &DecodedField) -> Result<TensorRef<'a>> {
-        let loc = &field.values;
-        TensorRef::contiguous(
-            loc.dtype,
-            &loc.shape,
-            &self.bytes[loc.offset..loc.offset + loc.nbytes],
-        )
+/// Which rows of the sources' concatenation to take, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rows {
+    /// Every row, in order.
+    All,
+    /// `start, start + step, ...` below `stop` (as Python's `range`; `step` is never 0).
+    Range { start: i64, stop: i64, step: i64 },
+    /// Explicit row indices; negative ones count from the end, as in Python.
+    List(Vec<i64>),
+}
+
+impl Rows {
+    /// The resolved global row indices, checked against `total` rows. O(selected rows).
+    fn resolve(&self, total: u64) -> Result<Vec<u64>> {
+        let n = i64::try_from(total).map_err(|_| frame_err!("row count {total} overflows"))?;
+        let out_of_range = |r: i64| argument_err!("row {r} is out of range for {total} rows");
+        match self {
+            Rows::All => Ok((0..total).collect()),
+            Rows::Range { start, stop, step } => {
+                if *step == 0 {
+                    return Err(argument_err!("a row range's step must not be 0"));
+                }
+                let (start, stop) = (*start as i128, *stop as i128);
+                let step = *step as i128;
+                let len = if step > 0 {
+                    (stop - start + step - 1).max(0) / step
+                } else {
+                    (start - stop - step - 1).max(0) / -step
+                };
+                if len == 0 {
+                    return Ok(Vec::new());
+                }
+                let last = start + (len - 1) * step;
+                for r in [start, last] {
+                    if r < 0 || r >= n as i128 {
+                        return Err(out_of_range(r as i64));
+                    }
+                }
+                Ok((0..len).map(|i| (start + i * step) as u64).collect())
+            }
+            Rows::List(rows) => rows
+                .iter()
+                .map(|&r| {
+                    let index = if r < 0 { r.checked_add(n) } else { Some(r) };
+                    index
+                        .filter(|&i| (0..n).contains(&i))
+                        .map(|i| i as u64)
+                        .ok_or_else(|| out_of_range(r))
+                })
+                .collect(),
+        }
     }
 }
 
-/// The rows `rows` (indices into the concatenation of every source's rows; `None`: all of
-/// them, in order) as an encode request. Fields absent from some sources: packed rows there
-/// are empty (a text-only batch beside a multimodal one); other tiers are an error.
-pub fn gather<'a>(sources: &[Source<'a>], rows: Option<&[u64]>) -> Result<EncodeRequest<'a>> {
-    let first = sources
-        .first()
-        .ok_or_else(|| frame_err!("no frames to gather from"))?;
-    let mut starts = Vec::with_capacity(sources.len() + 1);
-    let mut total = 0u64;
-    for s in sources {
-        starts.push(total);
-        total += s.layout.num_rows;
+/// A source's index tables, copied and validated once per operation.
+struct Tables<'a> {
+    source: Source<'a>,
+    seq: Option<Vec<u64>>,
+    packed: Vec<Option<PackedTables>>,
+}
+
+impl<'a> Tables<'a> {
+    fn read(source: Source<'a>) -> Result<Tables<'a>> {
+        let layout = source.layout;
+        let packed = layout
+            .fields
+            .iter()
+            .map(|f| match f.spec.tier {
+                Tier::Packed => PackedTables::read(source.bytes, f, layout.num_rows).map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<_>>()?;
+        Ok(Tables {
+            source,
+            seq: read_seq_offsets(source.bytes, layout)?,
+            packed,
+        })
     }
-    let all: Vec<u64>;
-    let rows = match rows {
-        Some(r) => r,
-        None => {
-            all = (0..total).collect();
-            &all
-        }
-    };
-    // Resolve each global row to (source, local row).
-    let mut picks = Vec::with_capacity(rows.len());
-    for &g in rows {
-        if g >= total {
-            return Err(frame_err!("row {g} is out of range for {total} rows"));
-        }
-        let s = starts.partition_point(|&st| st <= g) - 1;
-        picks.push((s, g - starts[s]));
+
+    fn values(&self, field: &DecodedField) -> Result<TensorRef<'a>> {
+        let loc = &field.values;
+        let bytes = self
+            .source
+            .bytes
+            .get(loc.offset..loc.offset.saturating_add(loc.nbytes))
+            .ok_or_else(|| {
+                frame_err!("field {:?}: values lie outside the frame", field.spec.name)
+            })?;
+        TensorRef::contiguous(loc.dtype, &loc.shape, bytes)
     }
-    let specs = field_union(sources)?;
-    let seq: Vec<Vec<u64>> = sources
+}
+
+/// Rows `rows` of the sources' concatenation as an encode request. Fields absent from some
+/// sources: packed rows there are empty (a text-only batch beside a multimodal one); other
+/// tiers are an error.
+pub fn gather<'a>(sources: &[Source<'a>], rows: &Rows) -> Result<EncodeRequest<'a>> {
+    let tables = sources
         .iter()
-        .map(|s| {
-            s.layout
-                .seq_offsets
-                .as_ref()
-                .map(|l| read_i64s(s.bytes, l).map(|v| v as u64).collect())
-                .unwrap_or_default()
+        .map(|&s| Tables::read(s))
+        .collect::<Result<Vec<_>>>()?;
+    gather_read(&tables, rows)
+}
+
+/// Consecutive row ranges of one frame (`sizes` rows each, adding up to its row count) as
+/// encode requests, reading the frame's tables once.
+pub fn split<'a>(source: Source<'a>, sizes: &[u64]) -> Result<Vec<EncodeRequest<'a>>> {
+    let rows = source.layout.num_rows;
+    let total = sizes.iter().try_fold(0u64, |acc, &s| acc.checked_add(s));
+    if total != Some(rows) {
+        return Err(argument_err!(
+            "section sizes {sizes:?} do not add up to the frame's {rows} rows"
+        ));
+    }
+    let tables = [Tables::read(source)?];
+    let mut start = 0i64;
+    sizes
+        .iter()
+        .map(|&size| {
+            let stop = start + size as i64;
+            let rows = Rows::Range {
+                start,
+                stop,
+                step: 1,
+            };
+            start = stop;
+            gather_read(&tables, &rows)
+        })
+        .collect()
+}
+
+fn gather_read<'a>(tables: &[Tables<'a>], rows: &Rows) -> Result<EncodeRequest<'a>> {
+    let first = tables
+        .first()
+        .ok_or_else(|| argument_err!("no frames to gather from"))?;
+    let mut starts = Vec::with_capacity(tables.len());
+    let mut total = 0u64;
+    for t in tables {
+        starts.push(total);
+        total = total
+            .checked_add(t.source.layout.num_rows)
+            .ok_or_else(|| frame_err!("the frames' row counts add up past 2^64"))?;
+    }
+    // Resolve each global row to (source, local row).
+    let picks: Vec<(usize, usize)> = rows
+        .resolve(total)?
+        .into_iter()
+        .map(|g| {
+            let s = starts.partition_point(|&st| st <= g) - 1;
+            (s, (g - starts[s]) as usize)
         })
         .collect();
+    let specs = field_union(tables)?;
     let mut fields = Vec::with_capacity(specs.len());
     for spec in specs {
-        let mut segments = Vec::new();
+        let mut segments = Vec::with_capacity(picks.len());
         let mut row_offsets = Vec::with_capacity(picks.len() + 1);
         row_offsets.push(0u64);
         // Per source: the field, its values, and for packed fields its CSR tables.
-        let mut per_source = Vec::with_capacity(sources.len());
-        for s in sources {
-            per_source.push(match s.layout.field(&spec.name) {
-                Some(f) => Some((f, s.values(f)?, csr(s.bytes, f))),
-                None if spec.tier == Tier::Packed => None,
-                None => {
-                    return Err(frame_err!(
-                        "field {:?} is missing from one of the frames",
-                        spec.name
-                    ))
-                }
-            });
+        let mut per_source = Vec::with_capacity(tables.len());
+        for t in tables {
+            let layout = t.source.layout;
+            per_source.push(
+                match layout.fields.iter().position(|f| f.spec.name == spec.name) {
+                    Some(i) => Some((
+                        &layout.fields[i],
+                        t.values(&layout.fields[i])?,
+                        &t.packed[i],
+                    )),
+                    None if spec.tier == Tier::Packed => None,
+                    None => {
+                        return Err(frame_err!(
+                            "field {:?} is missing from one of the frames",
+                            spec.name
+                        ))
+                    }
+                },
+            );
         }
         for &(s, row) in &picks {
-            let Some((field, values, tables)) = &per_source[s] else {
+            let Some((field, values, packed)) = &per_source[s] else {
                 row_offsets.push(segments.len() as u64);
                 continue;
             };
             match spec.tier {
                 Tier::Scalar => {
-                    let one = values.narrow0(row, 1)?;
+                    let one = values.narrow0(row as u64, 1)?;
                     segments.push(TensorRef::strided(
                         one.dtype,
                         &one.shape[1..],
@@ -105,28 +217,27 @@ pub fn gather<'a>(sources: &[Source<'a>], rows: Option<&[u64]>) -> Result<Encode
                     )?);
                 }
                 Tier::PerToken => {
-                    let (a, b) = (seq[s][row as usize], seq[s][row as usize + 1]);
+                    let seq = tables[s].seq.as_ref().ok_or_else(|| {
+                        internal_err!("per-token field {:?} without sequence offsets", spec.name)
+                    })?;
+                    let (a, b) = (seq[row], seq[row + 1]);
                     segments.push(values.narrow0(a, b - a)?);
                 }
                 Tier::Packed => {
-                    let (shapes, offsets, row_offs, refs) = tables;
-                    let rank = field.spec.shape.len();
-                    let flat_bytes = values.bytes;
+                    let tables = packed.as_ref().ok_or_else(|| {
+                        internal_err!("packed field {:?} without tables", field.spec.name)
+                    })?;
                     let es = values.dtype.size();
-                    for &id in
-                        &refs[row_offs[row as usize] as usize..row_offs[row as usize + 1] as usize]
-                    {
-                        let id = id as usize;
-                        let shape: Vec<u64> = shapes[id * rank..(id + 1) * rank]
-                            .iter()
-                            .map(|&d| d as u64)
-                            .collect();
-                        let (a, b) = (offsets[id] as usize, offsets[id + 1] as usize);
-                        debug_assert_eq!(checked_numel(&shape), Some((b - a) as u64));
+                    for &id in tables.row(row) {
+                        let elements = tables.elements(id);
+                        let bytes = values
+                            .bytes
+                            .get(elements.start * es..elements.end * es)
+                            .ok_or_else(|| frame_err!("segment {id} lies outside its values"))?;
                         segments.push(TensorRef::contiguous(
                             values.dtype,
-                            &shape,
-                            &flat_bytes[a * es..b * es],
+                            tables.shape(id),
+                            bytes,
                         )?);
                     }
                 }
@@ -141,7 +252,7 @@ pub fn gather<'a>(sources: &[Source<'a>], rows: Option<&[u64]>) -> Result<Encode
             },
         });
     }
-    let mut metadata: BTreeMap<String, String> = first.layout.header.metadata.clone();
+    let mut metadata: BTreeMap<String, String> = first.source.layout.header.metadata.clone();
     for key in [
         meta::FORMAT,
         meta::NUM_ROWS,
@@ -152,35 +263,22 @@ pub fn gather<'a>(sources: &[Source<'a>], rows: Option<&[u64]>) -> Result<Encode
     }
     Ok(EncodeRequest {
         fields,
-        sequence_field: first.layout.sequence_field.clone(),
+        sequence_field: first.source.layout.sequence_field.clone(),
         lengths_field: None,
         metadata,
         num_rows_hint: Some(picks.len() as u64),
     })
 }
 
-type Tables = (Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>);
-
-fn csr(bytes: &[u8], field: &DecodedField) -> Tables {
-    match &field.packed {
-        Some(p) => (
-            read_i64s(bytes, &p.seg_shapes).collect(),
-            read_i64s(bytes, &p.seg_offsets).collect(),
-            read_i64s(bytes, &p.row_offsets).collect(),
-            read_i64s(bytes, &p.row_segments).collect(),
-        ),
-        None => Default::default(),
-    }
-}
-
 /// Every field of every source, in first-seen order; a field must mean the same everywhere.
-fn field_union(sources: &[Source<'_>]) -> Result<Vec<FieldSpec>> {
+fn field_union(tables: &[Tables<'_>]) -> Result<Vec<FieldSpec>> {
     let mut specs: Vec<FieldSpec> = Vec::new();
-    for s in sources {
-        if s.layout.sequence_field != sources[0].layout.sequence_field {
+    let sequence_field = &tables[0].source.layout.sequence_field;
+    for t in tables {
+        if t.source.layout.sequence_field != *sequence_field {
             return Err(frame_err!("frames disagree on their sequence field"));
         }
-        for f in &s.layout.fields {
+        for f in &t.source.layout.fields {
             match specs.iter().find(|x| x.name == f.spec.name) {
                 Some(known) if *known != f.spec => {
                     return Err(frame_err!(

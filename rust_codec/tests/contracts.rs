@@ -1,5 +1,7 @@
 //! Placeholder contracts on whole requests, without Python.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests panic on purpose
+
 mod common;
 
 use common::{le_i64, spec};

@@ -1,10 +1,11 @@
 //! Encode → parse round trips and hostile frames, without Python.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests panic on purpose
+
 mod common;
 
-use common::{le_i64, sample_frame, spec};
+use common::{le_i64, read_i64s, sample_frame, spec};
 use proptest::prelude::*;
-use py_wire_codec::decode::read_i64s;
 use py_wire_codec::tensor::TensorRef;
 use py_wire_codec::{parse_frame, DType, EncodeRequest, Error, FieldData, FieldInput, Tier};
 
@@ -228,7 +229,7 @@ proptest! {
 
 #[test]
 fn gather_selects_and_concatenates_rows() {
-    use py_wire_codec::ops::{gather, Source};
+    use py_wire_codec::ops::{gather, Rows, Source};
     let frame = sample_frame();
     let layout = parse_frame(&frame).unwrap();
     let source = || Source {
@@ -237,7 +238,7 @@ fn gather_selects_and_concatenates_rows() {
     };
     // Row 2 then row 0: ids [4, 5] then [1, 2, 3]; row 2 holds images b and a, row 0 holds
     // image a again, which stays one physical segment.
-    let request = gather(&[source()], Some(&[2, 0])).unwrap();
+    let request = gather(&[source()], &Rows::List(vec![2, 0])).unwrap();
     let picked = py_wire_codec::encode(&request, Default::default()).unwrap();
     let bytes = picked.as_slice();
     let out = parse_frame(bytes).unwrap();
@@ -254,11 +255,11 @@ fn gather_selects_and_concatenates_rows() {
         [0, 1, 1]
     );
     // Concatenating a frame with itself doubles every row.
-    let request = gather(&[source(), source()], None).unwrap();
+    let request = gather(&[source(), source()], &Rows::All).unwrap();
     let twice = py_wire_codec::encode(&request, Default::default()).unwrap();
     assert_eq!(parse_frame(twice.as_slice()).unwrap().num_rows, 6);
     assert!(matches!(
-        gather(&[source()], Some(&[3])),
-        Err(Error::Frame(_))
+        gather(&[source()], &Rows::List(vec![3])),
+        Err(Error::Argument(_))
     ));
 }

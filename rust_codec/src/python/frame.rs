@@ -10,7 +10,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-use super::errors::to_py;
+use super::errors::{guarded, to_py, OnPanic};
 use crate::buffer::AlignedBuf;
 use crate::decode::{parse_frame, FrameLayout, TensorLoc};
 
@@ -155,10 +155,14 @@ impl Frame {
             let owned = AlignedBuf::from_slice(bytes).ok_or_else(|| {
                 super::errors::FrameError::new_err(format!("cannot allocate {len} bytes"))
             })?;
-            let layout = py.detach(|| parse_frame(owned.as_slice())).map_err(to_py)?;
+            let layout = py
+                .detach(|| guarded(OnPanic::Frame, || parse_frame(owned.as_slice())))
+                .map_err(to_py)?;
             return Ok(Frame::from_owned(owned, layout));
         }
-        let layout = py.detach(|| parse_frame(bytes)).map_err(to_py)?;
+        let layout = py
+            .detach(|| guarded(OnPanic::Frame, || parse_frame(bytes)))
+            .map_err(to_py)?;
         Ok(Frame {
             storage: Storage::Borrowed {
                 _buffer: buffer,

@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use crate::contract::{check_contracts, PlaceholderContract};
 use crate::encode::{EncodeOptions, EncodeRequest, FieldData, FieldInput, Part, Plan};
 use crate::spec::FieldSpec;
-use errors::{to_py, BatchError, SchemaError};
+use errors::{guarded, to_py, BatchError, OnPanic, SchemaError};
 use extract::{index_values, rows, tensor_ref, KeepAlive};
 use frame::Frame;
 
@@ -239,8 +239,10 @@ fn check_frame_contracts(
     let bytes = frame.get().bytes();
     // Validate again: a borrowed buffer may have been written since the frame was wrapped.
     py.detach(|| {
-        let layout = crate::decode::parse_frame(bytes)?;
-        check_contracts(bytes, &layout, &contracts)
+        guarded(OnPanic::Frame, || {
+            let layout = crate::decode::parse_frame(bytes)?;
+            check_contracts(bytes, &layout, &contracts)
+        })
     })
     .map_err(to_py)
 }
@@ -274,15 +276,20 @@ fn placeholder_runs(
         views.push(t);
     }
     let runs = py.detach(|| {
-        views
-            .iter()
-            .map(|t| {
-                let tokens = t.to_i64_vec()?;
-                let table =
-                    crate::placeholder::scan_runs(&tokens, &[0, tokens.len() as u64], token_id)?;
-                Ok(table.run_lengths)
-            })
-            .collect::<crate::Result<Vec<_>>>()
+        guarded(OnPanic::Internal, || {
+            views
+                .iter()
+                .map(|t| {
+                    let tokens = t.to_i64_vec()?;
+                    let table = crate::placeholder::scan_runs(
+                        &tokens,
+                        &[0, tokens.len() as u64],
+                        token_id,
+                    )?;
+                    Ok(table.run_lengths)
+                })
+                .collect::<crate::Result<Vec<_>>>()
+        })
     });
     drop(keep);
     runs.map_err(to_py)
@@ -316,29 +323,76 @@ fn pad_rows(
     };
     let width = target.shape[1] as usize;
     let (ptr, len) = (target.bytes.as_ptr() as usize, target.nbytes() as usize);
+    let src = values.bytes.as_ptr_range();
+    if (src.start as usize) < ptr + len && ptr < src.end as usize {
+        return Err(errors::InternalError::new_err(
+            "pad_rows: the output overlaps the values",
+        ));
+    }
     py.detach(|| {
-        // SAFETY: `out` is a tensor the caller allocated for this call and shares with no one;
-        // `keep` holds it alive, and [ptr, ptr+len) is its contiguous storage.
+        // SAFETY: [ptr, ptr+len) is `out`'s contiguous storage (checked above), which `keep`
+        // holds alive; it does not overlap `values` (checked above), the only other memory this
+        // call reads. `out` is a fresh tensor `_decode` allocated for this call.
         let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
-        crate::pad::pad_rows(values.bytes, token_bytes, &offsets, width, pad, dst)
+        guarded(OnPanic::Internal, || {
+            crate::pad::pad_rows(values.bytes, token_bytes, &offsets, width, pad, dst)
+        })
     })
     .map_err(to_py)?;
     drop(keep);
     Ok(())
 }
 
-/// A new frame holding `rows` (indices into the concatenation of the frames' rows; `None`:
-/// every row, in order) of frames that share one schema.
+/// A row selection as Python hands it over: `None` (every row), a `range`, or a sequence of
+/// ints (negative ones count from the end).
+fn row_selection(rows: Option<&Bound<'_, PyAny>>) -> PyResult<crate::ops::Rows> {
+    use crate::ops::Rows;
+    let Some(rows) = rows.filter(|r| !r.is_none()) else {
+        return Ok(Rows::All);
+    };
+    if let Ok(range) = rows.cast::<pyo3::types::PyRange>() {
+        let int = |name: &str| -> PyResult<i64> {
+            range.getattr(name)?.extract().map_err(|_| {
+                errors::WireError::new_err(format!(
+                    "row range {range}: {name} does not fit in 64 bits"
+                ))
+            })
+        };
+        return Ok(Rows::Range {
+            start: int("start")?,
+            stop: int("stop")?,
+            step: int("step")?,
+        });
+    }
+    rows.extract::<Vec<i64>>().map(Rows::List).map_err(|_| {
+        errors::WireError::new_err(format!(
+            "rows must be a range, a slice or a sequence of ints, not {}",
+            rows.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })
+}
+
+fn new_frame(request: &crate::encode::EncodeRequest<'_>) -> crate::Result<Frame> {
+    let buf = crate::encode::encode(request, EncodeOptions::default())?;
+    let layout = crate::decode::parse_frame(buf.as_slice())?;
+    Ok(Frame::from_owned(buf, layout))
+}
+
+/// A new frame holding `rows` (see `row_selection`) of the concatenation of `frames`' rows.
 #[pyfunction]
 #[pyo3(signature = (frames, rows=None))]
 fn gather(
     py: Python<'_>,
     frames: Vec<Bound<'_, Frame>>,
-    rows: Option<Vec<u64>>,
+    rows: Option<Bound<'_, PyAny>>,
 ) -> PyResult<Frame> {
+    let rows = row_selection(rows.as_ref())?;
     let frames: Vec<&Frame> = frames.iter().map(|f| f.get()).collect();
-    let (buf, layout) = py
-        .detach(|| {
+    py.detach(|| {
+        guarded(OnPanic::Frame, || {
             let sources: Vec<crate::ops::Source<'_>> = frames
                 .iter()
                 .map(|f| crate::ops::Source {
@@ -346,13 +400,30 @@ fn gather(
                     layout: f.layout(),
                 })
                 .collect();
-            let request = crate::ops::gather(&sources, rows.as_deref())?;
-            let buf = crate::encode::encode(&request, EncodeOptions::default())?;
-            let layout = crate::decode::parse_frame(buf.as_slice())?;
-            Ok((buf, layout))
+            new_frame(&crate::ops::gather(&sources, &rows)?)
         })
-        .map_err(to_py)?;
-    Ok(Frame::from_owned(buf, layout))
+    })
+    .map_err(to_py)
+}
+
+/// Consecutive sections of `frame` of `sizes` rows each (adding up to its row count), reading
+/// its tables once.
+#[pyfunction]
+fn split_rows(py: Python<'_>, frame: &Bound<'_, Frame>, sizes: Vec<u64>) -> PyResult<Vec<Frame>> {
+    let frame = frame.get();
+    py.detach(|| {
+        guarded(OnPanic::Frame, || {
+            let source = crate::ops::Source {
+                bytes: frame.bytes(),
+                layout: frame.layout(),
+            };
+            crate::ops::split(source, &sizes)?
+                .iter()
+                .map(new_frame)
+                .collect()
+        })
+    })
+    .map_err(to_py)
 }
 
 /// Applies the field rules to one field as a schema declares it (JSON: name, tier, dtype,
@@ -389,19 +460,21 @@ fn validate_contract(
 #[pymodule]
 mod _native {
     #[pymodule_export]
+    use super::errors::InternalError;
+    #[pymodule_export]
     use super::errors::{BatchError, ContractError, FrameError, SchemaError, WireError};
     #[pymodule_export]
     use super::extract::register_torch;
     #[pymodule_export]
     use super::frame::{BorrowedBytes, Frame};
     #[pymodule_export]
-    use super::gather;
-    #[pymodule_export]
     use super::pad_rows;
     #[pymodule_export]
     use super::{check_frame_contracts, placeholder_runs};
     #[pymodule_export]
     use super::{encode, encode_parts};
+    #[pymodule_export]
+    use super::{gather, split_rows};
     #[pymodule_export]
     use super::{validate_contract, validate_field_spec};
 }

@@ -63,3 +63,13 @@ pub fn sample_frame() -> Vec<u8> {
         .as_slice()
         .to_vec()
 }
+
+/// The int64s of a tensor in a frame (tests only: panics when out of bounds).
+pub fn read_i64s<'b>(
+    buf: &'b [u8],
+    loc: &py_wire_codec::decode::TensorLoc,
+) -> impl Iterator<Item = i64> + 'b {
+    buf[loc.offset..loc.offset + loc.nbytes]
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+}
