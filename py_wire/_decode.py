@@ -99,7 +99,7 @@ def decode(
                 f"({wanted.fingerprint})"
             )
     if layout not in (None, "nested", "padded", "list"):
-        raise ValueError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
+        raise _native.WireError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
     keep = set(frame_schema.fields_for(stage)) if stage is not None else None
     views = FrameViews(frame)
     _check_field_table(views, frame_schema)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from py_wire._native import FrameError
+from py_wire._native import BatchError, FrameError
 
 Row = list[torch.Tensor] | None
 
@@ -109,13 +109,14 @@ class PackedTensor:
         """One tensor per row (its segments concatenated along the pack dim), as NeMo-RL's
         ``PackedTensor.tensors``. Rows with one segment are views; several are concatenated."""
         out: list[torch.Tensor | None] = []
-        for row in self.rows():
+        for r, row in enumerate(self.rows()):
             if row is None:
                 out.append(None)
             elif len(row) == 1:
                 out.append(row[0])
             else:
-                out.append(torch.cat(row, dim=self._dim_to_pack))
+                labelled = [(r, j, s) for j, s in enumerate(row)]
+                out.append(_cat(labelled, self._dim_to_pack, "PackedTensor.tensors"))
         return out
 
     def _csr(self) -> tuple[torch.Tensor, ...] | None:
@@ -138,13 +139,15 @@ class PackedTensor:
             whole = self._frame.contiguous_values()
             if whole is not None:
                 return whole if whole.numel() or self._frame.num_refs else None
-        segments = [s for row in self.rows() if row for s in row]
-        if not segments:
+        rows = self.rows()
+        labelled = [(r, j, s) for r, row in enumerate(rows) if row for j, s in enumerate(row)]
+        if not labelled:
             return None
         dim = self._dim_to_pack
         if pad_to_max_shape:
-            segments = _pad_to_max(segments, dim)
-        return torch.cat(segments, dim=dim)
+            padded = _pad_to_max([s for _, _, s in labelled], dim)
+            labelled = [(r, j, p) for (r, j, _), p in zip(labelled, padded, strict=True)]
+        return _cat(labelled, dim, "PackedTensor.as_tensor()")
 
     def slice(self, indices: Iterable[int] | slice) -> PackedTensor:
         """The rows at ``indices`` (views, no copy)."""
@@ -169,13 +172,43 @@ class PackedTensor:
         )
 
 
+def _cat(labelled: list[tuple[int, int, torch.Tensor]], dim: int, what: str) -> torch.Tensor:
+    """The segments concatenated along ``dim``; a ``BatchError`` naming the rows, segments and
+    dims that disagree instead of torch's "Sizes of tensors must match"."""
+    try:
+        return torch.cat([s for _, _, s in labelled], dim=dim)
+    except (RuntimeError, IndexError) as e:
+        r0, j0, first = labelled[0]
+        for r, j, s in labelled[1:]:
+            if s.dim() != first.dim():
+                why = f"rank {s.dim()} differs from rank {first.dim()}"
+            else:
+                rank = first.dim()
+                if not -rank <= dim < rank:
+                    raise BatchError(
+                        f"{what}: dim_to_pack {dim} is out of range for segments of rank {rank}"
+                    ) from None
+                diff = [d for d in range(rank) if d != dim % rank and s.shape[d] != first.shape[d]]
+                if not diff:
+                    continue
+                d = diff[0]
+                why = f"dim {d} is {s.shape[d]}, not {first.shape[d]}"
+            raise BatchError(
+                f"{what}: row {r} segment {j} (shape {list(s.shape)}) cannot be concatenated "
+                f"with row {r0} segment {j0} (shape {list(first.shape)}) along dim_to_pack={dim}: "
+                f"{why}; every dim but the pack dim must match: pass pad_to_max_shape=True to "
+                "zero-pad them to their max"
+            ) from None
+        raise BatchError(f"{what}: cannot concatenate the segments along dim {dim}: {e}") from None
+
+
 def _pad_to_max(segments: list[torch.Tensor], dim: int) -> list[torch.Tensor]:
     ranks = {s.dim() for s in segments}
     if len(ranks) != 1:
-        raise ValueError(f"pad_to_max_shape needs segments of one rank, got ranks {sorted(ranks)}")
+        raise BatchError(f"pad_to_max_shape needs segments of one rank, got ranks {sorted(ranks)}")
     rank = ranks.pop()
     if not -rank <= dim < rank:
-        raise IndexError(f"dim_to_pack {dim} is out of range for rank {rank}")
+        raise BatchError(f"dim_to_pack {dim} is out of range for rank {rank}")
     dim %= rank
     target = [max(s.shape[d] for s in segments) for d in range(rank)]
     out = []

@@ -9,13 +9,25 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import re
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
+from py_wire import _native
 from py_wire._native import FrameError, SchemaError
 
 if TYPE_CHECKING:
@@ -42,19 +54,20 @@ DTypeName = Literal[
     "complex128",
 ]
 Tier = Literal["packed", "per_token", "scalar"]
-Dim = int | Literal["*"]
+# The loader reports types (strict: `true` is not 1, 1.5 is not an int) in the codec's widths;
+# the rules (ranks, pack dims, casts, names, contract parameters) are the codec's
+# (`_native.validate_field_spec`, `_native.validate_contract`).
+Int64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
+UInt64 = Annotated[StrictInt, Field(ge=0, le=2**64 - 1)]
+Dim = Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] | Literal["*"]
 
 DEFAULT_STAGES = ("generation", "logprob", "ref_logprob", "train")
-_FLOATS = ("float16", "bfloat16", "float32", "float64")
-#: (source, wire) casts the codec implements; the narrowing ones must be declared lossy.
-WIRE_CASTS: dict[tuple[str, str], bool] = {
-    ("float32", "bfloat16"): True,
-    ("float32", "float16"): True,
-    ("float64", "float32"): True,
-    ("float64", "bfloat16"): True,
-    ("float64", "float16"): True,
-}
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: The largest schema file, or schema string in a frame, that is parsed at all.
+MAX_SCHEMA_BYTES = 1 << 20
+#: The deepest nesting of arrays and tables a schema file or a frame's schema JSON may have
+#: (a real schema needs 3); checked before parsing, so no parser recurses on hostile input.
+MAX_NESTING = 32
+
 _SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -72,47 +85,48 @@ class FieldDef(BaseModel):
         description="packed: the whole segment shape; per_token: the dims after the sequence "
         'dim; scalar: the static dims of one row ([] for 0-d). "*" marks a ragged dim.',
     )
-    required: bool = True
-    stages: tuple[str, ...] | None = Field(
+    required: StrictBool = True
+    stages: tuple[StrictStr, ...] | None = Field(
         default=None, description="Stages that need this field; default: every stage."
     )
-    pack_dim: int = Field(default=0, description="packed only: the dim segments concatenate on.")
-    pad_value: float | int | bool = 0
+    pack_dim: Int64 = Field(
+        default=0, description="packed only: the dim segments concatenate on (-1: the last)."
+    )
+    pad_value: StrictBool | StrictInt | StrictFloat = Field(
+        default=0, description="per_token only: what layout='padded' fills with; must fit dtype."
+    )
     wire_dtype: DTypeName | None = Field(
         default=None, description="dtype stored on the wire (a cast at encode)."
     )
-    lossy: bool = Field(default=False, description="Must be true when wire_dtype narrows.")
-    description: str = ""
+    lossy: StrictBool = Field(default=False, description="Must be true when wire_dtype narrows.")
+    description: StrictStr = ""
 
     @model_validator(mode="after")
     def _check(self) -> FieldDef:
-        if any(isinstance(d, int) and d < 0 for d in self.shape):
-            raise ValueError(f"shape {list(self.shape)} has a negative dim")
-        if self.tier == "packed":
-            if not self.shape:
-                raise ValueError("a packed field needs a segment shape of rank >= 1")
-            rank = len(self.shape)
-            if not -rank <= self.pack_dim < rank:
-                raise ValueError(f"pack_dim {self.pack_dim} is out of range for rank {rank}")
-            if self.pack_dim < 0:
-                object.__setattr__(self, "pack_dim", self.pack_dim + rank)
-        else:
-            if "*" in self.shape:
-                raise ValueError(f'a {self.tier} field cannot have ragged ("*") dims')
-            if self.pack_dim != 0:
-                raise ValueError("pack_dim applies to packed fields only")
-        if self.wire_dtype is not None and self.wire_dtype != self.dtype:
-            lossy = WIRE_CASTS.get((self.dtype, self.wire_dtype))
-            if lossy is None:
-                raise ValueError(
-                    f"no cast from {self.dtype} to wire dtype {self.wire_dtype} "
-                    "(only floating-point narrowing casts exist; integers are never cast)"
-                )
-            if lossy and not self.lossy:
-                raise ValueError(
-                    f"wire dtype {self.wire_dtype} narrows {self.dtype}: declare lossy = true"
-                )
+        # Only Python reads pad_value (the codec never sees it), so this rule lives here.
+        for dtype in dict.fromkeys((self.dtype, self.stored_dtype)):
+            problem = _pad_problem(self.pad_value, dtype)
+            if problem:
+                raise ValueError(f"pad_value {self.pad_value!r} does not fit {dtype}: {problem}")
         return self
+
+    def _decl(self, name: str) -> dict[str, Any]:
+        """The field as the codec's rules read it (`spec.rs` `FieldDecl`)."""
+        return {
+            "name": name,
+            "tier": self.tier,
+            "dtype": self.dtype,
+            "wire_dtype": self.wire_dtype,
+            "shape": [None if d == "*" else d for d in self.shape],
+            "pack_dim": self.pack_dim,
+            "lossy": self.lossy,
+        }
+
+    def _resolve(self, name: str) -> dict[str, Any]:
+        """The codec's verdict on this field: the spec a frame stores (``SchemaError`` naming
+        the field if it breaks a rule)."""
+        spec: dict[str, Any] = json.loads(_native.validate_field_spec(json.dumps(self._decl(name))))
+        return spec
 
     @property
     def stored_dtype(self) -> str:
@@ -126,33 +140,23 @@ class PlaceholderContract(BaseModel):
     model_config = _FROZEN
 
     kind: Literal["placeholder"] = "placeholder"
-    name: str
-    media_field: str = Field(description="The packed field whose items are the images.")
-    token_id: int
-    begin_token_id: int | None = None
-    end_token_id: int | None = None
+    name: StrictStr
+    media_field: StrictStr = Field(description="The packed field whose items are the images.")
+    token_id: Int64
+    begin_token_id: Int64 | None = None
+    end_token_id: Int64 | None = None
     count: Literal["grid_thw", "fixed", "image_size", "field"]
-    grid_field: str | None = None
-    merge_size: int = 2
-    tokens_per_image: int | None = None
-    sizes_field: str | None = None
-    count_field: str | None = Field(
+    grid_field: StrictStr | None = None
+    merge_size: UInt64 = 2
+    tokens_per_image: UInt64 | None = None
+    sizes_field: StrictStr | None = None
+    count_field: StrictStr | None = Field(
         default=None, description='count = "field": a packed int field, one token count per image.'
     )
-    patch_size: int = 16
-    downsample_ratio: float = 0.5
-
-    @model_validator(mode="after")
-    def _check(self) -> PlaceholderContract:
-        needs = {
-            "grid_thw": "grid_field",
-            "fixed": "tokens_per_image",
-            "image_size": "sizes_field",
-            "field": "count_field",
-        }
-        if getattr(self, needs[self.count]) is None:
-            raise ValueError(f"count = {self.count!r} needs {needs[self.count]}")
-        return self
+    patch_size: UInt64 = 16
+    downsample_ratio: StrictFloat = 0.5
+    # The rules (parameters in range, the count rule's field present, named fields of the right
+    # tier, dtype and shape) are the codec's: `Schema` asks `_native.validate_contract`.
 
 
 #: The contract kinds; ``kind`` defaults to "placeholder", the only one so far.
@@ -164,22 +168,24 @@ class Schema(BaseModel):
 
     model_config = _FROZEN
 
-    name: str
-    version: int = 1
-    description: str = ""
-    sequence_field: str | None = None
-    lengths_field: str | None = Field(
+    name: StrictStr
+    version: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] = 1
+    description: StrictStr = ""
+    sequence_field: StrictStr | None = None
+    lengths_field: StrictStr | None = Field(
         default=None, description="A scalar integer field equal to each row's sequence length."
     )
-    stages: tuple[str, ...] = DEFAULT_STAGES
-    fields: dict[str, FieldDef]
+    stages: tuple[StrictStr, ...] = DEFAULT_STAGES
+    fields: dict[StrictStr, FieldDef]
     contracts: tuple[Contract, ...] = ()
 
     @model_validator(mode="after")
     def _check(self) -> Schema:
+        specs = {}
         for name, field in self.fields.items():
-            if not _IDENT.match(name) or name.startswith("__"):
-                raise ValueError(f"field name {name!r} must be an identifier not starting with __")
+            specs[name] = field._resolve(name)  # the codec's field rules; SchemaError names it
+            if field.pack_dim != specs[name]["pack_dim"]:  # -1 → the last dim, as resolved
+                object.__setattr__(field, "pack_dim", specs[name]["pack_dim"])
             unknown = set(field.stages or ()) - set(self.stages)
             if unknown:
                 raise ValueError(
@@ -197,10 +203,12 @@ class Schema(BaseModel):
             f = self.fields.get(lengths)
             if f is None or f.tier != "scalar" or f.shape or f.dtype not in ("int32", "int64"):
                 raise ValueError(f"lengths_field {lengths!r} must name a 0-d int scalar field")
+        spec_json = [json.dumps(s) for s in specs.values()]
+        names = [c.name for c in self.contracts]
         for c in self.contracts:
-            for ref in (c.media_field, c.grid_field, c.sizes_field, c.count_field):
-                if ref is not None and ref not in self.fields:
-                    raise ValueError(f"contract {c.name!r} names unknown field {ref!r}")
+            if names.count(c.name) > 1:
+                raise ValueError(f"contract name {c.name!r} appears {names.count(c.name)} times")
+            _native.validate_contract(c.model_dump_json(), spec_json, seq)
         return self
 
     # -- derived facts (cached: the model is frozen) --------------------------------------
@@ -227,19 +235,7 @@ class Schema(BaseModel):
     @functools.cached_property
     def _spec_dicts(self) -> dict[str, dict[str, Any]]:
         """Per field, the layout facts the codec needs (what a frame's field table holds)."""
-        out = {}
-        for name, f in self.fields.items():
-            spec: dict[str, Any] = {
-                "name": name,
-                "tier": f.tier,
-                "dtype": f.dtype,
-                "shape": [None if d == "*" else d for d in f.shape],
-                "pack_dim": f.pack_dim,
-            }
-            if f.wire_dtype and f.wire_dtype != f.dtype:
-                spec["wire_dtype"] = f.wire_dtype
-            out[name] = spec
-        return out
+        return {name: f._resolve(name) for name, f in self.fields.items()}
 
     @functools.cached_property
     def _specs(self) -> dict[str, str]:
@@ -257,10 +253,14 @@ class Schema(BaseModel):
 
     @classmethod
     def from_toml(cls, text: str, source: str = "<string>") -> Schema:
+        _check_size(text, source, SchemaError)
+        _check_nesting(text, _TOML_TOKENS, source, SchemaError)
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise SchemaError(f"{source}: not valid TOML: {e}") from None
+        except RecursionError:  # unreachable past the nesting cap; never let it escape
+            raise SchemaError(f"{source}: nested too deeply") from None
         return cls._validate(data, source)
 
     @classmethod
@@ -270,41 +270,182 @@ class Schema(BaseModel):
 
     @classmethod
     def from_json(cls, text: str, source: str = "<frame>") -> Schema:
+        _check_size(text, source, SchemaError)
+        _check_nesting(text, _JSON_TOKENS, source, SchemaError)
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as e:
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, int digit limits
             raise SchemaError(f"{source}: not valid JSON: {e}") from None
         return cls._validate(data, source)
 
     @classmethod
     def from_frame(cls, frame: Frame) -> Schema:
         """The schema a frame carries, checked against its fingerprint (``FrameError`` if the
-        two disagree: the header was damaged)."""
+        two disagree: the header was damaged). The fingerprint, the size and the nesting are
+        checked before the text is parsed; every failure is a ``FrameError``."""
         meta = frame.metadata
         text = meta.get("py_wire.schema")
         if text is None:
             raise FrameError("the frame carries no schema")
-        try:
-            schema = cls.from_json(text, "frame metadata")
-        except SchemaError as e:
-            raise FrameError(f"the frame's schema is invalid: {e}") from None
-        if schema.fingerprint != meta.get("py_wire.fingerprint"):
-            raise FrameError(
-                f"the frame's schema does not match its fingerprint "
-                f"{meta.get('py_wire.fingerprint')!r} (damaged header?)"
-            )
-        return schema
+        return _schema_from_frame_text(text, meta.get("py_wire.fingerprint"))
 
     @classmethod
     def _validate(cls, data: Any, source: str) -> Schema:
         try:
             return cls.model_validate(data)
         except ValidationError as e:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
-                for err in e.errors()
-            )
-            raise SchemaError(f"{source}: {problems}") from None
+            raise SchemaError(f"{source}: {_problems(e)}") from None
+        except RecursionError:  # deeply nested Python data handed to from_dict
+            raise SchemaError(f"{source}: nested too deeply") from None
+
+
+def _problems(e: ValidationError) -> str:
+    out = []
+    for err in e.errors(include_url=False, include_input=False):
+        msg = err["msg"].removeprefix("Value error, ")
+        where = ".".join(str(p) for p in err["loc"])
+        out.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(out)
+
+
+@functools.lru_cache(maxsize=64)
+def _schema_from_frame_text(text: str, fingerprint: Any) -> Schema:
+    where = "the frame's schema"
+    _check_size(text, where, FrameError)
+    if not isinstance(fingerprint, str):
+        raise FrameError("the frame carries a schema but no fingerprint")
+    digest = "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    if digest != fingerprint:
+        raise FrameError(
+            f"the frame's schema does not match its fingerprint {fingerprint[:80]!r} "
+            "(damaged header?)"
+        )
+    try:
+        schema = Schema.from_json(text, where)
+    except SchemaError as e:
+        raise FrameError(f"the frame's schema is invalid: {e}") from None
+    if schema.fingerprint != fingerprint:
+        raise FrameError(f"{where} is not in canonical form (its fingerprint {fingerprint!r})")
+    return schema
+
+
+def _check_size(text: str, source: str, error: type[Exception]) -> None:
+    if len(text) > MAX_SCHEMA_BYTES:
+        raise error(f"{source}: {len(text)} characters; a schema is at most {MAX_SCHEMA_BYTES}")
+
+
+#: The characters that open or close strings, comments and brackets.
+_TOML_TOKENS = re.compile(r"\"\"\"|'''|[\"'\\#\n\[\]{}]")
+_JSON_TOKENS = re.compile(r'["\\\[\]{}]')
+#: What ends each kind of string or comment (JSON strings follow the basic-string rules).
+_STRING_ENDS: dict[str, tuple[str, ...]] = {
+    '"': ('"', '"""', "\n"),
+    "'": ("'", "'''", "\n"),
+    '"""': ('"""',),
+    "'''": ("'''",),
+    "#": ("\n",),
+}
+
+
+def _check_nesting(text: str, tokens: re.Pattern[str], source: str, error: type[Exception]) -> None:
+    """Reject text whose brackets nest deeper than :data:`MAX_NESTING`, before any parser
+    recurses into it. Brackets in strings and comments do not count. One linear pass over the
+    special characters (no backtracking regex: hostile text cannot make it quadratic)."""
+    depth = 0
+    state: str | None = None  # None: code; else the token that opened the string or comment
+    skip = 0  # a backslash in a basic string escapes the next character
+    for m in tokens.finditer(text):
+        if m.start() < skip:
+            continue
+        t = m.group()
+        if state is None:
+            if t in ("[", "{"):
+                depth += 1
+                if depth > MAX_NESTING:
+                    raise error(f"{source}: nested deeper than {MAX_NESTING} levels")
+            elif t in ("]", "}"):
+                depth = max(depth - 1, 0)
+            elif t in _STRING_ENDS:
+                state = t
+        elif t == "\\" and state in ('"', '"""'):
+            skip = m.start() + 2
+        elif t in _STRING_ENDS[state]:
+            state = None
+
+
+#: The most and least a pad value may be, per dtype: integers exactly; floats up to the
+#: largest finite value (NaN always, infinities where the dtype has them).
+_INT_RANGE = {
+    "uint8": (0, 2**8 - 1),
+    "int8": (-(2**7), 2**7 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "uint16": (0, 2**16 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "uint32": (0, 2**32 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+    # torch builds the pad element from a Python int through int64.
+    "uint64": (0, 2**63 - 1),
+}
+_FLOAT_MAX = {
+    "float16": 65504.0,
+    "bfloat16": 3.3895313892515355e38,
+    "float32": 3.4028234663852886e38,
+    "float64": 1.7976931348623157e308,
+    "float8_e4m3fn": 448.0,
+    "float8_e5m2": 57344.0,
+    "complex64": 3.4028234663852886e38,
+    "complex128": 1.7976931348623157e308,
+}
+_NO_INF = {"float8_e4m3fn"}
+
+
+def _pad_problem(value: bool | int | float, dtype: str) -> str | None:
+    """Why ``value`` cannot be stored exactly as one ``dtype`` element, or None."""
+    if dtype == "bool":
+        if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+            return None
+        return "a bool field pads with true, false, 0 or 1"
+    if dtype in _INT_RANGE:
+        lo, hi = _INT_RANGE[dtype]
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "an integer field needs an integer pad value"
+        return None if lo <= value <= hi else f"expected {lo} <= pad_value <= {hi}"
+    if isinstance(value, bool):
+        return "a floating-point field needs a number, not a bool"
+    limit = _FLOAT_MAX[dtype]
+    try:
+        x = float(value)
+    except OverflowError:
+        return f"expected |pad_value| <= {limit}"
+    if math.isnan(x) or abs(x) <= limit:
+        return None
+    if math.isinf(x) and dtype not in _NO_INF:
+        return None
+    return f"expected |pad_value| <= {limit}" + (" (no infinities)" if dtype in _NO_INF else "")
+
+
+def _wire_casts() -> dict[tuple[str, str], bool]:
+    """The codec's wire-cast table, read from the codec: (source, wire) → lossy."""
+    out = {}
+    for src in DTypeName.__args__:
+        for wire in DTypeName.__args__:
+            if src == wire:
+                continue
+            decl = {"name": "x", "tier": "scalar", "dtype": src, "wire_dtype": wire, "shape": []}
+            try:
+                _native.validate_field_spec(json.dumps({**decl, "lossy": True}))
+            except SchemaError:
+                continue
+            try:
+                _native.validate_field_spec(json.dumps(decl))
+                out[(src, wire)] = False
+            except SchemaError:
+                out[(src, wire)] = True
+    return out
+
+
+#: (source, wire) casts the codec implements, and whether each must be declared lossy.
+WIRE_CASTS: dict[tuple[str, str], bool] = _wire_casts()
 
 
 def bundled_schemas() -> list[str]:
@@ -312,9 +453,32 @@ def bundled_schemas() -> list[str]:
     return sorted(p.stem for p in _SCHEMA_DIR.glob("*.toml"))
 
 
+def read_schema_file(path: Path, shown: str | None = None) -> str:
+    """A schema file's text: a regular file of at most :data:`MAX_SCHEMA_BYTES` bytes of
+    UTF-8. Every failure is a ``SchemaError`` naming the file."""
+    shown = str(path) if shown is None else shown
+    try:
+        if not path.exists():
+            raise SchemaError(f"schema file {shown} does not exist")
+        if not path.is_file():
+            raise SchemaError(f"schema file {shown} is not a regular file")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_SCHEMA_BYTES + 1)
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        raise SchemaError(f"schema file {shown}: cannot read: {e}") from None
+    if len(data) > MAX_SCHEMA_BYTES:
+        raise SchemaError(f"schema file {shown} is larger than {MAX_SCHEMA_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SchemaError(
+            f"schema file {shown} is not UTF-8 text: byte {e.start} is {data[e.start]:#04x}"
+        ) from None
+
+
 @functools.lru_cache(maxsize=64)
-def _load_path(path: Path) -> Schema:
-    return Schema.from_toml(path.read_text(), str(path))
+def _load_path(path: Path, shown: str) -> Schema:
+    return Schema.from_toml(read_schema_file(path, shown), shown)
 
 
 def load_schema(name_or_path: str | Path | Schema) -> Schema:
@@ -325,8 +489,10 @@ def load_schema(name_or_path: str | Path | Schema) -> Schema:
     path = Path(text)
     if path.suffix != ".toml" and "/" not in text:
         path = _SCHEMA_DIR / f"{text}.toml"
-        if not path.exists():
+        if not path.is_file():
             raise SchemaError(f"no bundled schema {text!r}; bundled: {bundled_schemas()}")
-    if not path.exists():
-        raise SchemaError(f"schema file {text} does not exist")
-    return _load_path(path.resolve())
+    try:
+        resolved = path.resolve()
+    except (OSError, ValueError, RuntimeError) as e:
+        raise SchemaError(f"schema file {text}: {e}") from None
+    return _load_path(resolved, text)

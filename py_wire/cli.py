@@ -20,12 +20,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from py_wire._native import Frame, FrameError, SchemaError
-from py_wire._schema import Schema, bundled_schemas, load_schema
+from py_wire._native import Frame, FrameError, WireError
+from py_wire._schema import Schema, bundled_schemas, load_schema, read_schema_file
 
 #: Stages that run a forward pass over the media and so must see the same multimodal fields.
 FORWARD_STAGES = ("logprob", "ref_logprob", "train")
 DESCRIPTION_WIDTH = 80
+MAX_ERROR_CHARS = 2000
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,8 +38,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return args.run(args)
-    except (SchemaError, FrameError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except WireError as e:
+        # One line: a hostile file's text must not spill over the terminal.
+        message = " ".join(str(e).split())
+        if len(message) > MAX_ERROR_CHARS:
+            message = message[: MAX_ERROR_CHARS - 3] + "..."
+        print(f"error: {message}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `py-wire ... | head`
         return 0
@@ -145,13 +150,10 @@ def _schema_check(args: argparse.Namespace) -> int:
 
 def _load_schema_file(file: str) -> Schema:
     path = Path(file)
-    if path.is_file():
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise SchemaError(f"{file}: cannot read: {e}") from None
-        return Schema.from_toml(text, file)
-    return load_schema(file)  # a bundled name, or SchemaError saying the file does not exist
+    if path.suffix == ".toml" or "/" in file or path.exists():
+        # Uncached, from this file's bytes (SchemaError: missing, not a file, not UTF-8, ...).
+        return Schema.from_toml(read_schema_file(path, file), file)
+    return load_schema(file)  # a bundled name
 
 
 def _describe_contract(c: Any) -> str:
@@ -162,6 +164,8 @@ def _describe_contract(c: Any) -> str:
         rule = f"t*h*w/{c.merge_size**2} tokens per item of {c.grid_field!r}"
     elif c.count == "fixed":
         rule = f"{c.tokens_per_image} tokens per item of {c.media_field!r}"
+    elif c.count == "field":
+        rule = f"per image, the token count stored in {c.count_field!r}"
     else:
         rule = (
             f"int((H//{c.patch_size})*{c.downsample_ratio})*int((W//{c.patch_size})*"
@@ -226,12 +230,8 @@ def _inspect(args: argparse.Namespace) -> int:
 def _print_frame(name: str, frame: Frame, header: int) -> None:
     meta = frame.metadata
     layout = frame._layout()
-    schema_name, version = "?", "?"
-    try:
-        info = json.loads(meta.get("py_wire.schema", "{}"))
-        schema_name, version = info.get("name", "?"), info.get("version", "?")
-    except (json.JSONDecodeError, AttributeError):
-        pass
+    schema: Schema = frame.schema  # checked against its fingerprint, size and nesting: FrameError
+    schema_name, version = schema.name, schema.version
     fields = layout["fields"]
     print(f"frame: {name}")
     print(f"schema: {schema_name} v{version}")

@@ -41,6 +41,17 @@ pub fn is_supported(from: DType, to: DType) -> bool {
         )
 }
 
+/// Whether a schema may declare `to` as the wire dtype of a `from` field: the narrowing float
+/// casts only (a widening one would only make frames larger). [`is_supported`] also lists the
+/// widening casts back, which decoding to the source dtype uses.
+pub fn is_wire_cast(from: DType, to: DType) -> bool {
+    use DType::*;
+    matches!(
+        (from, to),
+        (F32, BF16) | (F32, F16) | (F64, F32) | (F64, BF16) | (F64, F16)
+    )
+}
+
 /// Whether the cast can lose information (a narrowing float cast, e.g. F32->BF16, F32->F16,
 /// F64->F32, F64->BF16, F64->F16, BF16<->F16 either way).
 ///

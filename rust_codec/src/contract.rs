@@ -53,6 +53,141 @@ pub struct PlaceholderContract {
     pub downsample_ratio: f64,
 }
 
+impl PlaceholderContract {
+    /// The contract's own rules (no field needed): the kind, the counting parameters and the
+    /// field its count rule reads. Checked at schema load and again before a check runs.
+    pub fn validate(&self) -> Result<()> {
+        let name = &self.name;
+        if let Some(kind) = self.kind.as_deref().filter(|&k| k != "placeholder") {
+            return Err(schema_err!(
+                "contract {name:?}: kind {kind:?} is unknown; the only kind is \"placeholder\""
+            ));
+        }
+        if name.is_empty() {
+            return Err(schema_err!("a contract needs a non-empty name"));
+        }
+        for (what, id) in [
+            ("begin_token_id", self.begin_token_id),
+            ("end_token_id", self.end_token_id),
+        ] {
+            if id == Some(self.token_id) {
+                return Err(schema_err!(
+                    "contract {name:?}: {what} equals token_id {}; the wrapping tokens must \
+                     differ from the placeholder",
+                    self.token_id
+                ));
+            }
+        }
+        if self.merge_size == 0 || self.merge_size.checked_mul(self.merge_size).is_none() {
+            return Err(schema_err!(
+                "contract {name:?}: merge_size {} must be at least 1 and its square must fit in \
+                 64 bits",
+                self.merge_size
+            ));
+        }
+        if self.patch_size == 0 {
+            return Err(schema_err!(
+                "contract {name:?}: patch_size 0 must be at least 1"
+            ));
+        }
+        if !(self.downsample_ratio.is_finite() && self.downsample_ratio > 0.0) {
+            return Err(schema_err!(
+                "contract {name:?}: downsample_ratio {} must be a finite number above 0",
+                self.downsample_ratio
+            ));
+        }
+        let (needs, present) = match self.count {
+            CountRule::GridThw => ("grid_field", self.grid_field.is_some()),
+            CountRule::Fixed => ("tokens_per_image", self.tokens_per_image.is_some()),
+            CountRule::ImageSize => ("sizes_field", self.sizes_field.is_some()),
+            CountRule::Field => ("count_field", self.count_field.is_some()),
+        };
+        if !present {
+            return Err(schema_err!(
+                "contract {name:?}: count = {:?} needs {needs}",
+                self.count.name()
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`validate`](Self::validate), then the fields the contract names against the schema's
+    /// field specs: the media field is packed; the grid, sizes or count field is a packed
+    /// int32/int64 field of shape `["*", 3]`, `["*", 2]` or `["*"]`; the sequence field is a
+    /// per-token int64 field of shape `[]`.
+    pub fn validate_fields(
+        &self,
+        fields: &[FieldSpec],
+        sequence_field: Option<&str>,
+    ) -> Result<()> {
+        self.validate()?;
+        let name = &self.name;
+        let find = |field: &str| fields.iter().find(|f| f.name == field);
+        let seq = sequence_field.ok_or_else(|| {
+            schema_err!("contract {name:?}: placeholder contracts need a sequence_field")
+        })?;
+        match find(seq) {
+            Some(f)
+                if f.tier == Tier::PerToken
+                    && f.stored_dtype() == DType::I64
+                    && f.shape.is_empty() => {}
+            _ => {
+                return Err(schema_err!(
+                    "contract {name:?}: the sequence field {seq:?} must be a per_token int64 field \
+                     of shape []"
+                ))
+            }
+        }
+        let media = find(&self.media_field).ok_or_else(|| {
+            schema_err!(
+                "contract {name:?} names unknown field {:?}",
+                self.media_field
+            )
+        })?;
+        if media.tier != Tier::Packed {
+            return Err(schema_err!(
+                "contract {name:?}: media_field {:?} must be a packed field, not {}",
+                self.media_field,
+                media.tier.name()
+            ));
+        }
+        let (what, source, width) = match self.count {
+            CountRule::GridThw => ("grid_field", self.grid_field.as_deref(), Some(3)),
+            CountRule::ImageSize => ("sizes_field", self.sizes_field.as_deref(), Some(2)),
+            CountRule::Field => ("count_field", self.count_field.as_deref(), None),
+            CountRule::Fixed => return Ok(()),
+        };
+        let source = source.unwrap_or_default();
+        let f = find(source)
+            .ok_or_else(|| schema_err!("contract {name:?} names unknown field {source:?}"))?;
+        let expected: Vec<Option<u64>> = std::iter::once(None).chain(width.map(Some)).collect();
+        let int = matches!(f.stored_dtype(), DType::I64 | DType::I32);
+        if f.tier != Tier::Packed || !int || f.shape != expected || f.pack_dim != 0 {
+            return Err(schema_err!(
+                "contract {name:?}: {what} {source:?} must be a packed int32 or int64 field of \
+                 shape {} packed on dim 0; it is a {} {} field of shape {} packed on dim {}",
+                crate::spec::pattern_string(&expected),
+                f.tier.name(),
+                f.stored_dtype().name(),
+                crate::spec::pattern_string(&f.shape),
+                f.pack_dim
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl CountRule {
+    pub fn name(self) -> &'static str {
+        match self {
+            CountRule::GridThw => "grid_thw",
+            CountRule::Fixed => "fixed",
+            CountRule::ImageSize => "image_size",
+            CountRule::Field => "field",
+        }
+    }
+}
+
 /// What a contract reads of a packed field, row by row.
 trait MediaRows {
     fn field(&self) -> &FieldSpec;
@@ -511,4 +646,64 @@ pub fn check_request_contracts(
         return Ok(());
     }
     check_input(&request_input(request)?, contracts)
+}
+
+#[cfg(test)]
+mod rule_tests {
+    use super::*;
+
+    fn contract(extra: &str) -> PlaceholderContract {
+        serde_json::from_str(&format!(
+            r#"{{"name":"c","media_field":"pv","token_id":7,"begin_token_id":null,
+                "end_token_id":null,"count":"grid_thw","grid_field":"grid","merge_size":2,
+                "tokens_per_image":null,"sizes_field":null,"patch_size":16,
+                "downsample_ratio":0.5{extra}}}"#
+        ))
+        .unwrap()
+    }
+
+    fn spec(json: &str) -> FieldSpec {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn parameters_and_fields() {
+        assert!(contract("").validate().is_ok());
+        let mut c = contract("");
+        c.merge_size = 0;
+        assert!(c.validate().is_err());
+        c.merge_size = 1 << 32;
+        assert!(c.validate().is_err());
+        let mut c = contract("");
+        c.downsample_ratio = f64::NAN;
+        assert!(c.validate().is_err());
+        let mut c = contract("");
+        c.patch_size = 0;
+        assert!(c.validate().is_err());
+        let mut c = contract("");
+        c.begin_token_id = Some(7);
+        assert!(c.validate().is_err());
+        let mut c = contract("");
+        c.grid_field = None;
+        assert!(c.validate().is_err());
+
+        let ids = spec(r#"{"name":"ids","tier":"per_token","dtype":"int64","shape":[]}"#);
+        let pv = spec(r#"{"name":"pv","tier":"packed","dtype":"float32","shape":[null,4]}"#);
+        let grid = spec(r#"{"name":"grid","tier":"packed","dtype":"int64","shape":[null,3]}"#);
+        let fgrid = spec(r#"{"name":"grid","tier":"packed","dtype":"float32","shape":[null,3]}"#);
+        let c = contract("");
+        assert!(c
+            .validate_fields(&[ids.clone(), pv.clone(), grid.clone()], Some("ids"))
+            .is_ok());
+        assert!(c
+            .validate_fields(&[ids.clone(), pv.clone(), grid.clone()], None)
+            .is_err());
+        assert!(c
+            .validate_fields(&[ids.clone(), pv.clone(), fgrid], Some("ids"))
+            .is_err());
+        assert!(c.validate_fields(&[ids.clone(), pv], Some("ids")).is_err());
+        let mut c = contract("");
+        c.media_field = "ids".into();
+        assert!(c.validate_fields(&[ids, grid], Some("ids")).is_err());
+    }
 }

@@ -63,14 +63,34 @@ impl FieldSpec {
         self.wire_dtype.unwrap_or(self.dtype)
     }
 
+    /// The field rules, owned here and nowhere else: the schema loader asks the codec (through
+    /// [`FieldDecl::resolve`]) and a frame's field table is checked by the same function.
     pub fn validate(&self) -> Result<()> {
         let name = &self.name;
-        let valid_name = !name.is_empty()
-            && !name.starts_with("__")
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid_name {
+        if !is_field_name(name) {
             return Err(Error::Schema(format!(
-                "field name {name:?} must be ASCII letters, digits and '_' and must not start with '__'"
+                "field name {name:?} must start with an ASCII letter or '_', continue with ASCII \
+                 letters, digits and '_', be at most {MAX_NAME_LEN} bytes long and not start \
+                 with '__'"
+            )));
+        }
+        // Per-token and scalar values carry one more dim (tokens or rows) than the spec's shape.
+        let max_rank = match self.tier {
+            Tier::Packed => MAX_RANK,
+            Tier::PerToken | Tier::Scalar => MAX_RANK - 1,
+        };
+        if self.shape.len() > max_rank {
+            return Err(Error::Schema(format!(
+                "{} field {name:?}: shape {} has rank {}; at most {max_rank} is supported",
+                self.tier.name(),
+                pattern_string(&self.shape),
+                self.shape.len()
+            )));
+        }
+        if let Some(d) = self.shape.iter().flatten().find(|&&d| d > MAX_DIM) {
+            return Err(Error::Schema(format!(
+                "field {name:?}: static dim {d} in shape {} exceeds {MAX_DIM}",
+                pattern_string(&self.shape)
             )));
         }
         match self.tier {
@@ -103,9 +123,11 @@ impl FieldSpec {
             }
         }
         if let Some(wire) = self.wire_dtype {
-            if !crate::cast::is_supported(self.dtype, wire) {
+            if wire != self.dtype && !crate::cast::is_wire_cast(self.dtype, wire) {
                 return Err(Error::Schema(format!(
-                    "field {name:?}: no cast from {} to wire dtype {}",
+                    "field {name:?}: no cast from {} to wire dtype {} (a wire dtype narrows a \
+                     floating-point dtype: float32 to bfloat16 or float16, float64 to float32, \
+                     bfloat16 or float16; integers are never cast)",
                     self.dtype.name(),
                     wire.name()
                 )));
@@ -118,6 +140,83 @@ impl FieldSpec {
     /// than a flat one.
     pub fn values_are_stackable(&self) -> bool {
         self.pack_dim == 0 && self.shape[1..].iter().all(Option::is_some)
+    }
+}
+
+/// The most dims a segment or a value may have (the codec's fixed-size shapes).
+pub use crate::tensor::MAX_RANK;
+/// The largest static dim: shapes travel as int64 in a frame's index tensors.
+pub const MAX_DIM: u64 = i64::MAX as u64;
+/// The longest field name, in bytes.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// A field name: an ASCII identifier (`[A-Za-z_][A-Za-z0-9_]*`), not starting with `__` (the
+/// prefix of the frame's own tensors), at most [`MAX_NAME_LEN`] bytes.
+pub fn is_field_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    first_ok
+        && name.len() <= MAX_NAME_LEN
+        && !name.starts_with("__")
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A field as a schema file declares it, before the codec settles it: `pack_dim` may count from
+/// the end (`-1`: the last dim), a wire dtype equal to the dtype means no cast, and `lossy`
+/// says whether the schema accepts a narrowing wire cast. [`FieldDecl::resolve`] applies every
+/// field rule and returns the [`FieldSpec`] a frame stores.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FieldDecl {
+    pub name: String,
+    pub tier: Tier,
+    pub dtype: DType,
+    #[serde(default)]
+    pub wire_dtype: Option<DType>,
+    pub shape: Vec<Option<u64>>,
+    #[serde(default)]
+    pub pack_dim: i64,
+    #[serde(default)]
+    pub lossy: bool,
+}
+
+impl FieldDecl {
+    pub fn resolve(&self) -> Result<FieldSpec> {
+        let name = &self.name;
+        let rank = self.shape.len() as i64;
+        let pack_dim = if self.tier == Tier::Packed && self.pack_dim < 0 {
+            self.pack_dim.saturating_add(rank)
+        } else {
+            self.pack_dim
+        };
+        let pack_dim = usize::try_from(pack_dim).map_err(|_| {
+            Error::Schema(format!(
+                "{} field {name:?}: pack_dim {} is out of range for rank {rank}",
+                self.tier.name(),
+                self.pack_dim
+            ))
+        })?;
+        let spec = FieldSpec {
+            name: name.clone(),
+            tier: self.tier,
+            dtype: self.dtype,
+            wire_dtype: self.wire_dtype.filter(|&w| w != self.dtype),
+            shape: self.shape.clone(),
+            pack_dim,
+        };
+        spec.validate()?;
+        if let Some(wire) = spec.wire_dtype {
+            if crate::cast::is_lossy(spec.dtype, wire) && !self.lossy {
+                return Err(Error::Schema(format!(
+                    "field {name:?}: wire dtype {} narrows {}: declare lossy = true",
+                    wire.name(),
+                    spec.dtype.name()
+                )));
+            }
+        }
+        Ok(spec)
     }
 }
 
@@ -155,4 +254,67 @@ pub mod meta {
     pub const NUM_ROWS: &str = "py_wire.num_rows";
     pub const FIELDS: &str = "py_wire.fields";
     pub const SEQUENCE_FIELD: &str = "py_wire.sequence_field";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decl(json: &str) -> Result<FieldSpec> {
+        serde_json::from_str::<FieldDecl>(json).unwrap().resolve()
+    }
+
+    #[test]
+    fn field_names() {
+        for ok in ["x", "_x", "X9", "_", &"a".repeat(MAX_NAME_LEN)] {
+            assert!(is_field_name(ok), "{ok:?}");
+        }
+        for bad in [
+            "",
+            "1x",
+            "__x",
+            "x-y",
+            "x.y",
+            "abc\n",
+            "é",
+            &"a".repeat(MAX_NAME_LEN + 1),
+        ] {
+            assert!(!is_field_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ranks_pack_dims_and_casts() {
+        let packed = |shape: &str, pack: i64| {
+            decl(&format!(
+                r#"{{"name":"f","tier":"packed","dtype":"float32","shape":{shape},"pack_dim":{pack}}}"#
+            ))
+        };
+        assert_eq!(packed("[null,3]", -1).unwrap().pack_dim, 1);
+        assert!(packed("[null,3]", -3).is_err());
+        assert!(packed("[null,3]", 2).is_err());
+        assert!(packed("[null,1,1,1,1,1,1,1]", 0).is_ok());
+        assert!(packed("[null,1,1,1,1,1,1,1,1]", 0).is_err());
+        assert!(packed("[9223372036854775808]", 0).is_err());
+        let scalar = |shape: &str| {
+            decl(&format!(
+                r#"{{"name":"f","tier":"scalar","dtype":"float32","shape":{shape}}}"#
+            ))
+        };
+        assert!(scalar("[1,1,1,1,1,1,1]").is_ok());
+        assert!(scalar("[1,1,1,1,1,1,1,1]").is_err());
+        let cast = |from: &str, to: &str, lossy: bool| {
+            decl(&format!(
+                r#"{{"name":"f","tier":"scalar","dtype":"{from}","wire_dtype":"{to}","shape":[],"lossy":{lossy}}}"#
+            ))
+        };
+        assert_eq!(
+            cast("float32", "bfloat16", true).unwrap().wire_dtype,
+            Some(DType::BF16)
+        );
+        assert!(cast("float32", "bfloat16", false).is_err());
+        assert!(cast("bfloat16", "float32", true).is_err());
+        assert!(cast("int64", "int32", true).is_err());
+        assert_eq!(cast("float32", "float32", false).unwrap().wire_dtype, None);
+    }
 }

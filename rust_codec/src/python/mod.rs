@@ -219,7 +219,10 @@ fn encode_parts(
 fn parse_contracts(json: &[String]) -> PyResult<Vec<PlaceholderContract>> {
     json.iter()
         .map(|c| {
-            serde_json::from_str(c).map_err(|e| SchemaError::new_err(format!("contract {c}: {e}")))
+            let contract: PlaceholderContract = serde_json::from_str(c)
+                .map_err(|e| SchemaError::new_err(format!("contract {c}: {e}")))?;
+            contract.validate().map_err(to_py)?;
+            Ok(contract)
         })
         .collect()
 }
@@ -423,6 +426,37 @@ fn split_rows(py: Python<'_>, frame: &Bound<'_, Frame>, sizes: Vec<u64>) -> PyRe
     .map_err(to_py)
 }
 
+/// Applies the field rules to one field as a schema declares it (JSON: name, tier, dtype,
+/// shape with `null` for ragged dims, pack_dim, wire_dtype, lossy) and returns the field spec a
+/// frame stores, as JSON (`SchemaError` naming the field if a rule is broken). The schema
+/// loader calls this: the codec owns the rules.
+#[pyfunction]
+fn validate_field_spec(decl_json: &str) -> PyResult<String> {
+    let decl: crate::spec::FieldDecl = serde_json::from_str(decl_json)
+        .map_err(|e| SchemaError::new_err(format!("field {decl_json}: {e}")))?;
+    let spec = decl.resolve().map_err(to_py)?;
+    serde_json::to_string(&spec).map_err(|e| SchemaError::new_err(e.to_string()))
+}
+
+/// Applies a contract's rules, and checks the fields it names against the schema's field specs
+/// (as [`validate_field_spec`] returns them) and sequence field.
+#[pyfunction]
+#[pyo3(signature = (contract_json, field_specs, sequence_field=None))]
+fn validate_contract(
+    contract_json: &str,
+    field_specs: Vec<String>,
+    sequence_field: Option<&str>,
+) -> PyResult<()> {
+    let contract = parse_contracts(&[contract_json.to_string()])?.remove(0);
+    let specs = field_specs
+        .iter()
+        .map(|j| serde_json::from_str(j).map_err(|e| SchemaError::new_err(format!("{j}: {e}"))))
+        .collect::<PyResult<Vec<FieldSpec>>>()?;
+    contract
+        .validate_fields(&specs, sequence_field)
+        .map_err(to_py)
+}
+
 #[pymodule]
 mod _native {
     use pyo3::prelude::*;
@@ -448,4 +482,6 @@ mod _native {
     use super::{encode, encode_parts};
     #[pymodule_export]
     use super::{gather, split_rows};
+    #[pymodule_export]
+    use super::{validate_contract, validate_field_spec};
 }
