@@ -5,8 +5,10 @@ frame (a valid safetensors file), copying each payload byte once; ``decode`` ret
 it in the form each consumer needs.
 """
 
-from py_wire import _dtypes  # noqa: F401  (registers torch's dtypes with the codec)
-from py_wire import _native
+from py_wire import (
+    _dtypes,  # noqa: F401  (registers torch's dtypes with the codec)
+    _native,
+)
 from py_wire._decode import decode
 from py_wire._encode import check_contracts, encode, encode_parts, placeholder_runs
 from py_wire._native import (
