@@ -18,12 +18,11 @@ import torch
 from py_wire import _native
 from py_wire._dtypes import DTYPES
 from py_wire._encode import FINGERPRINT_KEY
-from py_wire._native import Frame, FrameError, SchemaError
+from py_wire._native import Frame, FrameError, FrameLayout, SchemaError, TensorLoc
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._schema import Schema, load_schema
 
 Layout = Literal["nested", "padded", "list"]
-Loc = tuple[int, int, str, tuple[int, ...]]
 
 
 def as_frame(data: Any) -> Frame:
@@ -51,7 +50,7 @@ class FrameViews:
 
     def __init__(self, frame: Frame) -> None:
         self.frame = frame
-        self.layout = frame._layout()
+        self.layout: FrameLayout = frame.layout
         if frame.readonly_buffer:
             with warnings.catch_warnings():
                 # Read-only inputs (bytes, read-only mmaps) give views torch cannot mark
@@ -60,13 +59,13 @@ class FrameViews:
                 self.base = torch.frombuffer(frame, dtype=torch.uint8)
         else:
             self.base = torch.frombuffer(frame, dtype=torch.uint8)
-        self.fields = {f["name"]: f for f in self.layout["fields"]}
-        seq = self.layout["seq_offsets"]
+        self.fields = {f.name: f for f in self.layout.fields}
+        seq = self.layout.seq_offsets
         self.seq_offsets = self.view(seq) if seq is not None else None
 
-    def view(self, loc: Loc) -> torch.Tensor:
-        offset, nbytes, dtype, shape = loc
-        return self.base[offset : offset + nbytes].view(DTYPES[dtype]).view(shape)
+    def view(self, loc: TensorLoc) -> torch.Tensor:
+        flat = self.base[loc.offset : loc.offset + loc.nbytes]
+        return flat.view(DTYPES[loc.dtype]).view(loc.shape)
 
 
 def decode(
@@ -108,16 +107,16 @@ def decode(
     for name, f in views.fields.items():
         if keep is not None and name not in keep:
             continue
-        values = views.view(f["values"])
-        if source_dtype and f["wire_dtype"] != f["dtype"]:
-            values = values.to(DTYPES[f["dtype"]])
-        tier = f["tier"]
+        values = views.view(f.values)
+        if source_dtype and f.stored_dtype != f.dtype:
+            values = values.to(DTYPES[f.dtype])
+        tier = f.tier
         if tier == "scalar":
             out[name] = values
         elif tier == "packed":
-            tables = {k: views.view(f[k]) for k in _CSR}
-            rows = _FrameRows(values, tables, f["in_order"])
-            packed = PackedTensor._from_frame(rows, f["pack_dim"])
+            tables = {k: views.view(getattr(f, k)) for k in _CSR}
+            rows = _FrameRows(values, tables, f.in_order)
+            packed = PackedTensor._from_frame(rows, f.pack_dim)
             out[name] = packed.rows() if layout == "list" else packed
         else:
             offsets = views.seq_offsets
@@ -157,19 +156,19 @@ def _check_field_table(views: FrameViews, schema: Schema) -> None:
         stored = schema._spec_dicts.get(name)
         found = {
             "name": name,
-            "tier": f["tier"],
-            "dtype": f["dtype"],
-            "shape": f["shape"],
-            "pack_dim": f["pack_dim"],
+            "tier": f.tier,
+            "dtype": f.dtype,
+            "shape": f.shape,
+            "pack_dim": f.pack_dim,
         }
-        if f["wire_dtype"] != f["dtype"]:
-            found["wire_dtype"] = f["wire_dtype"]
+        if f.stored_dtype != f.dtype:
+            found["wire_dtype"] = f.stored_dtype
         if stored != found:
             raise FrameError(
                 f"field {name!r}: the frame's field table {found} disagrees with its schema "
                 f"{stored} (damaged header?)"
             )
-    if views.layout["sequence_field"] != schema.sequence_field and views.seq_offsets is not None:
+    if views.layout.sequence_field != schema.sequence_field and views.seq_offsets is not None:
         raise FrameError("the frame's sequence field disagrees with its schema")
 
 

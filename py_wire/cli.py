@@ -229,40 +229,37 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _print_frame(name: str, frame: Frame, header: int) -> None:
     meta = frame.metadata
-    layout = frame._layout()
+    layout = frame.layout
     schema: Schema = frame.schema  # checked against its fingerprint, size and nesting: FrameError
     schema_name, version = schema.name, schema.version
-    fields = layout["fields"]
+    fields = layout.fields
     print(f"frame: {name}")
     print(f"schema: {schema_name} v{version}")
     print(f"fingerprint: {meta.get('py_wire.fingerprint', '-')}")
     print(f"format: {meta.get('py_wire.format', '-')}")
-    print(f"rows: {layout['num_rows']}")
-    seq = layout["sequence_field"]
-    seq_values = [f["values"] for f in fields if f["name"] == seq]
-    if seq is not None and seq_values:
-        print(f"sequence field: {seq} ({seq_values[0][3][0]} tokens)")
+    print(f"rows: {layout.num_rows}")
+    seq = layout.sequence_field
+    if seq is not None and layout.seq_offsets is not None:
+        print(f"sequence field: {seq} ({layout.total_tokens} tokens)")
     print(f"bytes: {frame.nbytes} ({_human(frame.nbytes)}; header {header})")
     print()
     rows = []
     for f in fields:
-        values = f["values"]
-        nbytes = values[1]
+        nbytes = f.values.nbytes
         segments = "-"
-        if f["tier"] == "packed":
-            nbytes += sum(
-                f[k][1] for k in ("seg_shapes", "seg_offsets", "row_offsets", "row_segments")
-            )
-            segments = f"{f['num_segments']}/{f['num_refs']}"
+        if f.tier == "packed":
+            tables = (f.seg_shapes, f.seg_offsets, f.row_offsets, f.row_segments)
+            nbytes += sum(t.nbytes for t in tables if t is not None)
+            segments = f"{f.num_segments}/{f.num_refs}"
         rows.append(
             [
-                f["name"],
-                f["tier"],
-                f["dtype"],
-                f["wire_dtype"],
-                _shape(["*" if d is None else d for d in f["shape"]]),
-                str(f["pack_dim"]) if f["tier"] == "packed" else "-",
-                _shape(values[3]),
+                f.name,
+                f.tier,
+                f.dtype,
+                f.stored_dtype,
+                _shape(["*" if d is None else d for d in f.shape]),
+                str(f.pack_dim) if f.tier == "packed" else "-",
+                _shape(f.values.shape),
                 segments,
                 str(nbytes),
                 _human(nbytes),

@@ -61,13 +61,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"schema {schema.name} v{schema.version}  {schema.fingerprint[:19]}…")
     print(f"{frame.num_rows} rows, frame {len(frame) / 2**20:.1f} MiB; round trip bit-exact\n")
     print(f"{'field':<22}{'tier':<11}{'dtype':<10}{'rows':>6}{'segments':>10}{'bytes':>14}")
-    for f in frame._layout()["fields"]:
-        name = f["name"]
-        value = decoded[name]
+    for f in frame.layout.fields:
+        value = decoded[f.name]
         segments = value.num_segments if isinstance(value, py_wire.PackedTensor) else "-"
         print(
-            f"{name:<22}{f['tier']:<11}{f['wire_dtype']:<10}{frame.num_rows:>6}"
-            f"{segments!s:>10}{f['values'][1]:>14,}"
+            f"{f.name:<22}{f.tier:<11}{f.stored_dtype:<10}{frame.num_rows:>6}"
+            f"{segments!s:>10}{f.values.nbytes:>14,}"
         )
 
     payload = _payload_bytes(batch)

@@ -151,8 +151,8 @@ def test_default_batch_is_realistic(name: str) -> None:
     shared = [i for i in range(1, len(rows)) if rows[i] is not None and rows[i] is rows[i - 1]]
     assert shared, "GRPO samples do not share the prompt's media tensor"
     frame = py_wire.encode(batch, schema)
-    packed = {f["name"]: f for f in frame._layout()["fields"]}[media]
-    assert packed["num_segments"] < packed["num_refs"]
+    packed = {f.name: f for f in frame.layout.fields}[media]
+    assert packed.num_segments < packed.num_refs
 
 
 @pytest.mark.parametrize("name", BUNDLED)

@@ -134,14 +134,13 @@ def test_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
     assert f"fingerprint: {schema.fingerprint}" in out
     assert "rows: 8" in out
     assert f"bytes: {frame.nbytes} " in out
-    layout = {f["name"]: f for f in frame._layout()["fields"]}
-    for name, f in layout.items():
-        line = next(ln for ln in out.splitlines() if ln.startswith(name + " "))
+    for f in frame.layout.fields:
+        line = next(ln for ln in out.splitlines() if ln.startswith(f.name + " "))
         cells = line.split()
-        assert cells[1] == f["tier"]
-        assert cells[2:4] == [f["dtype"], f["wire_dtype"]]
-        if f["tier"] == "packed":
-            assert f"{f['num_segments']}/{f['num_refs']}" in cells
+        assert cells[1] == f.tier
+        assert cells[2:4] == [f.dtype, f.stored_dtype]
+        if f.tier == "packed":
+            assert f"{f.num_segments}/{f.num_refs}" in cells
     pixels = next(ln for ln in out.splitlines() if ln.startswith("pixel_values "))
     assert pixels.split()[2:4] == ["float32", "bfloat16"]
 

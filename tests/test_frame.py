@@ -194,7 +194,7 @@ def test_schema_must_match(vlm):
 def test_stage_decodes_only_its_fields(vlm):
     _, frame = vlm
     decoded = py_wire.decode(frame, stage="generation")
-    encoded = {f["name"] for f in frame._layout()["fields"]}
+    encoded = {f.name for f in frame.layout.fields}
     assert set(decoded) == set(QWEN.fields_for("generation")) & encoded
     assert "pixel_values" not in decoded and "input_ids" in decoded
 

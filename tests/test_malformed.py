@@ -95,7 +95,7 @@ def test_lying_headers(frame_bytes, edit):
 
 def test_lying_index_values(frame_bytes):
     frame = py_wire.Frame.from_buffer(frame_bytes)
-    fields = {f["name"]: f for f in frame._layout()["fields"]}
+    fields = {f.name: f for f in frame.layout.fields}
     pv = fields["pixel_values"]
     for key, value in [
         ("seg_offsets", 1 << 50),
@@ -103,7 +103,8 @@ def test_lying_index_values(frame_bytes):
         ("row_offsets", -3),
         ("seg_shapes", -5),
     ]:
-        offset = pv[key][0] + 8 if key in ("seg_offsets", "row_offsets") else pv[key][0]
+        start = getattr(pv, key).offset
+        offset = start + 8 if key in ("seg_offsets", "row_offsets") else start
         bad = bytearray(frame_bytes)
         bad[offset : offset + 8] = struct.pack("<q", value)
         with pytest.raises(FrameError):

@@ -8,11 +8,11 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use super::errors::{guarded, to_py, OnPanic};
 use crate::buffer::AlignedBuf;
-use crate::decode::{parse_frame, FrameLayout, TensorLoc};
+use crate::decode::{parse_frame, FrameLayout};
 
 /// Views of a base this aligned need no copy: every element type's natural alignment.
 const MIN_BASE_ALIGNMENT: usize = 16;
@@ -105,18 +105,6 @@ impl Frame {
     pub fn layout(&self) -> &FrameLayout {
         &self.layout
     }
-}
-
-fn loc_tuple<'py>(py: Python<'py>, loc: &TensorLoc) -> PyResult<Bound<'py, PyTuple>> {
-    PyTuple::new(
-        py,
-        [
-            loc.offset.into_pyobject(py)?.into_any(),
-            loc.nbytes.into_pyobject(py)?.into_any(),
-            loc.dtype.name().into_pyobject(py)?.into_any(),
-            PyTuple::new(py, &loc.shape)?.into_any(),
-        ],
-    )
 }
 
 #[pymethods]
@@ -228,38 +216,10 @@ impl Frame {
         Ok(())
     }
 
-    /// The validated layout, for building views: O(fields) Python objects.
-    fn _layout<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let out = PyDict::new(py);
-        out.set_item("num_rows", self.layout.num_rows)?;
-        out.set_item("sequence_field", self.layout.sequence_field.as_deref())?;
-        match &self.layout.seq_offsets {
-            Some(loc) => out.set_item("seq_offsets", loc_tuple(py, loc)?)?,
-            None => out.set_item("seq_offsets", py.None())?,
-        }
-        let fields = PyList::empty(py);
-        for f in &self.layout.fields {
-            let d = PyDict::new(py);
-            d.set_item("name", &f.spec.name)?;
-            d.set_item("tier", f.spec.tier.name())?;
-            d.set_item("dtype", f.spec.dtype.name())?;
-            d.set_item("wire_dtype", f.spec.stored_dtype().name())?;
-            d.set_item("shape", f.spec.shape.clone())?;
-            d.set_item("pack_dim", f.spec.pack_dim)?;
-            d.set_item("values", loc_tuple(py, &f.values)?)?;
-            if let Some(p) = &f.packed {
-                d.set_item("seg_shapes", loc_tuple(py, &p.seg_shapes)?)?;
-                d.set_item("seg_offsets", loc_tuple(py, &p.seg_offsets)?)?;
-                d.set_item("row_offsets", loc_tuple(py, &p.row_offsets)?)?;
-                d.set_item("row_segments", loc_tuple(py, &p.row_segments)?)?;
-                d.set_item("num_segments", p.num_segments)?;
-                d.set_item("num_refs", p.num_refs)?;
-                d.set_item("in_order", p.in_order)?;
-            }
-            fields.append(d)?;
-        }
-        out.set_item("fields", fields)?;
-        Ok(out)
+    /// The validated layout: where each field's tensors lie, as typed objects (O(fields)).
+    #[getter(layout)]
+    fn py_layout(&self, py: Python<'_>) -> PyResult<super::layout::PyFrameLayout> {
+        super::layout::frame_layout(py, &self.layout)
     }
 
     fn __repr__(&self) -> String {

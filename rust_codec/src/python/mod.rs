@@ -4,6 +4,7 @@
 mod errors;
 mod extract;
 mod frame;
+mod layout;
 
 use std::collections::BTreeMap;
 
@@ -474,6 +475,8 @@ mod _native {
     use super::extract::register_torch;
     #[pymodule_export]
     use super::frame::{BorrowedBytes, Frame};
+    #[pymodule_export]
+    use super::layout::{PyFieldLayout, PyFrameLayout, PyTensorLoc};
     #[pymodule_export]
     use super::pad_rows;
     #[pymodule_export]
