@@ -9,8 +9,8 @@ from py_wire import (
     _dtypes,  # noqa: F401  (registers torch's dtypes with the codec)
     _native,
 )
-from py_wire._decode import decode
-from py_wire._encode import check_contracts, encode, encode_parts, placeholder_runs
+from py_wire._decode import check_contracts, decode
+from py_wire._encode import encode, encode_parts, placeholder_runs
 from py_wire._native import (
     BatchError,
     ContractError,

@@ -88,7 +88,7 @@ def decode(
     keeps the frame alive.
     """
     frame = as_frame(data)
-    frame_schema: Schema = frame.schema
+    frame_schema = checked_schema(frame)
     if schema is not None:
         wanted = load_schema(schema)
         if wanted.fingerprint != frame.metadata.get(FINGERPRINT_KEY):
@@ -101,7 +101,6 @@ def decode(
         raise _native.WireError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
     keep = set(frame_schema.fields_for(stage)) if stage is not None else None
     views = FrameViews(frame)
-    _check_field_table(views, frame_schema)
     out: dict[str, Any] = {}
     seq_lengths: torch.Tensor | None = None
     for name, f in views.fields.items():
@@ -150,12 +149,16 @@ def decode(
     return out
 
 
-def _check_field_table(views: FrameViews, schema: Schema) -> None:
-    """The codec's field table must say what the frame's schema says."""
-    for name, f in views.fields.items():
-        stored = schema._spec_dicts.get(name)
-        found = {
-            "name": name,
+def checked_schema(frame: Frame) -> Schema:
+    """The schema a frame carries (checked against its fingerprint, size and nesting), after
+    checking that the codec's field table and sequence field say what it says: every reader of
+    a frame (decode, frame ops, contract checks) starts here. O(fields)."""
+    schema: Schema = frame.schema
+    layout = frame.layout
+    for f in layout.fields:
+        stored = schema._spec_dicts.get(f.name)
+        found: dict[str, Any] = {
+            "name": f.name,
             "tier": f.tier,
             "dtype": f.dtype,
             "shape": f.shape,
@@ -165,11 +168,22 @@ def _check_field_table(views: FrameViews, schema: Schema) -> None:
             found["wire_dtype"] = f.stored_dtype
         if stored != found:
             raise FrameError(
-                f"field {name!r}: the frame's field table {found} disagrees with its schema "
+                f"field {f.name!r}: the frame's field table {found} disagrees with its schema "
                 f"{stored} (damaged header?)"
             )
-    if views.layout.sequence_field != schema.sequence_field and views.seq_offsets is not None:
-        raise FrameError("the frame's sequence field disagrees with its schema")
+    if layout.sequence_field != schema.sequence_field and layout.seq_offsets is not None:
+        raise FrameError(
+            f"the frame's sequence field {layout.sequence_field!r} disagrees with its schema's "
+            f"{schema.sequence_field!r}"
+        )
+    return schema
+
+
+def check_contracts(frame: Frame) -> None:
+    """Re-check the frame's schema contracts (``encode`` already did; use this on frames you
+    receive from elsewhere). Raises :class:`ContractError`."""
+    frame = as_frame(frame)
+    _native.check_contracts(frame, checked_schema(frame)._contracts_json)
 
 
 def _drop_fx_notice(record: logging.LogRecord) -> bool:

@@ -174,12 +174,6 @@ def _check_pack_dim(name: str, field: FieldDef, dim: int) -> None:
         )
 
 
-def check_contracts(frame: Frame) -> None:
-    """Re-check the frame's schema contracts (``encode`` already did; use this on frames you
-    receive from elsewhere). Raises :class:`ContractError`."""
-    _native.check_contracts(frame, frame.schema._contracts_json)
-
-
 def placeholder_runs(input_ids: Any, token_id: int) -> list[list[int]]:
     """Per row, the lengths of the runs of ``token_id``, in order: read back how many
     placeholder tokens the generation engine left for each image, to re-process media to match.

@@ -8,8 +8,7 @@ import operator
 from collections.abc import Sequence
 
 from py_wire import _native
-from py_wire._decode import as_frame
-from py_wire._encode import FINGERPRINT_KEY
+from py_wire._decode import as_frame, checked_schema
 from py_wire._native import Frame, SchemaError, WireError
 
 
@@ -21,8 +20,9 @@ def select(frame: Frame, rows: Sequence[int] | range | slice) -> Frame:
         rows = range(frame.num_rows)[rows]
     elif not isinstance(rows, range) and hasattr(rows, "tolist"):
         rows = rows.tolist()  # a tensor or array of indices
+    schema = checked_schema(frame)
     picked = _native.gather([frame], rows)
-    picked.schema = frame.schema
+    picked.schema = schema
     return picked
 
 
@@ -32,11 +32,12 @@ def concat(frames: Sequence[Frame]) -> Frame:
     frames = [as_frame(f) for f in frames]
     if not frames:
         raise WireError("concat needs at least one frame")
-    prints = {f.metadata.get(FINGERPRINT_KEY) for f in frames}
+    schemas = [checked_schema(f) for f in frames]
+    prints = sorted({s.fingerprint for s in schemas})
     if len(prints) != 1:
-        raise SchemaError(f"cannot concatenate frames of different schemas: {sorted(prints)}")
+        raise SchemaError(f"cannot concatenate frames of different schemas: {prints}")
     joined = _native.gather(frames, None)
-    joined.schema = frames[0].schema
+    joined.schema = schemas[0]
     return joined
 
 
@@ -44,6 +45,7 @@ def split(frame: Frame, sections: int | Sequence[int]) -> list[Frame]:
     """Micro-batches: ``sections`` frames of near-equal row counts (the first ones one row
     larger), or frames of the given row counts, which must add up to the frame's rows."""
     frame = as_frame(frame)
+    schema = checked_schema(frame)
     n = frame.num_rows
     if isinstance(sections, int) and not isinstance(sections, bool):
         if not 1 <= sections <= max(n, 1):
@@ -61,7 +63,7 @@ def split(frame: Frame, sections: int | Sequence[int]) -> list[Frame]:
             raise WireError(f"section sizes {sizes} must not be negative")
     parts = _native.split_rows(frame, sizes)
     for part in parts:
-        part.schema = frame.schema
+        part.schema = schema
     return parts
 
 
