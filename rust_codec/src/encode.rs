@@ -853,7 +853,12 @@ fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()>
         check_dtype(spec, seg, location)?;
         check_dims(spec, &seg.shape, &spec.shape, location, "shape")?;
         let id = if seg.numel() > 0 {
-            let key = (seg.bytes.as_ptr() as usize, seg.dtype, seg.shape, seg.strides);
+            let key = (
+                seg.bytes.as_ptr() as usize,
+                seg.dtype,
+                seg.shape,
+                seg.strides,
+            );
             *interned.entry(key).or_insert_with(|| {
                 physical.push(seg.clone());
                 physical.len() as u64 - 1

@@ -345,20 +345,28 @@ fn buffer_ref(
         Err(e) => {
             let kind = obj.get_type().name()?;
             return Err(
-                if obj.hasattr(intern!(py, "__array_interface__")).unwrap_or(false) {
+                if obj
+                    .hasattr(intern!(py, "__array_interface__"))
+                    .unwrap_or(false)
+                {
                     bad(format!(
                         "{kind} has __array_interface__ but no buffer protocol; py_wire does \
                          not trust a raw pointer: pass a numpy array or a torch tensor"
                     ))
                 } else if e.is_instance_of::<pyo3::exceptions::PyTypeError>(py) {
-                    bad(format!("expected a torch.Tensor or numpy array, got {kind}"))
+                    bad(format!(
+                        "expected a torch.Tensor or numpy array, got {kind}"
+                    ))
                 } else {
                     bad(format!("cannot export {kind} as a buffer: {}", e.value(py)))
                 },
             );
         }
     };
-    if buffer.suboffsets().is_some_and(|s| s.iter().any(|&o| o >= 0)) {
+    if buffer
+        .suboffsets()
+        .is_some_and(|s| s.iter().any(|&o| o >= 0))
+    {
         return Err(bad("indirect (PIL-style) buffers are not supported".into()));
     }
     let itemsize = buffer.item_size();
@@ -381,7 +389,7 @@ fn buffer_ref(
         // A dim of size 0 or 1 never steps, so its stride does not matter.
         if dim <= 1 {
             strides.push(0);
-        } else if stride < 0 || stride as usize % itemsize != 0 {
+        } else if stride < 0 || !(stride as usize).is_multiple_of(itemsize) {
             return Err(bad(format!(
                 "array strides {:?} are negative or not whole elements; use np.ascontiguousarray",
                 buffer.strides()
@@ -515,7 +523,9 @@ pub fn logical_rows(
             physical.push(Some(tensor_ref(&t, keep, &loc)?));
         }
     }
-    let offsets = int_list(row_offsets, keep, &|| format!("field {field:?} _row_offsets"))?;
+    let offsets = int_list(row_offsets, keep, &|| {
+        format!("field {field:?} _row_offsets")
+    })?;
     let indices = int_list(segment_indices, keep, &|| {
         format!("field {field:?} _segment_indices")
     })?;
