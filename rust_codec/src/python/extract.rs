@@ -214,7 +214,7 @@ fn torch_ref<'py>(
     if !obj.getattr(intern!(py, "is_cpu"))?.is_truthy()? {
         let device = obj.getattr(intern!(py, "device"))?;
         let hint = if device.getattr(intern!(py, "type"))?.eq("meta")? {
-            "a meta tensor has no data"
+            "py_wire encodes host memory, and a meta tensor has no data"
         } else {
             "py_wire encodes host memory, move it with .cpu() first"
         };
