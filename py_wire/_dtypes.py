@@ -15,4 +15,6 @@ DTYPES: dict[str, torch.dtype] = {
 }
 NAMES: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
 
-_native.register_torch(torch.Tensor, [(dtype, name) for name, dtype in DTYPES.items()])
+_native.register_torch(
+    torch.Tensor, [(dtype, name) for name, dtype in DTYPES.items()], strided=torch.strided
+)

@@ -37,13 +37,23 @@ def encode(
     schema's lengths field. Scalars take a ``[B, ...]`` tensor. numpy arrays work wherever
     tensors do. With ``stage``, every field that stage needs must be present.
 
-    ``threads`` caps the copy threads (default: ``PY_WIRE_THREADS`` or the core count; a thread
-    is used per 8 MiB of payload).
+    ``threads`` caps the copy threads (an int from 1 to 1024; default: ``PY_WIRE_THREADS`` or
+    the core count; a thread is used per 8 MiB of payload).
     ``out`` is a writable buffer to encode into instead of a fresh allocation (reuse it across
     steps to skip page faults); the frame then borrows ``out`` and is valid until ``out`` is
-    written again.
+    written again. No input may overlap ``out`` (a view decoded from it, say): that raises
+    :class:`BatchError`.
+
+    Inputs in flight: encode reads the inputs with the GIL released, so other threads run
+    meanwhile. It holds what owns each input's bytes (a tensor's untyped storage, a buffer
+    export for numpy), so dropping an input, ``t.set_()`` or shrinking ``t.resize_()`` in
+    another thread is safe. Writing to an input while it is encoded gives torn data (each row
+    holds bytes that were in memory at some moment of the copy); growing an input's storage in
+    place (``t.resize_()`` past its capacity, ``t.untyped_storage().resize_()``) frees the old
+    allocation under the reader and is not allowed.
     """
     schema = load_schema(schema)
+    _check_int("threads", threads, 1, MAX_THREADS)
     frame = _native.encode(
         _fields(batch, schema, stage),
         schema.sequence_field,
@@ -71,9 +81,16 @@ def encode_parts(
     byte-identical to ``encode``'s frame. Only payloads that need work are copied into the
     ``bytes`` parts: wire-dtype casts and non-contiguous inputs. ``min_borrow`` gathers
     payloads under that many bytes too (fewer, larger buffers for many tiny rows).
-    The batch's tensors must not be modified until the parts are sent.
+
+    The parts hold what owns the inputs' bytes (torch storages, buffer exports) until the last
+    part is dropped: deleting an input, ``t.set_()`` or shrinking ``t.resize_()`` leaves the
+    parts valid. Writing to an input before the parts are sent changes what is sent (the
+    header no longer matches a cast or a contract check made at encode); growing an input's
+    storage in place (``t.resize_()`` past its capacity, ``untyped_storage().resize_()``)
+    frees the bytes the parts read and is not allowed.
     """
     schema = load_schema(schema)
+    _check_int("min_borrow", min_borrow, 0, 2**63 - 1)
     fields = _fields(batch, schema, stage)
     return _native.encode_parts(
         fields,
@@ -83,6 +100,19 @@ def encode_parts(
         schema._contracts_json,
         min_borrow,
     )
+
+
+#: The most copy threads ``encode`` accepts.
+MAX_THREADS = 1024
+
+
+def _check_int(name: str, value: Any, low: int, high: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise BatchError(f"{name} must be an int from {low} to {high}, not {value!r}")
+    if not low <= value <= high:
+        raise BatchError(f"{name} must be an int from {low} to {high}, not {value}")
 
 
 def _metadata(schema: Schema) -> dict[str, str]:
@@ -127,8 +157,7 @@ def _classify(name: str, field: FieldDef, value: Any, lengths: Any) -> tuple[str
                 return "csr", csr[0], csr[1:]
             return "rows", value.rows(), None
         if hasattr(value, "tensors") and hasattr(value, "dim_to_pack"):
-            _check_pack_dim(name, field, value.dim_to_pack)
-            return "rows", list(value.tensors), None
+            return _duck_packed(name, field, value)
         if isinstance(value, list | tuple):
             return "rows", list(value), None
         raise BatchError(
@@ -163,6 +192,43 @@ def _classify(name: str, field: FieldDef, value: Any, lengths: Any) -> tuple[str
         f"field {name!r} is a scalar field: pass a [B, ...] tensor or array, "
         f"not {type(value).__name__}"
     )
+
+
+def _duck_packed(name: str, field: FieldDef, value: Any) -> tuple[str, Any, Any]:
+    """An object shaped like NeMo-RL's ``PackedTensor``. Without its dedup tables each entry
+    of ``tensors`` is a row; with ``_row_offsets`` and ``_segment_indices`` (both set),
+    ``tensors`` are physical segments and logical row ``r`` is
+    ``[tensors[i] for i in _segment_indices[_row_offsets[r]:_row_offsets[r + 1]]]`` (a ``None``
+    physical entry is no media). Either way ``len(value)`` is the row count, and must agree."""
+    _check_pack_dim(name, field, value.dim_to_pack)
+    tensors = value.tensors
+    if isinstance(tensors, torch.Tensor | np.ndarray):
+        tensors = [tensors]
+    tensors = list(tensors)
+    offsets = getattr(value, "_row_offsets", None)
+    indices = getattr(value, "_segment_indices", None)
+    try:
+        rows = len(value)
+    except TypeError:
+        rows = None
+    if offsets is not None and indices is not None:
+        if rows is None:
+            raise BatchError(
+                f"field {name!r}: a packed input with _row_offsets must define len() "
+                "(its logical row count)"
+            )
+        return "logical", tensors, (offsets, indices, rows)
+    if (offsets is None) != (indices is None):
+        raise BatchError(
+            f"field {name!r}: the packed input has only one of _row_offsets and "
+            "_segment_indices; both or neither"
+        )
+    if rows is not None and rows != len(tensors):
+        raise BatchError(
+            f"field {name!r}: the packed input's len() is {rows} but it holds "
+            f"{len(tensors)} rows in .tensors"
+        )
+    return "rows", tensors, None
 
 
 def _check_pack_dim(name: str, field: FieldDef, dim: int) -> None:

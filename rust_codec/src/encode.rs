@@ -849,9 +849,10 @@ fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()>
             segments.len()
         ));
     }
-    // Physical segments: a segment that two rows reference (same memory, shape and strides)
-    // is stored once.
-    type Key = (usize, Dims, Dims);
+    // Physical segments: a segment that two rows reference is stored once. The key holds
+    // everything that determines the bytes written: address, dtype, shape and strides (a
+    // float32 segment and a bfloat16 view of the same memory are different segments).
+    type Key = (usize, DType, Dims, Dims);
     let mut interned: HashMap<Key, u64> = HashMap::new();
     let mut physical: Vec<TensorRef<'a>> = Vec::new();
     let mut row_segments = Vec::with_capacity(segments.len());
@@ -865,7 +866,12 @@ fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()>
         check_dtype(spec, seg, location)?;
         check_dims(spec, &seg.shape, &spec.shape, location, "shape")?;
         let id = if seg.numel() > 0 {
-            let key = (seg.bytes.as_ptr() as usize, seg.shape, seg.strides);
+            let key = (
+                seg.bytes.as_ptr() as usize,
+                seg.dtype,
+                seg.shape,
+                seg.strides,
+            );
             *interned.entry(key).or_insert_with(|| {
                 physical.push(seg.clone());
                 physical.len() as u64 - 1

@@ -1,37 +1,53 @@
 //! Python objects → borrowed tensor views. Duck-typed: torch tensors through `data_ptr()`,
-//! `shape` and `stride()`, anything else through `__array_interface__` (numpy). Rust never
-//! imports torch; the Python layer registers torch's dtype objects once.
+//! `shape` and `stride()` (with their untyped storage held), anything else through the buffer
+//! protocol (numpy, memoryview, array.array). Rust never imports torch; the Python layer
+//! registers torch's tensor type, dtype objects and `torch.strided` once.
 
 use std::sync::OnceLock;
 
+use pyo3::buffer::PyUntypedBuffer;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyList, PyString, PyTuple};
 
 use super::errors::BatchError;
 use crate::dtype::DType;
-use crate::tensor::{contiguous_strides, extent_bytes, Dims, TensorRef, MAX_RANK};
+use crate::tensor::{extent_bytes, Dims, TensorRef, MAX_RANK};
 
 struct Registry {
     tensor_type: Py<PyAny>,
+    /// `torch.Tensor.__torch_dispatch__`: a subclass that overrides it (FakeTensor,
+    /// FunctionalTensor, DTensor, jagged NestedTensor, other wrapper subclasses) does not hold
+    /// its data in its own storage.
+    tensor_dispatch: Py<PyAny>,
+    /// `torch.strided`, compared by identity: one attribute read per tensor.
+    strided: Option<Py<PyAny>>,
     dtypes: Vec<(Py<PyAny>, DType)>,
 }
 
 static REGISTRY: OnceLock<Registry> = OnceLock::new();
 
-/// Called once by `py_wire` with `torch.Tensor` and `[(torch.float32, "float32"), ...]`.
+/// Called once by `py_wire` with `torch.Tensor`, `[(torch.float32, "float32"), ...]` and
+/// `torch.strided`.
 #[pyfunction]
+#[pyo3(signature = (tensor_type, dtypes, strided=None))]
 pub fn register_torch(
     tensor_type: Bound<'_, PyAny>,
     dtypes: Vec<(Bound<'_, PyAny>, String)>,
+    strided: Option<Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let mut table = Vec::with_capacity(dtypes.len());
     for (obj, name) in dtypes {
         let dt = DType::from_name(&name).map_err(super::errors::to_py)?;
         table.push((obj.unbind(), dt));
     }
+    let tensor_dispatch = tensor_type
+        .getattr(intern!(tensor_type.py(), "__torch_dispatch__"))?
+        .unbind();
     let _ = REGISTRY.set(Registry {
         tensor_type: tensor_type.unbind(),
+        tensor_dispatch,
+        strided: strided.map(Bound::unbind),
         dtypes: table,
     });
     Ok(())
@@ -43,9 +59,25 @@ fn registry() -> PyResult<&'static Registry> {
         .ok_or_else(|| BatchError::new_err("py_wire is not initialised (import py_wire first)"))
 }
 
-/// Python objects whose memory the extracted views borrow; held for as long as the views.
+/// What owns the bytes an extracted view borrows.
+pub enum Owner {
+    /// A torch tensor's `untyped_storage()`: it keeps the allocation alive after the tensor is
+    /// freed, `set_()` to other memory or shrunk by `resize_()`.
+    Storage { _storage: Py<PyAny> },
+    /// A buffer-protocol export (numpy and other exporters): it keeps the exporter alive, and
+    /// numpy refuses to resize an array while an export is held.
+    Buffer { _export: PyUntypedBuffer },
+}
+
+/// The owners of the memory the extracted views borrow; held for as long as the views (for
+/// the whole of an encode, and by every part `encode_parts` returns).
 #[derive(Default)]
-pub struct KeepAlive(pub Vec<Py<PyAny>>);
+pub struct KeepAlive {
+    owners: Vec<Owner>,
+    /// The last torch storage seen, its base address and byte length: tensors split from one
+    /// allocation share one storage object, which is then held and measured once.
+    last_storage: Option<(usize, usize, usize)>,
+}
 
 fn dims(obj: &Bound<'_, PyAny>, what: &str, location: &dyn Fn() -> String) -> PyResult<Dims> {
     let tuple = obj.cast::<PyTuple>().map_err(|_| {
@@ -72,132 +104,315 @@ fn dims(obj: &Bound<'_, PyAny>, what: &str, location: &dyn Fn() -> String) -> Py
     Dims::new(&out[..tuple.len()]).map_err(super::errors::to_py)
 }
 
-/// A view of a tensor or ndarray. `location` names the field/row/segment for errors.
+/// A torch call that failed (a tensor state torch itself cannot answer for): a `BatchError`
+/// naming the location, never torch's own `RuntimeError`.
+fn torch_failed(
+    obj: &Bound<'_, PyAny>,
+    what: &str,
+    err: PyErr,
+    location: &dyn Fn() -> String,
+) -> PyErr {
+    let py = obj.py();
+    let nested = obj
+        .getattr(intern!(py, "is_nested"))
+        .and_then(|v| v.is_truthy())
+        .unwrap_or(false);
+    let hint = if nested {
+        "a nested tensor where a plain one is expected: pass its rows (t.unbind())"
+    } else {
+        "a tensor without host data of its own (functional, fake or lazy)? pass a plain CPU tensor"
+    };
+    BatchError::new_err(format!(
+        "{}: cannot read the tensor's {what} ({}); {hint}",
+        location(),
+        err.value(py)
+    ))
+}
+
+/// A view of a tensor or buffer-protocol array. `location` names the field/row/segment for
+/// errors. The view's owner is pushed onto `keep`.
 pub fn tensor_ref(
     obj: &Bound<'_, PyAny>,
     keep: &mut KeepAlive,
     location: &dyn Fn() -> String,
 ) -> PyResult<TensorRef<'static>> {
-    let py = obj.py();
     let reg = registry()?;
-    let tensor_type = reg.tensor_type.bind(py);
-    let is_tensor = obj.get_type().is(tensor_type) || obj.is_instance(tensor_type)?;
-    let (dtype, shape, strides, ptr) = if is_tensor {
-        let dt_obj = obj.getattr(intern!(py, "dtype"))?;
-        let dtype = reg
-            .dtypes
-            .iter()
-            .find(|(o, _)| o.bind(py).is(&dt_obj))
-            .map(|(_, d)| *d)
-            .ok_or_else(|| {
-                BatchError::new_err(format!("{}: dtype {dt_obj} is not supported", location()))
-            })?;
-        if !obj.getattr(intern!(py, "is_cpu"))?.is_truthy()? {
-            let device = obj.getattr(intern!(py, "device"))?;
+    let tensor_type = reg.tensor_type.bind(obj.py());
+    if obj.get_type().is(tensor_type) {
+        torch_ref(obj, reg, keep, location)
+    } else if obj.is_instance(tensor_type)? {
+        // Subclasses: torch.nn.Parameter and the like are plain tensors; one that overrides
+        // `__torch_dispatch__` keeps its data elsewhere (or nowhere).
+        let dispatch = obj
+            .get_type()
+            .getattr(intern!(obj.py(), "__torch_dispatch__"))?;
+        if !dispatch.is(reg.tensor_dispatch.bind(obj.py())) {
             return Err(BatchError::new_err(format!(
-                "{}: tensor is on {device}; py_wire encodes host memory, move it with .cpu() first",
-                location()
+                "{}: {} is a tensor subclass with its own __torch_dispatch__ (fake, functional, \
+                 distributed or nested); py_wire encodes plain CPU tensors: materialise it first \
+                 (e.g. .full_tensor(), torch._from_functional_tensor, or pass a nested tensor's \
+                 rows)",
+                location(),
+                obj.get_type().name()?
             )));
         }
-        if matches!(dtype, DType::C64 | DType::C128)
-            && obj.call_method0(intern!(py, "is_conj"))?.is_truthy()?
-        {
-            return Err(BatchError::new_err(format!(
-                "{}: tensor has a pending conjugation; call .resolve_conj() first",
-                location()
-            )));
-        }
-        let shape = dims(&obj.getattr(intern!(py, "shape"))?, "shape", location)?;
-        let strides = dims(
-            &obj.call_method0(intern!(py, "stride"))?,
-            "stride",
-            location,
-        )?;
-        let ptr: usize = obj.call_method0(intern!(py, "data_ptr"))?.extract()?;
-        (dtype, shape, strides, ptr)
-    } else if let Ok(iface) = obj.getattr(intern!(py, "__array_interface__")) {
-        array_interface(&iface, location)?
+        torch_ref(obj, reg, keep, location)
     } else {
+        buffer_ref(obj, keep, location)
+    }
+}
+
+/// A torch tensor, refused unless it is a plain strided CPU tensor with no lazy flag set.
+///
+/// Checked, in order: the dtype is one py_wire registered (quantized dtypes are not:
+/// `.dequantize()`); `layout is torch.strided` (sparse COO/CSR/CSC/BSR/BSC, mkldnn and jagged
+/// layouts are refused: `.to_dense()`); `is_cpu` (CUDA and meta tensors are refused);
+/// `is_neg()` (the lazy negative bit, settable on any dtype: `.resolve_neg()`); `is_conj()`
+/// for complex dtypes (the lazy conjugate bit: `.resolve_conj()`); shape and stride are plain
+/// tuples of non-negative ints (nested tensors fail here); `untyped_storage()` exists (functional
+/// and lazy tensors fail here) and the view lies inside it.
+fn torch_ref<'py>(
+    obj: &Bound<'py, PyAny>,
+    reg: &Registry,
+    keep: &mut KeepAlive,
+    location: &dyn Fn() -> String,
+) -> PyResult<TensorRef<'static>> {
+    let py = obj.py();
+    let call = |name: &Bound<'py, PyString>, what: &str| {
+        obj.call_method0(name)
+            .map_err(|e| torch_failed(obj, what, e, location))
+    };
+    let dt_obj = obj.getattr(intern!(py, "dtype"))?;
+    let dtype = match reg.dtypes.iter().find(|(o, _)| o.bind(py).is(&dt_obj)) {
+        Some((_, d)) => *d,
+        None => {
+            let quantized = obj
+                .getattr(intern!(py, "is_quantized"))
+                .and_then(|v| v.is_truthy())
+                .unwrap_or(false);
+            let hint = if quantized {
+                "; a quantized tensor: call .dequantize() first"
+            } else {
+                ""
+            };
+            return Err(BatchError::new_err(format!(
+                "{}: dtype {dt_obj} is not supported{hint}",
+                location()
+            )));
+        }
+    };
+    if let Some(strided) = &reg.strided {
+        let layout = obj.getattr(intern!(py, "layout"))?;
+        if !layout.is(strided.bind(py)) {
+            return Err(BatchError::new_err(format!(
+                "{}: tensor has layout {layout}; py_wire encodes strided (dense) tensors: call \
+                 .to_dense() first (for a nested tensor, pass its rows)",
+                location()
+            )));
+        }
+    }
+    if !obj.getattr(intern!(py, "is_cpu"))?.is_truthy()? {
+        let device = obj.getattr(intern!(py, "device"))?;
+        let hint = if device.getattr(intern!(py, "type"))?.eq("meta")? {
+            "py_wire encodes host memory, and a meta tensor has no data"
+        } else {
+            "py_wire encodes host memory, move it with .cpu() first"
+        };
         return Err(BatchError::new_err(format!(
-            "{}: expected a torch.Tensor or numpy array, got {}",
-            location(),
-            obj.get_type().name()?
+            "{}: tensor is on {device}; {hint}",
+            location()
         )));
+    }
+    if call(intern!(py, "is_neg"), "negative bit")?.is_truthy()? {
+        return Err(BatchError::new_err(format!(
+            "{}: tensor has a pending negation (torch's lazy negative bit, e.g. the imaginary \
+             part of a conjugated complex tensor); call .resolve_neg() first",
+            location()
+        )));
+    }
+    if matches!(dtype, DType::C64 | DType::C128)
+        && call(intern!(py, "is_conj"), "conjugate bit")?.is_truthy()?
+    {
+        return Err(BatchError::new_err(format!(
+            "{}: tensor has a pending conjugation; call .resolve_conj() first",
+            location()
+        )));
+    }
+    let shape_obj = obj
+        .getattr(intern!(py, "shape"))
+        .map_err(|e| torch_failed(obj, "shape", e, location))?;
+    let shape = dims(&shape_obj, "shape", location)?;
+    let strides = dims(&call(intern!(py, "stride"), "strides")?, "stride", location)?;
+    // The storage first, then the pointer: if another thread swaps the tensor's storage in
+    // between, the pointer no longer lies inside the storage held, and the check below refuses.
+    let storage = call(intern!(py, "untyped_storage"), "storage")?;
+    let ptr: usize = call(intern!(py, "data_ptr"), "data pointer")?.extract()?;
+    let id = storage.as_ptr() as usize;
+    let (base, len) = match keep.last_storage {
+        Some((last, base, len)) if last == id => (base, len),
+        _ => {
+            let base: usize = storage
+                .call_method0(intern!(py, "data_ptr"))
+                .map_err(|e| torch_failed(obj, "storage", e, location))?
+                .extract()?;
+            let len: usize = storage
+                .call_method0(intern!(py, "nbytes"))
+                .map_err(|e| torch_failed(obj, "storage", e, location))?
+                .extract()?;
+            keep.owners.push(Owner::Storage {
+                _storage: storage.unbind(),
+            });
+            keep.last_storage = Some((id, base, len));
+            (base, len)
+        }
     };
     let extent = extent_bytes(&shape, &strides, dtype.size())
         .ok_or_else(|| BatchError::new_err(format!("{}: shape {shape:?} overflows", location())))?;
     let bytes: &'static [u8] = if extent == 0 {
         &[]
     } else {
-        // SAFETY: the tensor (or array) owns at least `extent` bytes from `ptr`, as its own
-        // shape and strides say; `keep` holds a strong reference to it for as long as the
-        // returned view is used, so the memory outlives the view.
+        let inside = ptr >= base
+            && usize::try_from(extent)
+                .ok()
+                .and_then(|e| (ptr - base).checked_add(e))
+                .is_some_and(|end| end <= len);
+        if !inside {
+            return Err(BatchError::new_err(format!(
+                "{}: the tensor's {extent} bytes at {ptr:#x} do not lie inside its storage \
+                 ({len} bytes at {base:#x}); was it resized or set_() while being encoded?",
+                location()
+            )));
+        }
+        // SAFETY: [ptr, ptr + extent) lies inside the storage's allocation [base, base + len),
+        // checked just above against the storage object now held by `keep` (pushed when it
+        // was first seen; `keep.last_storage` only names a storage that is in `keep`). A held
+        // storage keeps its allocation alive for as long as `keep` lives, whatever happens to
+        // the tensor; only growing the storage itself (documented as forbidden in flight)
+        // reallocates it.
         unsafe { std::slice::from_raw_parts(ptr as *const u8, extent as usize) }
     };
-    keep.0.push(obj.clone().unbind());
     TensorRef::strided(dtype, &shape, &strides, bytes)
         .map_err(|e| BatchError::new_err(format!("{}: {}", location(), e.message())))
 }
 
-fn array_interface(
-    iface: &Bound<'_, PyAny>,
+/// The dtype a buffer-protocol format string describes (native or little-endian byte order).
+fn format_dtype(format: &[u8], itemsize: usize) -> Option<DType> {
+    let code = match format {
+        [b'@' | b'=' | b'<', rest @ ..] => rest,
+        [b'>' | b'!', ..] if itemsize > 1 && cfg!(target_endian = "little") => return None,
+        [b'>' | b'!', rest @ ..] => rest,
+        other => other,
+    };
+    let signed = |size: usize| match size {
+        1 => Some(DType::I8),
+        2 => Some(DType::I16),
+        4 => Some(DType::I32),
+        8 => Some(DType::I64),
+        _ => None,
+    };
+    let unsigned = |size: usize| match size {
+        1 => Some(DType::U8),
+        2 => Some(DType::U16),
+        4 => Some(DType::U32),
+        8 => Some(DType::U64),
+        _ => None,
+    };
+    let dtype = match code {
+        b"?" => DType::Bool,
+        b"b" | b"h" | b"i" | b"l" | b"q" | b"n" => signed(itemsize)?,
+        b"B" | b"c" | b"H" | b"I" | b"L" | b"Q" | b"N" => unsigned(itemsize)?,
+        b"e" => DType::F16,
+        b"f" => DType::F32,
+        b"d" => DType::F64,
+        b"Zf" => DType::C64,
+        b"Zd" => DType::C128,
+        _ => return None,
+    };
+    (dtype.size() == itemsize).then_some(dtype)
+}
+
+/// A view of a buffer-protocol export: dtype from its format string, shape and strides from
+/// the export itself. The export (not the object's say-so) is what is read, and it is held.
+fn buffer_ref(
+    obj: &Bound<'_, PyAny>,
+    keep: &mut KeepAlive,
     location: &dyn Fn() -> String,
-) -> PyResult<(DType, Dims, Dims, usize)> {
-    let bad = |what: &str| BatchError::new_err(format!("{}: {what}", location()));
-    let d = iface
-        .cast::<PyDict>()
-        .map_err(|_| bad("__array_interface__ is not a dict"))?;
-    let typestr: String = d
-        .get_item("typestr")?
-        .ok_or_else(|| bad("__array_interface__ has no typestr"))?
-        .extract()?;
-    let dtype = match typestr.as_str() {
-        "|b1" => DType::Bool,
-        "|u1" => DType::U8,
-        "|i1" => DType::I8,
-        "<i2" => DType::I16,
-        "<u2" => DType::U16,
-        "<i4" => DType::I32,
-        "<u4" => DType::U32,
-        "<i8" => DType::I64,
-        "<u8" => DType::U64,
-        "<f2" => DType::F16,
-        "<f4" => DType::F32,
-        "<f8" => DType::F64,
-        "<c8" => DType::C64,
-        "<c16" => DType::C128,
-        other => return Err(bad(&format!("array dtype {other:?} is not supported"))),
-    };
-    let shape = dims(
-        &d.get_item("shape")?.ok_or_else(|| bad("no shape"))?,
-        "shape",
-        location,
-    )?;
-    let es = dtype.size() as i64;
-    let strides = match d.get_item("strides")? {
-        Some(s) if !s.is_none() => {
-            let raw: Vec<i64> = s.extract()?;
-            raw.iter()
-                .map(|&b| {
-                    if b < 0 || b % es != 0 {
-                        Err(bad(&format!(
-                            "array strides {raw:?} are negative or not whole elements; use np.ascontiguousarray"
-                        )))
-                    } else {
-                        Ok((b / es) as u64)
-                    }
-                })
-                .collect::<PyResult<Vec<u64>>>()
-                .and_then(|v| Dims::new(&v).map_err(super::errors::to_py))?
+) -> PyResult<TensorRef<'static>> {
+    let py = obj.py();
+    let bad = |what: String| BatchError::new_err(format!("{}: {what}", location()));
+    let buffer = match PyUntypedBuffer::get(obj) {
+        Ok(b) => b,
+        Err(e) => {
+            let kind = obj.get_type().name()?;
+            return Err(
+                if obj
+                    .hasattr(intern!(py, "__array_interface__"))
+                    .unwrap_or(false)
+                {
+                    bad(format!(
+                        "{kind} has __array_interface__ but no buffer protocol; py_wire does \
+                         not trust a raw pointer: pass a numpy array or a torch tensor"
+                    ))
+                } else if e.is_instance_of::<pyo3::exceptions::PyTypeError>(py) {
+                    bad(format!(
+                        "expected a torch.Tensor or numpy array, got {kind}"
+                    ))
+                } else {
+                    bad(format!("cannot export {kind} as a buffer: {}", e.value(py)))
+                },
+            );
         }
-        _ => Dims::new(&contiguous_strides(&shape)).map_err(super::errors::to_py)?,
     };
-    let (ptr, _readonly): (usize, bool) = d
-        .get_item("data")?
-        .ok_or_else(|| bad("no data"))?
-        .extract()
-        .map_err(|_| bad("array data is not a (pointer, readonly) pair"))?;
-    Ok((dtype, shape, strides, ptr))
+    if buffer
+        .suboffsets()
+        .is_some_and(|s| s.iter().any(|&o| o >= 0))
+    {
+        return Err(bad("indirect (PIL-style) buffers are not supported".into()));
+    }
+    let itemsize = buffer.item_size();
+    let format = buffer.format().to_bytes();
+    let dtype = format_dtype(format, itemsize).ok_or_else(|| {
+        bad(format!(
+            "array format {:?} ({itemsize}-byte items) is not supported",
+            String::from_utf8_lossy(format)
+        ))
+    })?;
+    if buffer.dimensions() > MAX_RANK {
+        return Err(bad(format!(
+            "{} dims; py_wire supports up to {MAX_RANK}",
+            buffer.dimensions()
+        )));
+    }
+    let shape: Vec<u64> = buffer.shape().iter().map(|&d| d as u64).collect();
+    let mut strides = Vec::with_capacity(shape.len());
+    for (&stride, &dim) in buffer.strides().iter().zip(&shape) {
+        // A dim of size 0 or 1 never steps, so its stride does not matter.
+        if dim <= 1 {
+            strides.push(0);
+        } else if stride < 0 || !(stride as usize).is_multiple_of(itemsize) {
+            return Err(bad(format!(
+                "array strides {:?} are negative or not whole elements; use np.ascontiguousarray",
+                buffer.strides()
+            )));
+        } else {
+            strides.push((stride as usize / itemsize) as u64);
+        }
+    }
+    let shape = Dims::new(&shape).map_err(super::errors::to_py)?;
+    let strides = Dims::new(&strides).map_err(super::errors::to_py)?;
+    let extent = extent_bytes(&shape, &strides, itemsize)
+        .ok_or_else(|| bad(format!("shape {shape:?} overflows")))?;
+    let bytes: &'static [u8] = if extent == 0 {
+        &[]
+    } else {
+        // SAFETY: the exporter filled this buffer with these shape and strides (all
+        // non-negative, checked above), so every element lies in [buf, buf + extent); the
+        // export is moved into `keep` below, which pins the exporter's memory for as long as
+        // the view is used.
+        unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, extent as usize) }
+    };
+    keep.owners.push(Owner::Buffer { _export: buffer });
+    TensorRef::strided(dtype, &shape, &strides, bytes).map_err(|e| bad(e.message().to_string()))
 }
 
 /// Reads a 1-D integer tensor (offsets or lengths) into u64s.
@@ -255,4 +470,111 @@ pub fn rows(
         offsets.push(segments.len() as u64);
     }
     Ok((segments, offsets))
+}
+
+/// A list of non-negative ints, or a 1-D integer tensor, as u64s.
+fn int_list(
+    obj: &Bound<'_, PyAny>,
+    keep: &mut KeepAlive,
+    location: &dyn Fn() -> String,
+) -> PyResult<Vec<u64>> {
+    if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
+        let values: Vec<i64> = obj
+            .extract()
+            .map_err(|_| BatchError::new_err(format!("{}: expected a list of ints", location())))?;
+        values
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| {
+                u64::try_from(v).map_err(|_| {
+                    BatchError::new_err(format!("{}: entry {i} is negative ({v})", location()))
+                })
+            })
+            .collect()
+    } else {
+        index_values(obj, keep, location)
+    }
+}
+
+/// Rows of a packed field held NeMo-RL's deduplicated way: `tensors` are physical segments
+/// (a tensor or `None`), logical row `r` references `tensors[segment_indices[i]]` for `i` in
+/// `row_offsets[r]..row_offsets[r + 1]`, and a `None` reference contributes no segment (no
+/// media). Each physical tensor is read once; rows that share one reference the same view, so
+/// the encoder stores it once. `expected_rows` is the object's `len()`.
+pub fn logical_rows(
+    field: &str,
+    tensors: &Bound<'_, PyAny>,
+    row_offsets: &Bound<'_, PyAny>,
+    segment_indices: &Bound<'_, PyAny>,
+    expected_rows: u64,
+    keep: &mut KeepAlive,
+) -> PyResult<(Vec<TensorRef<'static>>, Vec<u64>)> {
+    let list = tensors.cast::<PyList>().map_err(|_| {
+        BatchError::new_err(format!(
+            "field {field:?}: a packed input's tensors must be a list"
+        ))
+    })?;
+    let mut physical = Vec::with_capacity(list.len());
+    for (i, t) in list.iter().enumerate() {
+        if t.is_none() {
+            physical.push(None);
+        } else {
+            let loc = || format!("field {field:?}, physical segment {i} (tensors[{i}])");
+            physical.push(Some(tensor_ref(&t, keep, &loc)?));
+        }
+    }
+    let offsets = int_list(row_offsets, keep, &|| {
+        format!("field {field:?} _row_offsets")
+    })?;
+    let indices = int_list(segment_indices, keep, &|| {
+        format!("field {field:?} _segment_indices")
+    })?;
+    let bad = |m: String| BatchError::new_err(format!("field {field:?}: {m}"));
+    if offsets.first() != Some(&0) {
+        return Err(bad(format!(
+            "_row_offsets must start at 0, found {:?}",
+            offsets.first()
+        )));
+    }
+    let rows_read = offsets.len() as u64 - 1;
+    if rows_read != expected_rows {
+        return Err(bad(format!(
+            "the packed input's len() is {expected_rows} but its _row_offsets describe \
+             {rows_read} rows"
+        )));
+    }
+    let mut segments = Vec::with_capacity(indices.len());
+    let mut out_offsets = Vec::with_capacity(offsets.len());
+    out_offsets.push(0u64);
+    for (row, w) in offsets.windows(2).enumerate() {
+        if w[0] > w[1] || w[1] > indices.len() as u64 {
+            return Err(bad(format!(
+                "row {row}: _row_offsets [{}, {}] are decreasing or past the {} segment indices",
+                w[0],
+                w[1],
+                indices.len()
+            )));
+        }
+        for (seg, &p) in indices[w[0] as usize..w[1] as usize].iter().enumerate() {
+            let slot = physical.get(p as usize).ok_or_else(|| {
+                bad(format!(
+                    "row {row}, segment {seg}: _segment_indices names physical segment {p} but \
+                     there are {}",
+                    physical.len()
+                ))
+            })?;
+            if let Some(t) = slot {
+                segments.push(t.clone());
+            }
+        }
+        out_offsets.push(segments.len() as u64);
+    }
+    let last = offsets.last().copied().unwrap_or(0);
+    if last != indices.len() as u64 {
+        return Err(bad(format!(
+            "_row_offsets end at {last} but there are {} segment indices",
+            indices.len()
+        )));
+    }
+    Ok((segments, out_offsets))
 }

@@ -57,11 +57,14 @@ impl Frame {
     }
 
     /// Writes a frame of `len` bytes into the caller's writable buffer `out` (without the GIL)
-    /// and wraps it; the frame borrows `out` from then on.
+    /// and wraps it; the frame borrows `out` from then on. `check` gets the destination's
+    /// address and length before any of it is touched, and must refuse every source of `fill`
+    /// that overlaps it.
     pub fn write_into_buffer(
         py: Python<'_>,
         out: &Bound<'_, PyAny>,
         len: usize,
+        check: impl FnOnce(usize, usize) -> PyResult<()>,
         fill: impl Send + FnOnce(&mut [u8]) -> crate::Result<FrameLayout>,
     ) -> PyResult<Frame> {
         let bad = |m: String| super::errors::BatchError::new_err(m);
@@ -82,8 +85,11 @@ impl Frame {
                 "out starts at an address that is not {MIN_BASE_ALIGNMENT}-byte aligned"
             )));
         }
+        check(ptr, len)?;
         // SAFETY: `buffer` is a writable, C-contiguous export of at least `len` bytes that
         // stays pinned while `buffer` lives: for this call, then inside the returned Frame.
+        // `check` has refused every source `fill` reads that overlaps these bytes, so this is
+        // the only reference to them while `fill` runs.
         let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
         let layout = py.detach(|| fill(dst)).map_err(to_py)?;
         Ok(Frame {
@@ -307,8 +313,9 @@ fn poisoned() -> PyErr {
     PyBufferError::new_err("frame schema lock poisoned")
 }
 
-/// A read-only buffer over a caller's tensor memory, one part of `encode_parts`. It keeps
-/// every tensor of the batch alive until the last part is dropped.
+/// A read-only buffer over a caller's tensor memory, one part of `encode_parts`. It holds
+/// what owns the bytes of every input of the batch (torch storages, buffer exports) until the
+/// last part is dropped, so freeing or `set_()`-ing an input leaves the part valid.
 #[pyclass(module = "py_wire", frozen)]
 pub struct BorrowedBytes {
     ptr: usize,
@@ -340,8 +347,9 @@ impl BorrowedBytes {
         flags: c_int,
     ) -> PyResult<()> {
         let this = slf.get();
-        // SAFETY: [ptr, ptr+len) lies in a tensor that `_owners` keeps alive for as long as
-        // `slf` lives, and the export holds a reference to `slf`.
+        // SAFETY: [ptr, ptr+len) lies in an allocation owned by a storage or buffer export in
+        // `_owners` (checked when it was extracted), which keeps it alive for as long as `slf`
+        // lives; the export holds a reference to `slf`.
         let bytes = unsafe { std::slice::from_raw_parts(this.ptr as *const u8, this.len) };
         // SAFETY: as above; the export is read-only.
         unsafe { export(slf.as_any(), view, bytes, true, flags) }

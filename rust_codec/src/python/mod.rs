@@ -14,7 +14,7 @@ use crate::contract::{check_contracts, PlaceholderContract};
 use crate::encode::{EncodeOptions, EncodeRequest, FieldData, FieldInput, Part, Plan};
 use crate::spec::FieldSpec;
 use errors::{guarded, to_py, BatchError, OnPanic, SchemaError};
-use extract::{index_values, rows, tensor_ref, KeepAlive};
+use extract::{index_values, logical_rows, rows, tensor_ref, KeepAlive};
 use frame::Frame;
 
 /// One field as the Python layer hands it over: (spec JSON, kind, first, second).
@@ -37,6 +37,21 @@ fn field_input(
     Ok(match kind {
         "rows" => {
             let (segments, row_offsets) = rows(name, first, keep)?;
+            FieldInput::Segments {
+                segments,
+                row_offsets,
+            }
+        }
+        "logical" => {
+            // A NeMo-RL PackedTensor with its dedup CSR: (_row_offsets, _segment_indices, len()).
+            let (offsets, indices, expected_rows): (Bound<'_, PyAny>, Bound<'_, PyAny>, u64) =
+                need_second()?.extract().map_err(|_| {
+                    BatchError::new_err(format!(
+                        "field {name:?}: logical input needs (row offsets, segment indices, rows)"
+                    ))
+                })?;
+            let (segments, row_offsets) =
+                logical_rows(name, first, &offsets, &indices, expected_rows, keep)?;
             FieldInput::Segments {
                 segments,
                 row_offsets,
@@ -129,6 +144,51 @@ fn checked_plan(p: &Prepared) -> crate::Result<Plan<'static>> {
     Ok(plan)
 }
 
+/// Refuses any input whose bytes overlap `[start, start + len)`, the range `encode(out=)` is
+/// about to write: reading a source while writing over it gives corrupted rows (and aliases a
+/// `&mut [u8]`). O(segments): each source range is compared with the one destination range.
+fn check_no_overlap(request: &EncodeRequest<'_>, start: usize, len: usize) -> PyResult<()> {
+    let end = start.saturating_add(len);
+    let overlaps = |b: &[u8]| {
+        let p = b.as_ptr() as usize;
+        !b.is_empty() && p < end && start < p.saturating_add(b.len())
+    };
+    let refuse = |name: &str, at: String| {
+        BatchError::new_err(format!(
+            "field {name:?}{at}: the input overlaps `out` ({len} bytes at {start:#x}); an input \
+             cannot be a view of the buffer being encoded into (decoded from it, say): encode \
+             into another buffer, or .clone() the input"
+        ))
+    };
+    for field in &request.fields {
+        let name = field.spec.name.as_str();
+        match &field.input {
+            FieldInput::Segments {
+                segments,
+                row_offsets,
+            } => {
+                if let Some(i) = segments.iter().position(|s| overlaps(s.bytes)) {
+                    let row = row_offsets
+                        .partition_point(|&o| o <= i as u64)
+                        .saturating_sub(1);
+                    let first = row_offsets.get(row).copied().unwrap_or(0);
+                    let at = format!(", row {row}, segment {}", i as u64 - first);
+                    return Err(refuse(name, at));
+                }
+            }
+            FieldInput::Jagged { values: t, .. }
+            | FieldInput::Padded { padded: t, .. }
+            | FieldInput::Dense(t)
+            | FieldInput::Csr { values: t, .. } => {
+                if overlaps(t.bytes) {
+                    return Err(refuse(name, String::new()));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Encodes a batch into a new frame, or into `out` (a writable buffer, reused across calls;
 /// the frame then borrows it and is valid until `out` is overwritten).
 #[pyfunction]
@@ -158,18 +218,26 @@ fn encode(
         None => {
             let (buf, layout) = py
                 .detach(|| {
-                    let buf = checked_plan(&prepared)?.write(prepared.options)?;
-                    let layout = crate::decode::parse_frame(buf.as_slice())?;
-                    Ok((buf, layout))
+                    guarded(OnPanic::Internal, || {
+                        let buf = checked_plan(&prepared)?.write(prepared.options)?;
+                        let layout = crate::decode::parse_frame(buf.as_slice())?;
+                        Ok((buf, layout))
+                    })
                 })
                 .map_err(to_py)?;
             Frame::from_owned(buf, layout)
         }
         Some(out) => {
-            let plan = py.detach(|| checked_plan(&prepared)).map_err(to_py)?;
-            Frame::write_into_buffer(py, &out, plan.total_len, |dst| {
-                plan.write_into(dst, prepared.options)?;
-                crate::decode::parse_frame(dst)
+            let plan = py
+                .detach(|| guarded(OnPanic::Internal, || checked_plan(&prepared)))
+                .map_err(to_py)?;
+            let request = &prepared.request;
+            let check = |start: usize, len: usize| check_no_overlap(request, start, len);
+            Frame::write_into_buffer(py, &out, plan.total_len, check, |dst| {
+                guarded(OnPanic::Internal, || {
+                    plan.write_into(dst, prepared.options)?;
+                    crate::decode::parse_frame(dst)
+                })
             })?
         }
     };
@@ -202,7 +270,11 @@ fn encode_parts(
         None,
     )?;
     let parts = py
-        .detach(|| checked_plan(&prepared)?.parts(min_borrow))
+        .detach(|| {
+            guarded(OnPanic::Internal, || {
+                checked_plan(&prepared)?.parts(min_borrow)
+            })
+        })
         .map_err(to_py)?;
     let owners = std::sync::Arc::new(prepared.keep);
     parts

@@ -1,0 +1,442 @@
+"""Encode inputs can neither crash the process nor return wrong data (issue 7, input side):
+freed or reset inputs, lying array interfaces, inputs that overlap ``out``, torch's lazy
+tensor flags, dtype-blind segment dedup, NeMo-RL's deduplicated PackedTensor, argument types."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+import py_wire
+from py_wire import BatchError
+from tests.helpers import END, PAD, START
+
+S = py_wire.Schema.from_toml(
+    """
+name = "safety"
+version = 1
+
+[fields.x]
+tier = "packed"
+dtype = "float32"
+shape = ["*"]
+
+[fields.w]
+tier = "packed"
+dtype = "float32"
+wire_dtype = "bfloat16"
+lossy = true
+shape = ["*"]
+required = false
+
+[fields.m]
+tier = "packed"
+dtype = "float32"
+shape = ["*", "*"]
+required = false
+
+[fields.n]
+tier = "packed"
+dtype = "int64"
+shape = ["*"]
+required = false
+"""
+)
+QWEN = py_wire.load_schema("qwen2_5_vl")
+
+
+def rows(packed: object) -> list[list[torch.Tensor]]:
+    """Each row's segments as a list ([] for a row without media)."""
+    return [list(r) if r is not None else [] for r in packed.rows()]  # type: ignore[attr-defined]
+
+
+def joined(parts: list[object]) -> bytes:
+    return b"".join(bytes(memoryview(p)) for p in parts)  # type: ignore[arg-type]
+
+
+# 1. Freed input memory -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("free", ["set_", "resize_0", "storage_of_other"])
+def test_encode_parts_hold_the_storage_not_the_tensor(free: str) -> None:
+    n = 1 << 20  # 4 MiB: glibc serves it with mmap, so a freed part would fault or read zeros
+    t = torch.arange(n, dtype=torch.float32)
+    parts = py_wire.encode_parts({"x": [t]}, S)
+    want = bytes(py_wire.encode({"x": [t.clone()]}, S))
+    if free == "set_":
+        t.set_()
+    elif free == "resize_0":
+        t.set_(torch.empty(0).untyped_storage())
+    else:
+        t.set_(torch.zeros(n).untyped_storage())
+    del t
+    gc.collect()
+    # Churn the allocator so freed pages would be reused or unmapped.
+    junk = [torch.full((n,), 7.0) for _ in range(4)]
+    assert joined(parts) == want
+    del junk
+
+
+def test_encode_parts_hold_numpy_exports() -> None:
+    a = np.arange(1 << 20, dtype=np.float32)
+    parts = py_wire.encode_parts({"x": [a]}, S)
+    want = bytes(py_wire.encode({"x": [a.copy()]}, S))
+    # The export references the array: numpy refuses to resize it while the parts live.
+    with pytest.raises(ValueError):
+        a.resize(10)
+    del a
+    gc.collect()
+    assert joined(parts) == want
+
+
+def test_reset_in_another_thread_during_encode() -> None:
+    """A thread resets inputs (set_ and shrinking resize_) while encodes run with the GIL
+    released: never a crash; each row decodes to data it held at some moment, or encode refuses
+    a tensor caught mid-reset with a BatchError."""
+    n_rows, n = 16, 1 << 16
+    original = [torch.full((n,), float(i)) for i in range(n_rows)]
+    stop = time.monotonic() + 1.5
+    errors: list[BaseException] = []
+
+    def resetter(batch: list[torch.Tensor]) -> None:
+        try:
+            while time.monotonic() < stop:
+                for t in batch:
+                    t.set_()
+                for t, src in zip(batch, original, strict=True):
+                    t.set_(src.clone())
+                for t in batch:
+                    t.resize_(0)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    batch = [o.clone() for o in original]
+    worker = threading.Thread(target=resetter, args=(batch,))
+    worker.start()
+    seen = 0
+    try:
+        while time.monotonic() < stop:
+            for encoder in ("encode", "parts"):
+                try:
+                    if encoder == "encode":
+                        frame = py_wire.encode({"x": list(batch)}, S)
+                    else:
+                        frame = py_wire.Frame.from_buffer(
+                            joined(py_wire.encode_parts({"x": list(batch)}, S))
+                        )
+                except BatchError:
+                    continue
+                for i, row in enumerate(rows(py_wire.decode(frame, S)["x"])):
+                    (seg,) = row
+                    assert seg.numel() in (0, n)
+                    assert bool((seg == float(i)).all()), f"row {i} holds data it never had"
+                seen += 1
+    finally:
+        worker.join()
+    assert not errors, errors
+    assert seen > 0
+
+
+# 2. Lying __array_interface__ --------------------------------------------------------------------
+
+
+def run_isolated(code: str) -> subprocess.CompletedProcess[str]:
+    """Runs `code` in a fresh interpreter, so a regression crashes it rather than pytest."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_lying_array_interface_is_refused_not_read() -> None:
+    proc = run_isolated(
+        """
+        import py_wire
+        from tests.test_input_safety import S
+
+        class Liar:
+            __array_interface__ = {
+                "version": 3, "typestr": "<f4", "shape": (1 << 20,), "data": (8, False),
+            }
+
+        try:
+            py_wire.encode({"x": [Liar()]}, S)
+        except py_wire.BatchError as e:
+            print("refused:", e)
+        else:
+            print("accepted")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "refused:" in proc.stdout, proc.stdout
+    assert 'field "x", row 0' in proc.stdout
+    assert "__array_interface__" in proc.stdout
+
+
+def test_buffer_protocol_inputs() -> None:
+    """numpy goes through the buffer protocol: dtype from the format, strides from the export."""
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    one = [np.ones(1, dtype=np.float32)] * 3
+    f = py_wire.encode({"x": one, "m": [a[:, ::2].copy(), a[:, ::2], a[1:3]]}, S)
+    got = rows(py_wire.decode(f, S)["m"])
+    assert torch.equal(got[0][0], torch.from_numpy(a[:, ::2].copy()))
+    assert torch.equal(got[1][0], torch.from_numpy(a[:, ::2].copy()))
+    assert torch.equal(got[2][0], torch.from_numpy(a[1:3].copy()))
+    n = np.array([1, -2, 3], dtype=np.int64)
+    f = py_wire.encode({"x": [a[0]], "n": [n]}, S)
+    assert rows(py_wire.decode(f, S)["n"])[0][0].tolist() == [1, -2, 3]
+    for bad, what in [
+        (np.arange(4, dtype=">f4"), "format"),
+        (np.arange(4, dtype=np.float32)[::-1], "negative"),
+        (np.array(["a"], dtype=object), "format|buffer"),
+    ]:
+        with pytest.raises(BatchError, match=rf"field .x., row 0.*({what})"):
+            py_wire.encode({"x": [bad]}, S)
+
+
+# 3. Inputs overlapping out -------------------------------------------------------------------
+
+
+def test_reencode_reversed_rows_into_own_buffer_is_refused() -> None:
+    batch = {"x": [torch.tensor([100.0, 101, 102]), torch.tensor([200.0, 201, 202, 203, 204, 205])]}
+    first = py_wire.encode(batch, S)
+    buf = bytearray(len(first) + 4096)
+    view = np.frombuffer(buf, dtype=np.uint8)
+    # An aligned base inside buf, so decode borrows instead of copying.
+    start = (-view.ctypes.data) % 64
+    window = view[start : start + len(first)]
+    window[:] = np.frombuffer(bytes(first), dtype=np.uint8)
+    decoded = rows(py_wire.decode(window, S)["x"])
+    reversed_batch = {"x": [decoded[1][0], decoded[0][0]]}
+    before = bytes(buf)
+    with pytest.raises(BatchError, match=r"field .x., row 0, segment 0: the input overlaps `out`"):
+        py_wire.encode(reversed_batch, S, out=window)
+    assert bytes(buf) == before, "a refused encode wrote into out"
+    # The same rows copied out first encode fine into the same buffer.
+    safe = {"x": [decoded[1][0].clone(), decoded[0][0].clone()]}
+    got = rows(py_wire.decode(py_wire.encode(safe, S, out=window), S)["x"])
+    assert got[0][0].tolist() == [200, 201, 202, 203, 204, 205]
+    assert got[1][0].tolist() == [100, 101, 102]
+
+
+def test_dense_input_overlapping_out_is_refused() -> None:
+    text = py_wire.load_schema("text_grpo")
+    out = np.zeros(1 << 16, dtype=np.uint8)
+    reward = torch.from_numpy(out[64:80]).view(torch.float32)
+    batch = {
+        "input_ids": [torch.arange(3)] * 4,
+        "advantages": [torch.zeros(3)] * 4,
+        "generation_logprobs": [torch.zeros(3)] * 4,
+        "input_lengths": torch.full((4,), 3),
+        "loss_multiplier": torch.ones(4),
+        "reward": reward,
+    }
+    with pytest.raises(BatchError, match=r"field .reward.: the input overlaps `out`"):
+        py_wire.encode(batch, text, out=out)
+
+
+# 4. Lazy and odd tensor states -----------------------------------------------------------------
+
+
+def lazy_cases() -> list[tuple[str, object, str]]:
+    z = torch.tensor([1 + 2j, 3 - 4j])
+    cases: list[tuple[str, object, str]] = [
+        ("neg-bit imag of conj", z.conj().imag, r"resolve_neg"),
+        ("neg view", torch._neg_view(torch.arange(4.0)), r"resolve_neg"),
+        ("sparse coo", torch.eye(3).to_sparse(), r"layout torch.sparse_coo.*to_dense"),
+        ("sparse csr", torch.eye(3).to_sparse_csr(), r"layout torch.sparse_csr.*to_dense"),
+        ("sparse csc", torch.eye(3).to_sparse_csc(), r"layout torch.sparse_csc.*to_dense"),
+        ("sparse bsr", torch.eye(4).to_sparse_bsr((2, 2)), r"layout torch.sparse_bsr"),
+        ("sparse bsc", torch.eye(4).to_sparse_bsc((2, 2)), r"layout torch.sparse_bsc"),
+        ("meta", torch.empty(3, device="meta"), r"meta tensor has no data"),
+        (
+            "nested strided",
+            torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]),
+            r"nested tensor",
+        ),
+        (
+            "nested jagged",
+            torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged),
+            r"__torch_dispatch__|layout",
+        ),
+        (
+            "functional",
+            torch._to_functional_tensor(torch.arange(3.0)),
+            r"cannot read the tensor",
+        ),
+    ]
+    if torch.backends.mkldnn.is_available():
+        cases.append(("mkldnn", torch.ones(3).to_mkldnn(), r"layout torch._mkldnn.*to_dense"))
+    return cases
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("case", lazy_cases(), ids=lambda c: c[0])
+def test_lazy_tensor_states_are_refused(case: tuple[str, object, str]) -> None:
+    _, t, match = case
+    with pytest.raises(BatchError, match=rf"field .x., row 1.*{match}"):
+        py_wire.encode({"x": [torch.ones(2), t]}, S)
+
+
+def test_conj_and_fake_and_quantized_are_refused() -> None:
+    with pytest.raises(BatchError, match=r"row 0.*resolve_conj"):
+        py_wire.encode({"x": [torch.tensor([1 + 2j]).conj()]}, S)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        fake = torch.empty(4)
+    with pytest.raises(BatchError, match=r"row 0.*FakeTensor.*__torch_dispatch__"):
+        py_wire.encode({"x": [fake]}, S)
+    with pytest.warns(UserWarning):
+        q = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)
+    with pytest.raises(BatchError, match=r"row 0.*dequantize"):
+        py_wire.encode({"x": [q]}, S)
+
+
+def test_resolved_neg_bit_round_trips_and_parameters_pass() -> None:
+    imag = torch.tensor([1 + 2j, 3 - 4j]).conj().imag
+    f = py_wire.encode({"x": [imag.resolve_neg(), torch.nn.Parameter(torch.ones(2))]}, S)
+    got = rows(py_wire.decode(f, S)["x"])
+    assert got[0][0].tolist() == [-2.0, 4.0]
+    assert got[1][0].tolist() == [1.0, 1.0]
+
+
+# 5. Segment dedup keys on dtype ------------------------------------------------------------------
+
+
+def test_dedup_key_includes_dtype() -> None:
+    x = torch.tensor([1.5, 2.5, 3.5, 4.5])
+    y = x.view(torch.bfloat16)[:4]  # same address, shape and strides; other bytes on the wire
+    assert y.data_ptr() == x.data_ptr() and y.shape == x.shape and y.stride() == x.stride()
+    f = py_wire.encode({"x": [x, x], "w": [x, y]}, S)
+    got = rows(py_wire.decode(f, S)["w"])
+    assert torch.equal(got[0][0], x.to(torch.bfloat16))
+    assert torch.equal(got[1][0], y)
+    layout = {d.name: d for d in f.layout.fields}
+    assert layout["w"].num_segments == 2
+    assert layout["x"].num_segments == 1  # the same tensor twice is still stored once
+
+
+# 6. NeMo-RL's deduplicated PackedTensor ------------------------------------------------------
+
+
+class NemoPacked:
+    """The attributes of NeMo-RL's PackedTensor (nemo_rl/data/multimodal_utils.py): ``tensors``
+    holds physical segments (tensor or None), ``_row_offsets`` / ``_segment_indices`` (lists of
+    ints, both set or both None) map logical rows to them, ``len()`` is the logical row count."""
+
+    def __init__(
+        self,
+        tensors: list[torch.Tensor | None],
+        dim_to_pack: int,
+        *,
+        _row_offsets: list[int] | None = None,
+        _segment_indices: list[int] | None = None,
+    ) -> None:
+        self.tensors = tensors
+        self.dim_to_pack = dim_to_pack
+        self._row_offsets = _row_offsets
+        self._segment_indices = _segment_indices
+
+    def __len__(self) -> int:
+        if self._row_offsets is not None:
+            return len(self._row_offsets) - 1
+        return len(self.tensors)
+
+    def iter_logical_segments(self) -> Iterator[torch.Tensor | None]:
+        if self._segment_indices is None:
+            yield from self.tensors
+            return
+        for i in self._segment_indices:
+            yield self.tensors[i]
+
+
+def test_nemo_dedup_csr_reproducer_round_trips() -> None:
+    """Row 0 has two images, row 1 is text-only: as many physical tensors as rows, the case
+    that misaligned silently when only ``.tensors`` was read."""
+    a, b = torch.randn(4, 1176), torch.randn(8, 1176)
+    ga, gb = torch.tensor([[1, 2, 2]]), torch.tensor([[1, 2, 4]])
+    ids = [torch.tensor([1, START, PAD, END, START, PAD, PAD, END]), torch.tensor([3, 4, 5])]
+    batch = {
+        "input_ids": ids,
+        "advantages": [torch.zeros(len(t)) for t in ids],
+        "generation_logprobs": [torch.zeros(len(t)) for t in ids],
+        "input_lengths": torch.tensor([len(t) for t in ids]),
+        "loss_multiplier": torch.ones(2),
+        "reward": torch.zeros(2),
+        "pixel_values": NemoPacked([a, b], 0, _row_offsets=[0, 2, 2], _segment_indices=[0, 1]),
+        # A None physical entry referenced by a row is no media for that row.
+        "image_grid_thw": NemoPacked(
+            [ga, gb, None], 0, _row_offsets=[0, 2, 3], _segment_indices=[0, 1, 2]
+        ),
+    }
+    decoded = py_wire.decode(py_wire.encode(batch, QWEN), QWEN)
+    pv = rows(decoded["pixel_values"])
+    assert [len(r) for r in pv] == [2, 0]
+    assert torch.equal(pv[0][0], a) and torch.equal(pv[0][1], b)
+    grid = rows(decoded["image_grid_thw"])
+    assert [len(r) for r in grid] == [2, 0]
+    assert torch.equal(grid[0][0], ga) and torch.equal(grid[0][1], gb)
+
+
+def test_nemo_dedup_shared_media_is_stored_once() -> None:
+    a, b = torch.randn(3), torch.randn(5)
+    packed = NemoPacked([a, b], 0, _row_offsets=[0, 1, 3, 3, 4], _segment_indices=[0, 0, 1, 1])
+    f = py_wire.encode({"x": packed}, S)
+    got = rows(py_wire.decode(f, S)["x"])
+    assert [len(r) for r in got] == [1, 2, 0, 1]
+    assert torch.equal(got[0][0], a) and torch.equal(got[1][0], a)
+    assert torch.equal(got[1][1], b) and torch.equal(got[3][0], b)
+    fields = {d.name: d for d in f.layout.fields}
+    assert fields["x"].num_segments == 2
+
+
+def test_nemo_offsets_as_tensors() -> None:
+    a = torch.randn(3)
+    packed = NemoPacked(
+        [a], 0, _row_offsets=torch.tensor([0, 1, 1]), _segment_indices=torch.tensor([0])
+    )
+    got = rows(py_wire.decode(py_wire.encode({"x": packed}, S), S)["x"])
+    assert [len(r) for r in got] == [1, 0]
+
+
+def test_nemo_len_mismatch_is_refused() -> None:
+    class Lying(NemoPacked):
+        def __len__(self) -> int:
+            return 3
+
+    a = torch.randn(3)
+    with pytest.raises(BatchError, match=r"field .x..*len\(\) is 3.*describe 2 rows"):
+        py_wire.encode({"x": Lying([a], 0, _row_offsets=[0, 1, 1], _segment_indices=[0])}, S)
+    with pytest.raises(BatchError, match=r"field .x..*len\(\) is 3.*holds 2 rows"):
+        py_wire.encode({"x": Lying([a, a], 0)}, S)
+    with pytest.raises(BatchError, match=r"field .x..*physical segment 5"):
+        py_wire.encode({"x": NemoPacked([a], 0, _row_offsets=[0, 1], _segment_indices=[5])}, S)
+    with pytest.raises(BatchError, match=r"field .x..*only one of"):
+        py_wire.encode({"x": NemoPacked([a], 0, _row_offsets=[0, 1])}, S)
+
+
+# 7. Argument errors --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("threads", ["2", -1, 0, 1.5, True, 10**30])
+def test_bad_threads_is_a_batch_error(threads: object) -> None:
+    with pytest.raises(BatchError, match=r"threads must be an int from 1 to"):
+        py_wire.encode({"x": [torch.ones(2)]}, S, threads=threads)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("min_borrow", ["2", -1, 2.0])
+def test_bad_min_borrow_is_a_batch_error(min_borrow: object) -> None:
+    with pytest.raises(BatchError, match=r"min_borrow must be an int"):
+        py_wire.encode_parts({"x": [torch.ones(2)]}, S, min_borrow=min_borrow)  # type: ignore[arg-type]
