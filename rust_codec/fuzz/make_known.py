@@ -21,9 +21,17 @@ def frame(metadata: dict[str, str], tensors: list[tuple[str, str, list[int], byt
     for i, (name, dtype, shape, payload) in enumerate(tensors):
         gap = (-len(data)) % 64
         if gap:
-            header[f"__pad.{i}"] = {"dtype": "U8", "shape": [gap], "data_offsets": [len(data), len(data) + gap]}
+            header[f"__pad.{i}"] = {
+                "dtype": "U8",
+                "shape": [gap],
+                "data_offsets": [len(data), len(data) + gap],
+            }
             data += b"\0" * gap
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(payload)]}
+        header[name] = {
+            "dtype": dtype,
+            "shape": shape,
+            "data_offsets": [len(data), len(data) + len(payload)],
+        }
         data += payload
     js = json.dumps(header).encode()
     js += b" " * ((-(8 + len(js))) % 64)
@@ -66,7 +74,11 @@ def main() -> None:
     )
     out = {
         "gather/known-zero-fields-2p40-rows": bytes([0, 0, 0, 0]) + zero,
-        "gather/known-row-total-wraps": bytes([1]) + struct.pack("<H", len(wrap)) + bytes([0]) + wrap + wrap,
+        "gather/known-row-total-wraps": bytes([1])
+        + struct.pack("<H", len(wrap))
+        + bytes([0])
+        + wrap
+        + wrap,
         "parse_frame/known-zero-fields-2p40-rows": zero,
         "contracts/known-fixed-count-2p40-items": fixed,
     }
