@@ -1,0 +1,143 @@
+//! Shared by every target: a consumer's walk over a parsed layout, and the switches that let a
+//! campaign step past bugs that are already filed (so it can look for new ones).
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+
+use py_wire_codec::decode::{read_i64s, FrameLayout, TensorLoc};
+use py_wire_codec::tensor::checked_numel;
+use py_wire_codec::Tier;
+
+/// `PY_WIRE_FUZZ_SKIP_KNOWN=1`: skip inputs that reach bugs already filed in issue 7 (a row
+/// count the bytes do not back), so a campaign keeps exploring instead of stopping at the first
+/// known abort. Off by default: then those inputs crash, as they should until the bug is fixed.
+pub fn skip_known() -> bool {
+    static SKIP: OnceLock<bool> = OnceLock::new();
+    *SKIP.get_or_init(|| std::env::var_os("PY_WIRE_FUZZ_SKIP_KNOWN").is_some_and(|v| v != "0"))
+}
+
+/// Whether the layout's row count is backed by bytes: DESIGN §7, "a row count is trusted only
+/// as far as index tensors of that length exist in the frame". A zero-field frame, or one whose
+/// only fields are scalars of zero-byte rows, backs no row count at all.
+pub fn rows_backed(buf: &[u8], layout: &FrameLayout) -> bool {
+    layout.num_rows <= buf.len() as u64
+}
+
+/// Whether the frame's `py_wire.sequence_field` names one of its own per-token fields when it
+/// has any. `parse_frame` does not check it, so `gather` succeeds on such a frame and `encode`
+/// then rejects the request (`BatchError`: "lacks the sequence field"): found by this campaign,
+/// regressions/gather/sequence-field-not-in-table.
+pub fn sequence_field_consistent(layout: &FrameLayout) -> bool {
+    let has_per_token = layout.fields.iter().any(|f| f.spec.tier == Tier::PerToken);
+    !has_per_token
+        || layout
+            .sequence_field
+            .as_deref()
+            .and_then(|n| layout.field(n))
+            .is_some_and(|f| f.spec.tier == Tier::PerToken)
+}
+
+/// The location lies inside the buffer and holds exactly `shape` of `dtype`.
+pub fn check_loc(buf: &[u8], loc: &TensorLoc, what: &str) {
+    let end = loc
+        .offset
+        .checked_add(loc.nbytes)
+        .expect("loc end overflows");
+    assert!(
+        end <= buf.len(),
+        "{what}: {}..{end} outside {} bytes",
+        loc.offset,
+        buf.len()
+    );
+    let numel = checked_numel(&loc.shape).expect("validated shape overflows");
+    assert_eq!(
+        numel.checked_mul(loc.dtype.size() as u64),
+        Some(loc.nbytes as u64),
+        "{what}: nbytes disagrees with shape"
+    );
+}
+
+/// Reads every location and index table of a parsed frame the way a consumer would (Python
+/// builds views from exactly these numbers), asserting each is in bounds and consistent.
+/// Work is O(index tensor bytes), never O(claimed counts).
+pub fn walk(buf: &[u8], layout: &FrameLayout) {
+    let mut seq_last = None;
+    if let Some(seq) = &layout.seq_offsets {
+        check_loc(buf, seq, "__seq_offsets");
+        let offs: Vec<i64> = read_i64s(buf, seq).collect();
+        assert_eq!(offs.len() as u64, layout.num_rows + 1, "seq offsets length");
+        assert_eq!(offs[0], 0);
+        assert!(
+            offs.windows(2).all(|w| w[0] <= w[1]),
+            "seq offsets decrease"
+        );
+        seq_last = Some(*offs.last().unwrap() as u64);
+    }
+    for f in &layout.fields {
+        let name = &f.spec.name;
+        check_loc(buf, &f.values, name);
+        assert_eq!(f.values.dtype, f.spec.stored_dtype(), "{name}: dtype");
+        match f.spec.tier {
+            Tier::Scalar => assert_eq!(f.values.shape.first(), Some(&layout.num_rows)),
+            Tier::PerToken => {
+                assert_eq!(f.values.shape.first().copied(), seq_last, "{name}: tokens")
+            }
+            Tier::Packed => {
+                let p = f.packed.as_ref().expect("packed field without CSR");
+                for (loc, what) in [
+                    (&p.seg_shapes, "seg_shapes"),
+                    (&p.seg_offsets, "seg_offsets"),
+                    (&p.row_offsets, "row_offsets"),
+                    (&p.row_segments, "row_segments"),
+                ] {
+                    check_loc(buf, loc, what);
+                }
+                let rank = f.spec.shape.len();
+                let shapes: Vec<i64> = read_i64s(buf, &p.seg_shapes).collect();
+                let seg_offs: Vec<i64> = read_i64s(buf, &p.seg_offsets).collect();
+                let row_offs: Vec<i64> = read_i64s(buf, &p.row_offsets).collect();
+                let refs: Vec<i64> = read_i64s(buf, &p.row_segments).collect();
+                assert_eq!(shapes.len() as u64, p.num_segments * rank as u64);
+                assert_eq!(seg_offs.len() as u64, p.num_segments + 1);
+                assert_eq!(row_offs.len() as u64, layout.num_rows + 1);
+                assert_eq!(refs.len() as u64, p.num_refs);
+                let numel = checked_numel(&f.values.shape).unwrap();
+                // Every row's references, every segment's elements, and the shape that covers them.
+                for r in 0..row_offs.len() - 1 {
+                    let (a, b) = (row_offs[r], row_offs[r + 1]);
+                    assert!(
+                        0 <= a && a <= b && b as u64 <= p.num_refs,
+                        "{name}: row {r}"
+                    );
+                    for &id in &refs[a as usize..b as usize] {
+                        assert!(0 <= id && (id as u64) < p.num_segments, "{name}: id {id}");
+                        let id = id as usize;
+                        let (s, e) = (seg_offs[id], seg_offs[id + 1]);
+                        assert!(0 <= s && s <= e && e as u64 <= numel, "{name}: seg {id}");
+                        let dims: Vec<u64> = shapes[id * rank..(id + 1) * rank]
+                            .iter()
+                            .map(|&d| u64::try_from(d).expect("negative dim"))
+                            .collect();
+                        assert_eq!(
+                            checked_numel(&dims),
+                            Some((e - s) as u64),
+                            "{name}: seg {id}"
+                        );
+                        for (d, want) in dims.iter().zip(&f.spec.shape) {
+                            if let Some(w) = want {
+                                assert_eq!(d, w, "{name}: static dim");
+                            }
+                        }
+                        // The bytes a view of this segment covers.
+                        let es = f.values.dtype.size();
+                        let start = f.values.offset + s as usize * es;
+                        let _ = &buf[start..start + (e - s) as usize * es];
+                    }
+                }
+                if p.in_order {
+                    assert!(refs.iter().enumerate().all(|(i, &id)| id as usize == i));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! select / concat over one or two fuzzed frames: `ops::gather` → `encode` (1 thread) →
+//! `parse_frame`. An `Ok` gather must encode, and its output must be a valid frame holding
+//! exactly the picked rows.
+//!
+//! Input: `[flags, split_lo, split_hi, k] ++ frames ++ k * 2 row bytes`.
+//!   flags bit 0: two frames, split at `split` bytes of the frames part;
+//!   flags bit 1: also gather the first frame with itself (concat of a frame and itself);
+//!   k (mod 16): row picks, each a little-endian u16 reduced mod (total rows + 1), so that
+//!   one value past the end is reachable too.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use py_wire_codec::encode::{encode, EncodeOptions};
+use py_wire_codec::ops::{gather, Source};
+use py_wire_codec::{parse_frame, FrameLayout};
+
+mod common;
+
+fn run(sources: &[Source<'_>], rows: Option<&[u64]>) {
+    let Ok(request) = gather(sources, rows) else {
+        return;
+    };
+    let options = EncodeOptions {
+        threads: 1,
+        ..Default::default()
+    };
+    let out =
+        encode(&request, options).unwrap_or_else(|e| panic!("gather Ok but encode failed: {e:?}"));
+    let layout = parse_frame(out.as_slice())
+        .unwrap_or_else(|e| panic!("gather+encode produced an invalid frame: {e:?}"));
+    let total = sources
+        .iter()
+        .try_fold(0u64, |a, s| a.checked_add(s.layout.num_rows))
+        .expect("gather accepted frames whose row counts overflow u64 when summed");
+    let want = rows.map_or(total, |r| r.len() as u64);
+    assert_eq!(
+        layout.num_rows, want,
+        "gathered frame has the wrong row count"
+    );
+    common::walk(out.as_slice(), &layout);
+}
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < 4 {
+        return;
+    }
+    let (flags, split, k) = (
+        data[0],
+        u16::from_le_bytes([data[1], data[2]]) as usize,
+        (data[3] % 16) as usize,
+    );
+    let body = &data[4..];
+    let Some(frames_len) = body.len().checked_sub(2 * k) else {
+        return;
+    };
+    let (frames, row_bytes) = body.split_at(frames_len);
+    let parts: Vec<&[u8]> = if flags & 1 != 0 {
+        let at = split.min(frames.len());
+        vec![&frames[..at], &frames[at..]]
+    } else {
+        vec![frames]
+    };
+    let mut layouts: Vec<FrameLayout> = Vec::new();
+    for p in &parts {
+        match parse_frame(p) {
+            Ok(l) => layouts.push(l),
+            Err(_) => return,
+        }
+    }
+    if common::skip_known()
+        && parts
+            .iter()
+            .zip(&layouts)
+            .any(|(p, l)| !common::rows_backed(p, l) || !common::sequence_field_consistent(l))
+    {
+        return;
+    }
+    let sources: Vec<Source<'_>> = parts
+        .iter()
+        .zip(&layouts)
+        .map(|(bytes, layout)| Source { bytes, layout })
+        .collect();
+    // Concatenate (rows = None).
+    run(&sources, None);
+    if flags & 2 != 0 {
+        run(&[sources[0].clone_ref(), sources[0].clone_ref()], None);
+    }
+    // Select rows derived from the input.
+    let total = sources
+        .iter()
+        .fold(0u64, |a, s| a.saturating_add(s.layout.num_rows));
+    let rows: Vec<u64> = row_bytes
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]) as u64 % total.saturating_add(1).max(1))
+        .collect();
+    run(&sources, Some(&rows));
+});
+
+trait CloneRef<'a> {
+    fn clone_ref(&self) -> Source<'a>;
+}
+
+impl<'a> CloneRef<'a> for Source<'a> {
+    fn clone_ref(&self) -> Source<'a> {
+        Source {
+            bytes: self.bytes,
+            layout: self.layout,
+        }
+    }
+}

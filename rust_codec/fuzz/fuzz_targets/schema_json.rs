@@ -1,0 +1,34 @@
+//! The metadata a frame embeds, parsed as the codec parses it: the field table
+//! (`py_wire.fields`, `Vec<FieldSpec>`, then `FieldSpec::validate` on each, as `parse_frame`
+//! does) and a placeholder contract (`PlaceholderContract`, as the `check_contracts` binding
+//! parses each contract string).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use py_wire_codec::contract::PlaceholderContract;
+use py_wire_codec::spec::pattern_string;
+use py_wire_codec::{FieldSpec, Tier};
+
+fn exercise(spec: &FieldSpec) {
+    if spec.validate().is_ok() {
+        let _ = spec.stored_dtype().size();
+        let _ = pattern_string(&spec.shape);
+        if spec.tier == Tier::Packed {
+            // Only meaningful (and only called by the codec) for validated packed fields.
+            let _ = spec.values_are_stackable();
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(specs) = serde_json::from_str::<Vec<FieldSpec>>(text) {
+        specs.iter().for_each(exercise);
+    }
+    if let Ok(spec) = serde_json::from_str::<FieldSpec>(text) {
+        exercise(&spec);
+    }
+    let _ = serde_json::from_str::<PlaceholderContract>(text);
+});
