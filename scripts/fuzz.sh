@@ -3,9 +3,11 @@
 #   scripts/fuzz.sh                 every target, RUNS executions each
 #   scripts/fuzz.sh gather 2000000  one target, 2M executions
 # Environment: RUNS (default 20000), MAX_TIME (seconds per target, default 0 = no limit),
-# PY_WIRE_FUZZ_SKIP_KNOWN (default 1 here: step past the open bugs listed in
-# rust_codec/fuzz/README.md, which the committed corpora reach; 0 once they are fixed). New corpus entries go to rust_codec/fuzz/corpus/<target>/ and
-# crashes to rust_codec/fuzz/artifacts/<target>/.
+# SANITIZER (address, the default, or none: about 10x the executions per second, for long
+# campaigns; libFuzzer's -malloc_limit_mb and -rss_limit_mb hold either way).
+# New corpus entries go to rust_codec/fuzz/corpus/<target>/, crashes to
+# rust_codec/fuzz/artifacts/<target>/ (a crash found becomes a file in fuzz/regressions/, which
+# `cargo test` replays).
 set -euo pipefail
 cd "$(dirname "$0")/../rust_codec"
 
@@ -13,7 +15,6 @@ TARGETS=(parse_frame gather padded contracts schema_json)
 targets=("${1:-all}")
 [ "${targets[0]}" = all ] && targets=("${TARGETS[@]}")
 runs=${2:-${RUNS:-20000}}
-export PY_WIRE_FUZZ_SKIP_KNOWN=${PY_WIRE_FUZZ_SKIP_KNOWN:-1}
 
 max_len() {
   case "$1" in
@@ -23,18 +24,19 @@ max_len() {
   esac
 }
 
-cargo +nightly fuzz build >/dev/null
+sanitizer=${SANITIZER:-address}
+cargo +nightly fuzz build -s "$sanitizer" >/dev/null
 for t in "${targets[@]}"; do
   mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
   log=$(mktemp)
   set +e
-  nice -n 10 cargo +nightly fuzz run "$t" "fuzz/corpus/$t" -- \
+  nice -n 10 cargo +nightly fuzz run -s "$sanitizer" "$t" "fuzz/corpus/$t" -- \
     -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=10 \
     -max_len="$(max_len "$t")" -dict=fuzz/frame.dict \
     -runs="$runs" -max_total_time="${MAX_TIME:-0}" -print_final_stats=1 >"$log" 2>&1
   rc=$?
   set -e
   execs=$(grep -a 'stat::number_of_executed_units' "$log" | awk '{print $2}')
-  echo "$t: rc=$rc executions=${execs:-?} corpus=$(ls "fuzz/corpus/$t" | wc -l) log=$log"
+  echo "$t ($sanitizer): rc=$rc executions=${execs:-?} corpus=$(ls "fuzz/corpus/$t" | wc -l) log=$log"
   [ $rc -eq 0 ] || grep -a -m3 -E 'panicked|ERROR: libFuzzer|SUMMARY' "$log" | sed 's/^/  /'
 done

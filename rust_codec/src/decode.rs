@@ -203,6 +203,18 @@ pub fn parse_frame(buf: &[u8]) -> Result<FrameLayout> {
             packed,
         });
     }
+    if let Some(first) = fields.iter().find(|f| f.spec.tier == Tier::PerToken) {
+        let seq = layout.sequence_field.as_deref();
+        if !fields
+            .iter()
+            .any(|f| Some(f.spec.name.as_str()) == seq && f.spec.tier == Tier::PerToken)
+        {
+            return Err(frame_err!(
+                "the frame has per-token fields ({:?}, ...) but its sequence field {seq:?} is not one of them",
+                first.spec.name
+            ));
+        }
+    }
     layout.fields = fields;
     layout.header = header;
     Ok(layout)

@@ -11,13 +11,17 @@
 
 use libfuzzer_sys::fuzz_target;
 use py_wire_codec::encode::{encode, EncodeOptions};
-use py_wire_codec::ops::{gather, Source};
+use py_wire_codec::ops::{gather, split as split_rows, Rows, Source};
 use py_wire_codec::{parse_frame, FrameLayout};
 
 mod common;
 
 fn run(sources: &[Source<'_>], rows: Option<&[u64]>) {
-    let Ok(request) = gather(sources, rows) else {
+    let selection = match rows {
+        Some(r) => Rows::List(r.iter().map(|&v| v as i64).collect()),
+        None => Rows::All,
+    };
+    let Ok(request) = gather(sources, &selection) else {
         return;
     };
     let options = EncodeOptions {
@@ -67,14 +71,6 @@ fuzz_target!(|data: &[u8]| {
             Err(_) => return,
         }
     }
-    if common::skip_known()
-        && parts
-            .iter()
-            .zip(&layouts)
-            .any(|(p, l)| !common::rows_backed(p, l) || !common::sequence_field_consistent(l))
-    {
-        return;
-    }
     let sources: Vec<Source<'_>> = parts
         .iter()
         .zip(&layouts)
@@ -83,7 +79,23 @@ fuzz_target!(|data: &[u8]| {
     // Concatenate (rows = None).
     run(&sources, None);
     if flags & 2 != 0 {
-        run(&[sources[0].clone_ref(), sources[0].clone_ref()], None);
+        run(&[sources[0], sources[0]], None);
+        // Split the first frame in two at a row derived from the input.
+        let rows = sources[0].layout.num_rows;
+        let cut = (split as u64).min(rows);
+        if let Ok(requests) = split_rows(sources[0], &[cut, rows - cut]) {
+            for request in requests {
+                let options = EncodeOptions {
+                    threads: 1,
+                    ..Default::default()
+                };
+                let out = encode(&request, options)
+                    .unwrap_or_else(|e| panic!("split Ok but encode failed: {e:?}"));
+                let layout = parse_frame(out.as_slice())
+                    .unwrap_or_else(|e| panic!("split produced an invalid frame: {e:?}"));
+                common::walk(out.as_slice(), &layout);
+            }
+        }
     }
     // Select rows derived from the input.
     let total = sources
@@ -95,16 +107,3 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     run(&sources, Some(&rows));
 });
-
-trait CloneRef<'a> {
-    fn clone_ref(&self) -> Source<'a>;
-}
-
-impl<'a> CloneRef<'a> for Source<'a> {
-    fn clone_ref(&self) -> Source<'a> {
-        Source {
-            bytes: self.bytes,
-            layout: self.layout,
-        }
-    }
-}

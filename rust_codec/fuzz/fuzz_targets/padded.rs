@@ -12,7 +12,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use py_wire_codec::decode::read_i64s;
+use py_wire_codec::decode::read_seq_offsets;
 use py_wire_codec::pad::pad_rows;
 use py_wire_codec::{parse_frame, Tier};
 
@@ -24,10 +24,12 @@ fuzz_target!(|data: &[u8]| {
     let Ok(layout) = parse_frame(data) else {
         return;
     };
-    let Some(seq) = &layout.seq_offsets else {
+    let offsets = read_seq_offsets(data, &layout)
+        .expect("a parsed frame's sequence offsets re-read")
+        .unwrap_or_default();
+    if offsets.is_empty() {
         return;
-    };
-    let offsets: Vec<u64> = read_i64s(data, seq).map(|v| v as u64).collect();
+    }
     let rows = offsets.len().saturating_sub(1) as u64;
     let width = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
     // The pad element: the input's last byte, repeated (0 pads take the fill(0) branch).

@@ -11,15 +11,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     common::walk(data, &layout);
-    // A row count that no bytes back sizes a consumer's per-row loops and allocations (Python:
-    // `[None] * num_rows`, `range(num_rows)`): issue 7, item 1. Checked only when
-    // PY_WIRE_FUZZ_STRICT_ROWS is set, since it is filed and open.
-    if std::env::var_os("PY_WIRE_FUZZ_STRICT_ROWS").is_some() {
-        assert!(
-            common::rows_backed(data, &layout),
-            "num_rows {} is not backed by a {}-byte frame",
-            layout.num_rows,
-            data.len()
-        );
-    }
+    // A row count that no bytes back would size a consumer's per-row loops and allocations.
+    assert!(
+        common::rows_backed(data, &layout),
+        "num_rows {} is not backed by a {}-byte frame",
+        layout.num_rows,
+        data.len()
+    );
 });

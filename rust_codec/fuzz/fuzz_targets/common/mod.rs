@@ -1,40 +1,22 @@
-//! Shared by every target: a consumer's walk over a parsed layout, and the switches that let a
-//! campaign step past bugs that are already filed (so it can look for new ones).
+//! Shared by every target: a consumer's walk over a parsed layout.
 #![allow(dead_code)]
 
-use std::sync::OnceLock;
-
-use py_wire_codec::decode::{read_i64s, FrameLayout, TensorLoc};
+use py_wire_codec::decode::{FrameLayout, TensorLoc};
 use py_wire_codec::tensor::checked_numel;
 use py_wire_codec::Tier;
 
-/// `PY_WIRE_FUZZ_SKIP_KNOWN=1`: skip inputs that reach bugs already filed in issue 7 (a row
-/// count the bytes do not back), so a campaign keeps exploring instead of stopping at the first
-/// known abort. Off by default: then those inputs crash, as they should until the bug is fixed.
-pub fn skip_known() -> bool {
-    static SKIP: OnceLock<bool> = OnceLock::new();
-    *SKIP.get_or_init(|| std::env::var_os("PY_WIRE_FUZZ_SKIP_KNOWN").is_some_and(|v| v != "0"))
-}
-
 /// Whether the layout's row count is backed by bytes: DESIGN §7, "a row count is trusted only
-/// as far as index tensors of that length exist in the frame". A zero-field frame, or one whose
-/// only fields are scalars of zero-byte rows, backs no row count at all.
+/// as far as index tensors of that length exist in the frame" (the parser bounds it by the
+/// frame's length).
 pub fn rows_backed(buf: &[u8], layout: &FrameLayout) -> bool {
     layout.num_rows <= buf.len() as u64
 }
 
-/// Whether the frame's `py_wire.sequence_field` names one of its own per-token fields when it
-/// has any. `parse_frame` does not check it, so `gather` succeeds on such a frame and `encode`
-/// then rejects the request (`BatchError`: "lacks the sequence field"): found by this campaign,
-/// regressions/gather/sequence-field-not-in-table.
-pub fn sequence_field_consistent(layout: &FrameLayout) -> bool {
-    let has_per_token = layout.fields.iter().any(|f| f.spec.tier == Tier::PerToken);
-    !has_per_token
-        || layout
-            .sequence_field
-            .as_deref()
-            .and_then(|n| layout.field(n))
-            .is_some_and(|f| f.spec.tier == Tier::PerToken)
+/// The int64s of a located tensor (the walk checks the location first).
+pub fn read_i64s<'b>(buf: &'b [u8], loc: &TensorLoc) -> impl Iterator<Item = i64> + 'b {
+    buf[loc.offset..loc.offset + loc.nbytes]
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
 }
 
 /// The location lies inside the buffer and holds exactly `shape` of `dtype`.
