@@ -79,7 +79,7 @@ pub fn is_lossy(from: DType, to: DType) -> bool {
 /// `src.len()` must be n*from.size() and `dst.len()` n*to.size(); otherwise Err(Error::Schema).
 pub fn cast_run(from: DType, to: DType, src: &[u8], dst: &mut [u8]) -> Result<()> {
     if !is_supported(from, to) {
-        return Err(Error::Schema(format!(
+        return Err(Error::schema(format!(
             "no cast from {} to {}: the codec casts only between floating types \
              (float32/float64 to a narrower wire dtype and back)",
             from.name(),
@@ -89,7 +89,7 @@ pub fn cast_run(from: DType, to: DType, src: &[u8], dst: &mut [u8]) -> Result<()
     let (from_size, to_size) = (from.size(), to.size());
     let n = src.len() / from_size;
     if !src.len().is_multiple_of(from_size) || n.checked_mul(to_size) != Some(dst.len()) {
-        return Err(Error::Schema(format!(
+        return Err(Error::schema(format!(
             "cast {} -> {}: a source of {} bytes and a destination of {} bytes do not hold the \
              same whole number of elements ({} and {} bytes each)",
             from.name(),
@@ -119,7 +119,7 @@ pub fn cast_run(from: DType, to: DType, src: &[u8], dst: &mut [u8]) -> Result<()
         (F16, F64) => map::<2, 8>(src, dst, |x| f32_to_f64(f16_to_f32(u16le(x))).to_le_bytes()),
         // is_supported() admitted the pair, so this arm is unreachable; refuse rather than panic.
         _ => {
-            return Err(Error::Schema(format!(
+            return Err(Error::schema(format!(
                 "no cast from {} to {}",
                 from.name(),
                 to.name()

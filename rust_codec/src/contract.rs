@@ -367,7 +367,10 @@ fn check_input(input: &ContractInput<'_>, contracts: &[PlaceholderContract]) -> 
                      which says how many features each image makes (geometry lost)",
                     c.name,
                     c.media_field
-                ));
+                )
+                .code("geometry_missing")
+                .field(source_name)
+                .row(row));
             }
         }
         let mut expected = Vec::new();
@@ -390,7 +393,12 @@ fn check_input(input: &ContractInput<'_>, contracts: &[PlaceholderContract]) -> 
                             c.name,
                             c.media_field,
                             input.sequence_field
-                        ));
+                        )
+                        .code("placeholder_count")
+                        .field(&c.media_field)
+                        .row(row)
+                        .expected(images)
+                        .found(row_tokens));
                     }
                     expected.extend(std::iter::repeat_n(per, images as usize));
                 }
@@ -420,7 +428,12 @@ fn check_input(input: &ContractInput<'_>, contracts: &[PlaceholderContract]) -> 
                                  but {} has {found}",
                                 c.name,
                                 c.media_field
-                            ));
+                            )
+                            .code("media_items")
+                            .field(&c.media_field)
+                            .row(row)
+                            .expected(patches)
+                            .found(found));
                         }
                     }
                     expected.extend(feats);
@@ -443,7 +456,12 @@ fn check_input(input: &ContractInput<'_>, contracts: &[PlaceholderContract]) -> 
                                 c.name,
                                 feats.len(),
                                 c.media_field
-                            ));
+                            )
+                            .code("media_items")
+                            .field(&c.media_field)
+                            .row(row)
+                            .expected(feats.len())
+                            .found(found));
                         }
                     }
                     expected.extend(feats);

@@ -76,7 +76,7 @@ fn for_each_run(src: &TensorRef<'_>, mut run: impl FnMut(&[u8])) {
 pub fn copy_tensor(src: &TensorRef<'_>, dst_dtype: DType, dst: &mut [u8]) -> Result<()> {
     let expected = src.numel() as usize * dst_dtype.size();
     if dst.len() != expected {
-        return Err(Error::Internal(format!(
+        return Err(Error::internal(format!(
             "copy destination is {} bytes, expected {expected}",
             dst.len()
         )));
@@ -150,7 +150,7 @@ pub fn run_jobs(
         let begin = task.job.dst_offset + task.range.start;
         let end = task.job.dst_offset + task.range.end;
         if begin < consumed || end > consumed + rest.len() {
-            return Err(Error::Internal("overlapping copy jobs".to_string()));
+            return Err(Error::internal("overlapping copy jobs".to_string()));
         }
         let (_, tail) = std::mem::take(&mut rest).split_at_mut(begin - consumed);
         let (mine, tail) = tail.split_at_mut(end - begin);
@@ -189,7 +189,7 @@ pub fn run_jobs(
             .collect();
         handles.into_iter().try_for_each(|h| {
             h.join()
-                .unwrap_or_else(|_| Err(Error::Internal("a copy thread panicked".into())))
+                .unwrap_or_else(|_| Err(Error::internal("a copy thread panicked")))
         })
     })
 }

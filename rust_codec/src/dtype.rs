@@ -71,7 +71,7 @@ impl DType {
             .iter()
             .find(|r| r.1 == name)
             .map(|r| r.0)
-            .ok_or_else(|| Error::Schema(format!("unknown dtype {name:?}")))
+            .ok_or_else(|| Error::schema(format!("unknown dtype {name:?}")))
     }
 
     pub fn from_safetensors_code(code: &str) -> Option<DType> {

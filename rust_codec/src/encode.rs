@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::buffer::{AlignedBuf, ALIGNMENT};
 use crate::copy::{run_jobs, CopyJob, DEFAULT_PARALLEL_THRESHOLD};
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Result, Value};
 use crate::header::{write_header, Entry};
 use crate::spec::{meta, names, pattern_string, FieldSpec, Tier};
 use crate::tensor::{Dims, TensorRef};
@@ -412,6 +412,18 @@ enum Where {
     Segment(usize, usize),
 }
 
+impl Where {
+    /// Adds this location (and the field) to an error's structured context.
+    fn tag(self, err: crate::Error, field: &str) -> crate::Error {
+        let err = err.field(field);
+        match self {
+            Where::Field => err,
+            Where::Row(r) => err.row(r),
+            Where::Segment(r, s) => err.row(r).segment(s),
+        }
+    }
+}
+
 impl std::fmt::Display for Where {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -425,7 +437,7 @@ impl std::fmt::Display for Where {
 /// A field takes its declared dtype, or its wire dtype as is (already cast: nothing is lost).
 fn check_dtype(spec: &FieldSpec, t: &TensorRef<'_>, location: Where) -> Result<()> {
     if t.dtype != spec.dtype && Some(t.dtype) != spec.wire_dtype {
-        return Err(batch_err!(
+        let err = batch_err!(
             "field {:?}{location}: dtype {} but the schema declares {}{}",
             spec.name,
             t.dtype.name(),
@@ -433,7 +445,11 @@ fn check_dtype(spec: &FieldSpec, t: &TensorRef<'_>, location: Where) -> Result<(
             spec.wire_dtype
                 .map(|w| format!(" (or its wire dtype {})", w.name()))
                 .unwrap_or_default()
-        ));
+        )
+        .code("dtype")
+        .expected(spec.dtype.name())
+        .found(t.dtype.name());
+        return Err(location.tag(err, &spec.name));
     }
     Ok(())
 }
@@ -446,22 +462,38 @@ fn check_dims(
     location: Where,
     what: &str,
 ) -> Result<()> {
+    let shape_values = || {
+        let expected: Vec<Value> = pattern
+            .iter()
+            .map(|d| d.map_or_else(|| Value::from("*"), Value::from))
+            .collect();
+        (Value::from(expected), Value::from(dims.to_vec()))
+    };
     if dims.len() != pattern.len() {
-        return Err(batch_err!(
+        let (expected, found) = shape_values();
+        let err = batch_err!(
             "field {:?}{location}: {what} {dims:?} has rank {} but the schema's {} has rank {}",
             spec.name,
             dims.len(),
             pattern_string(pattern),
             pattern.len()
-        ));
+        );
+        return Err(location.tag(err.code("rank").expected(expected).found(found), &spec.name));
     }
     for (d, (&found, expected)) in dims.iter().zip(pattern).enumerate() {
         if let Some(expected) = *expected {
             if found != expected {
-                return Err(batch_err!(
+                let (expected_shape, found_shape) = shape_values();
+                let err = batch_err!(
                     "field {:?}{location}: {what} {dims:?} does not match the schema's {} (dim {d}: expected {expected}, found {found})",
                     spec.name,
                     pattern_string(pattern)
+                );
+                return Err(location.tag(
+                    err.code("shape")
+                        .expected(expected_shape)
+                        .found(found_shape),
+                    &spec.name,
                 ));
             }
         }
@@ -525,7 +557,11 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
                 return Err(batch_err!(
                     "fields disagree on the number of rows: {first:?} has {n}, {:?} has {rows}",
                     field.spec.name
-                ))
+                )
+                .code("rows")
+                .field(&field.spec.name)
+                .expected(n)
+                .found(rows))
             }
             Some(_) => {}
         }
@@ -659,7 +695,12 @@ fn check_lengths_field(request: &EncodeRequest<'_>, seq_name: &str, lengths: &[u
             declared[row],
             lengths[row],
             bad.len()
-        ));
+        )
+        .code("lengths_field")
+        .field(name)
+        .row(row)
+        .expected(lengths[row])
+        .found(declared[row]));
     }
     Ok(())
 }
@@ -736,6 +777,11 @@ fn plan_per_token<'a>(
             spec.name,
             lengths[row]
         )
+        .code("length")
+        .field(&spec.name)
+        .row(row)
+        .expected(lengths[row])
+        .found(found)
     };
     let sources = match &field.input {
         FieldInput::Segments {

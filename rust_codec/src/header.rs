@@ -28,7 +28,7 @@ pub fn write_header(metadata: &BTreeMap<String, String>, entries: &[Entry]) -> R
     let mut root = serde_json::Map::new();
     root.insert(
         "__metadata__".into(),
-        serde_json::to_value(metadata).map_err(|e| Error::Internal(format!("metadata: {e}")))?,
+        serde_json::to_value(metadata).map_err(|e| Error::internal(format!("metadata: {e}")))?,
     );
     for entry in entries {
         root.insert(
@@ -41,7 +41,7 @@ pub fn write_header(metadata: &BTreeMap<String, String>, entries: &[Entry]) -> R
         );
     }
     let json = serde_json::to_vec(&serde_json::Value::Object(root))
-        .map_err(|e| Error::Internal(format!("header: {e}")))?;
+        .map_err(|e| Error::internal(format!("header: {e}")))?;
     let padded_len = (8 + json.len()).next_multiple_of(ALIGNMENT) - 8;
     let mut out = Vec::with_capacity(8 + padded_len);
     out.extend_from_slice(&(padded_len as u64).to_le_bytes());

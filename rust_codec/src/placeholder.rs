@@ -25,18 +25,18 @@ pub struct RunTable {
 /// entry with `as usize` afterwards is exact.
 fn check_offsets(offsets: &[u64], total: usize, what: &str, of: &str) -> Result<usize> {
     let Some((&first, _)) = offsets.split_first() else {
-        return Err(Error::Batch(format!(
+        return Err(Error::batch(format!(
             "{what} is empty; it needs one entry per row plus one, starting at 0"
         )));
     };
     if first != 0 {
-        return Err(Error::Batch(format!(
+        return Err(Error::batch(format!(
             "{what}[0] is {first}; the offsets of the first row must start at 0"
         )));
     }
     for (i, w) in offsets.windows(2).enumerate() {
         if w[1] < w[0] {
-            return Err(Error::Batch(format!(
+            return Err(Error::batch(format!(
                 "{what} decreases at row {i}: {what}[{}] = {} is less than {what}[{i}] = {}",
                 i + 1,
                 w[1],
@@ -46,7 +46,7 @@ fn check_offsets(offsets: &[u64], total: usize, what: &str, of: &str) -> Result<
     }
     let last = offsets[offsets.len() - 1];
     if u64::try_from(total).ok() != Some(last) {
-        return Err(Error::Batch(format!(
+        return Err(Error::batch(format!(
             "{what} ends at {last} but {of} has {total} entries"
         )));
     }
@@ -126,14 +126,14 @@ pub fn features_from_grid_thw(grid: &[i64], merge_size: u64) -> Result<Vec<u64>>
         .checked_mul(merge_size)
         .filter(|&m| m > 0)
         .ok_or_else(|| {
-            Error::Schema(format!(
+            Error::schema(format!(
                 "merge_size {merge_size} is not usable: it must be at least 1 and its square must \
                  fit in 64 bits"
             ))
         })?;
     let (images, rest) = grid.as_chunks::<3>();
     if !rest.is_empty() {
-        return Err(Error::Batch(format!(
+        return Err(Error::batch(format!(
             "the image grid has {} values, which is not a whole number of (t, h, w) rows",
             grid.len()
         )));
@@ -144,7 +144,7 @@ pub fn features_from_grid_thw(grid: &[i64], merge_size: u64) -> Result<Vec<u64>>
         .map(|(i, &[t, h, w])| {
             let (Ok(tu), Ok(hu), Ok(wu)) = (u64::try_from(t), u64::try_from(h), u64::try_from(w))
             else {
-                return Err(Error::Batch(format!(
+                return Err(Error::batch(format!(
                     "image {i}: grid (t, h, w) = ({t}, {h}, {w}) has a negative value"
                 )));
             };
@@ -152,12 +152,12 @@ pub fn features_from_grid_thw(grid: &[i64], merge_size: u64) -> Result<Vec<u64>>
                 .checked_mul(hu)
                 .and_then(|x| x.checked_mul(wu))
                 .ok_or_else(|| {
-                    Error::Batch(format!(
+                    Error::batch(format!(
                         "image {i}: grid (t, h, w) = ({t}, {h}, {w}) overflows t*h*w"
                     ))
                 })?;
             if !thw.is_multiple_of(merge_sq) {
-                return Err(Error::Batch(format!(
+                return Err(Error::batch(format!(
                     "image {i}: grid (t, h, w) = ({t}, {h}, {w}) gives t*h*w = {thw} patches, \
                      which is not divisible by merge_size² = {merge_sq}"
                 )));
@@ -177,18 +177,18 @@ pub fn features_from_image_sizes(
     downsample_ratio: f64,
 ) -> Result<Vec<u64>> {
     if patch_size == 0 {
-        return Err(Error::Schema(
+        return Err(Error::schema(
             "patch_size is 0; it must be at least 1".to_string(),
         ));
     }
     if !(downsample_ratio.is_finite() && downsample_ratio > 0.0) {
-        return Err(Error::Schema(format!(
+        return Err(Error::schema(format!(
             "downsample_ratio {downsample_ratio} is not a finite positive number"
         )));
     }
     let (images, rest) = sizes.as_chunks::<2>();
     if !rest.is_empty() {
-        return Err(Error::Batch(format!(
+        return Err(Error::batch(format!(
             "the image sizes have {} values, which is not a whole number of (H, W) rows",
             sizes.len()
         )));
@@ -200,7 +200,7 @@ pub fn features_from_image_sizes(
         .enumerate()
         .map(|(i, &[h, w])| {
             let (Ok(hu), Ok(wu)) = (u64::try_from(h), u64::try_from(w)) else {
-                return Err(Error::Batch(format!(
+                return Err(Error::batch(format!(
                     "image {i}: size (H, W) = ({h}, {w}) has a negative value"
                 )));
             };
@@ -214,7 +214,7 @@ pub fn features_from_image_sizes(
                 .zip(side(wu))
                 .and_then(|(a, b)| a.checked_mul(b))
                 .ok_or_else(|| {
-                    Error::Batch(format!(
+                    Error::batch(format!(
                         "image {i}: size (H, W) = ({h}, {w}) overflows the feature count"
                     ))
                 })
@@ -284,7 +284,7 @@ pub fn check_alignment(
     let id = rule.token_id;
     for (what, t) in [("begin", rule.begin_token_id), ("end", rule.end_token_id)] {
         if t == Some(id) {
-            return Err(Error::Schema(format!(
+            return Err(Error::schema(format!(
                 "contract {c:?}: the {what} token {id} is the placeholder token itself"
             )));
         }
@@ -298,7 +298,7 @@ pub fn check_alignment(
         "the expected feature counts",
     )?;
     if image_rows != rows {
-        return Err(Error::Batch(format!(
+        return Err(Error::batch(format!(
             "contract {c:?}: {} has {} but {} has {}",
             rule.sequence_field,
             plural(rows, "row"),
@@ -332,14 +332,20 @@ pub fn check_alignment(
             match (starts.get(i), lengths.get(i), feats.get(i)) {
                 (Some(&start), Some(&len), Some(&want)) => {
                     if len != want {
-                        return Err(Error::Contract(format!(
+                        return Err(Error::contract(format!(
                             "contract {c:?}: row {r}, {}: the run of token {id} at position \
                              {start} in {seq} has {} but {media} implies {}; {}",
                             image(i),
                             plural(u128::from(len), "token"),
                             plural(u128::from(want), "feature"),
                             summary()
-                        )));
+                        ))
+                        .code("placeholder_count")
+                        .field(media)
+                        .row(r)
+                        .item(i)
+                        .expected(want)
+                        .found(len));
                     }
                     let start = start as usize;
                     let end = start + len as usize;
@@ -350,13 +356,19 @@ pub fn check_alignment(
                                 Some(t) => format!("token {t}"),
                                 None => "the start of the row".to_string(),
                             };
-                            return Err(Error::Contract(format!(
+                            return Err(Error::contract(format!(
                                 "contract {c:?}: row {r}, {}: the run of token {id} at position \
                                  {start} in {seq} is not preceded by the begin token {b} (found \
                                  {found}); {}",
                                 image(i),
                                 summary()
-                            )));
+                            ))
+                            .code("placeholder_begin")
+                            .field(seq)
+                            .row(r)
+                            .item(i)
+                            .expected(b)
+                            .found(before.copied()));
                         }
                     }
                     if let Some(e) = rule.end_token_id {
@@ -366,13 +378,19 @@ pub fn check_alignment(
                                 Some(t) => format!("token {t}"),
                                 None => "the end of the row".to_string(),
                             };
-                            return Err(Error::Contract(format!(
+                            return Err(Error::contract(format!(
                                 "contract {c:?}: row {r}, {}: the run of token {id} at position \
                                  {start} in {seq} is not followed by the end token {e} (found \
                                  {found}); {}",
                                 image(i),
                                 summary()
-                            )));
+                            ))
+                            .code("placeholder_end")
+                            .field(seq)
+                            .row(r)
+                            .item(i)
+                            .expected(e)
+                            .found(after.copied()));
                         }
                     }
                 }
@@ -385,12 +403,18 @@ pub fn check_alignment(
                             plural(feats.len(), "image")
                         )
                     };
-                    return Err(Error::Contract(format!(
+                    return Err(Error::contract(format!(
                         "contract {c:?}: row {r}, run {i}: {seq} has a run of {} of token {id} \
                          at position {start} but {why}; {}",
                         plural(u128::from(len), "token"),
                         summary()
-                    )));
+                    ))
+                    .code("placeholder_extra_run")
+                    .field(seq)
+                    .row(r)
+                    .item(i)
+                    .expected(feats.len())
+                    .found(lengths.len()));
                 }
                 (_, _, Some(&want)) => {
                     let why = if lengths.is_empty() {
@@ -401,12 +425,18 @@ pub fn check_alignment(
                             plural(lengths.len(), "run")
                         )
                     };
-                    return Err(Error::Contract(format!(
+                    return Err(Error::contract(format!(
                         "contract {c:?}: row {r}, {}: {media} implies {} but {why}; {}",
                         image(i),
                         plural(u128::from(want), "feature"),
                         summary()
-                    )));
+                    ))
+                    .code("placeholder_missing_run")
+                    .field(media)
+                    .row(r)
+                    .item(i)
+                    .expected(feats.len())
+                    .found(lengths.len()));
                 }
                 // starts and lengths have equal lengths, so this arm is unreachable.
                 _ => {}
@@ -494,7 +524,7 @@ mod tests {
         }
         fn contract_err(&self, rule: &PlaceholderRule) -> String {
             match self.check(rule) {
-                Err(Error::Contract(m)) => m,
+                Err(Error::Contract(m)) => m.message,
                 other => panic!("expected a contract error, got {other:?}"),
             }
         }

@@ -68,7 +68,7 @@ impl FieldSpec {
     pub fn validate(&self) -> Result<()> {
         let name = &self.name;
         if !is_field_name(name) {
-            return Err(Error::Schema(format!(
+            return Err(Error::schema(format!(
                 "field name {name:?} must start with an ASCII letter or '_', continue with ASCII \
                  letters, digits and '_', be at most {MAX_NAME_LEN} bytes long and not start \
                  with '__'"
@@ -80,7 +80,7 @@ impl FieldSpec {
             Tier::PerToken | Tier::Scalar => MAX_RANK - 1,
         };
         if self.shape.len() > max_rank {
-            return Err(Error::Schema(format!(
+            return Err(Error::schema(format!(
                 "{} field {name:?}: shape {} has rank {}; at most {max_rank} is supported",
                 self.tier.name(),
                 pattern_string(&self.shape),
@@ -88,7 +88,7 @@ impl FieldSpec {
             )));
         }
         if let Some(d) = self.shape.iter().flatten().find(|&&d| d > MAX_DIM) {
-            return Err(Error::Schema(format!(
+            return Err(Error::schema(format!(
                 "field {name:?}: static dim {d} in shape {} exceeds {MAX_DIM}",
                 pattern_string(&self.shape)
             )));
@@ -96,12 +96,12 @@ impl FieldSpec {
         match self.tier {
             Tier::Packed => {
                 if self.shape.is_empty() {
-                    return Err(Error::Schema(format!(
+                    return Err(Error::schema(format!(
                         "packed field {name:?} needs a segment shape of rank >= 1"
                     )));
                 }
                 if self.pack_dim >= self.shape.len() {
-                    return Err(Error::Schema(format!(
+                    return Err(Error::schema(format!(
                         "packed field {name:?}: pack_dim {} is out of range for rank {}",
                         self.pack_dim,
                         self.shape.len()
@@ -110,13 +110,13 @@ impl FieldSpec {
             }
             Tier::PerToken | Tier::Scalar => {
                 if self.shape.iter().any(Option::is_none) {
-                    return Err(Error::Schema(format!(
+                    return Err(Error::schema(format!(
                         "{} field {name:?} cannot have ragged dims (\"*\"); make it packed",
                         self.tier.name()
                     )));
                 }
                 if self.pack_dim != 0 {
-                    return Err(Error::Schema(format!(
+                    return Err(Error::schema(format!(
                         "pack_dim applies to packed fields only (field {name:?})"
                     )));
                 }
@@ -124,7 +124,7 @@ impl FieldSpec {
         }
         if let Some(wire) = self.wire_dtype {
             if wire != self.dtype && !crate::cast::is_wire_cast(self.dtype, wire) {
-                return Err(Error::Schema(format!(
+                return Err(Error::schema(format!(
                     "field {name:?}: no cast from {} to wire dtype {} (a wire dtype narrows a \
                      floating-point dtype: float32 to bfloat16 or float16, float64 to float32, \
                      bfloat16 or float16; integers are never cast)",
@@ -192,7 +192,7 @@ impl FieldDecl {
             self.pack_dim
         };
         let pack_dim = usize::try_from(pack_dim).map_err(|_| {
-            Error::Schema(format!(
+            Error::schema(format!(
                 "{} field {name:?}: pack_dim {} is out of range for rank {rank}",
                 self.tier.name(),
                 self.pack_dim
@@ -209,7 +209,7 @@ impl FieldDecl {
         spec.validate()?;
         if let Some(wire) = spec.wire_dtype {
             if crate::cast::is_lossy(spec.dtype, wire) && !self.lossy {
-                return Err(Error::Schema(format!(
+                return Err(Error::schema(format!(
                     "field {name:?}: wire dtype {} narrows {}: declare lossy = true",
                     wire.name(),
                     spec.dtype.name()

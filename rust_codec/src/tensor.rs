@@ -17,7 +17,7 @@ pub struct Dims {
 impl Dims {
     pub fn new(dims: &[u64]) -> Result<Dims> {
         if dims.len() > MAX_RANK {
-            return Err(Error::Batch(format!(
+            return Err(Error::batch(format!(
                 "tensor has {} dims; py_wire supports up to {MAX_RANK}",
                 dims.len()
             )));
@@ -100,7 +100,7 @@ impl<'a> TensorRef<'a> {
     /// A view with explicit strides; fails if the extent does not fit in `bytes`.
     pub fn strided(dtype: DType, shape: &[u64], strides: &[u64], bytes: &'a [u8]) -> Result<Self> {
         if shape.len() != strides.len() {
-            return Err(Error::Batch(format!(
+            return Err(Error::batch(format!(
                 "tensor has {} dims but {} strides",
                 shape.len(),
                 strides.len()
@@ -108,11 +108,11 @@ impl<'a> TensorRef<'a> {
         }
         checked_numel(shape)
             .and_then(|n| n.checked_mul(dtype.size() as u64))
-            .ok_or_else(|| Error::Batch(format!("tensor shape {shape:?} overflows")))?;
+            .ok_or_else(|| Error::batch(format!("tensor shape {shape:?} overflows")))?;
         let extent = extent_bytes(shape, strides, dtype.size())
-            .ok_or_else(|| Error::Batch(format!("tensor shape {shape:?} overflows")))?;
+            .ok_or_else(|| Error::batch(format!("tensor shape {shape:?} overflows")))?;
         if extent > bytes.len() as u64 {
-            return Err(Error::Batch(format!(
+            return Err(Error::batch(format!(
                 "tensor of shape {shape:?} and strides {strides:?} spans {extent} bytes but only {} are available",
                 bytes.len()
             )));
@@ -159,7 +159,7 @@ impl<'a> TensorRef<'a> {
     /// The values of a 1-D integer tensor, widened to i64.
     pub fn to_i64_vec(&self) -> Result<Vec<i64>> {
         if self.shape.len() != 1 {
-            return Err(Error::Batch(format!(
+            return Err(Error::batch(format!(
                 "expected a 1-D integer tensor, got shape {:?}",
                 self.shape
             )));
@@ -187,7 +187,7 @@ impl<'a> TensorRef<'a> {
             | DType::U16
             | DType::I8
             | DType::U8 => Ok((0..self.shape[0] as usize).map(read).collect()),
-            other => Err(Error::Batch(format!(
+            other => Err(Error::batch(format!(
                 "expected an integer tensor, got {}",
                 other.name()
             ))),
@@ -201,7 +201,7 @@ impl<'a> TensorRef<'a> {
             .checked_add(len)
             .filter(|&e| e <= dim0)
             .ok_or_else(|| {
-                Error::Batch(format!(
+                Error::batch(format!(
                     "range {start}..{start}+{len} is outside dim 0 of size {dim0}"
                 ))
             })?;
@@ -214,7 +214,7 @@ impl<'a> TensorRef<'a> {
             .checked_mul(self.strides[0])
             .and_then(|e| e.checked_mul(self.dtype.size() as u64))
             .filter(|&b| b <= self.bytes.len() as u64)
-            .ok_or_else(|| Error::Batch("narrowed view overflows".to_string()))?;
+            .ok_or_else(|| Error::batch("narrowed view overflows".to_string()))?;
         TensorRef::strided(
             self.dtype,
             &shape,

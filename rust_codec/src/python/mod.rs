@@ -536,6 +536,7 @@ mod _native {
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        super::errors::init_classes(m.py())?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))
     }
 

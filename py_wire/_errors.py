@@ -1,0 +1,22 @@
+"""Structured context on py_wire exceptions raised from Python, as the codec sets it on the
+ones it raises: ``kind``, ``field``, ``row``, ``segment``, ``item``, ``expected``, ``found``."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from py_wire._native import WireError
+
+E = TypeVar("E", bound=WireError)
+
+
+def with_context(error: E, *, kind: str | None = None, **context: Any) -> E:
+    """``error`` with its structured attributes set (``kind`` defaults to the class's)."""
+    unknown = set(context) - {"field", "row", "segment", "item", "expected", "found"}
+    if unknown:
+        raise TypeError(f"unknown error context {sorted(unknown)}")
+    if kind is not None:
+        error.kind = kind  # type: ignore[attr-defined]
+    for name, value in context.items():
+        setattr(error, name, value)
+    return error
