@@ -147,17 +147,35 @@ fn huge_pages_requested() -> bool {
 
 /// Mappings of dropped frames, kept for reuse within a byte budget
 /// (`PY_WIRE_FRAME_POOL_BYTES`, default 2 GiB; 0 disables the pool).
+///
+/// A request takes the smallest pooled mapping that holds it and leaves the rest in the pool
+/// (carving: `munmap` works on any page range, so the pieces of one mapping are independent),
+/// and a returned piece merges with its neighbours: a full-size select, its `split(8)` and the
+/// next full-size select all reuse the same warm pages. The most recent mapping is kept even
+/// when it alone exceeds the budget, so a steady stream of frames larger than the budget does
+/// not pay page faults on every encode.
 #[cfg(target_os = "linux")]
 mod pool {
     use std::ptr::NonNull;
     use std::sync::{Mutex, OnceLock};
 
+    use super::HUGE_PAGE;
+
     struct Mapping(NonNull<u8>, usize);
     // SAFETY: a pooled mapping is owned by the pool alone; no reference to it exists.
     unsafe impl Send for Mapping {}
 
+    impl Mapping {
+        fn start(&self) -> usize {
+            self.0.as_ptr() as usize
+        }
+        fn end(&self) -> usize {
+            self.start() + self.1
+        }
+    }
+
     static POOL: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
-    const MAX_ENTRIES: usize = 4;
+    const MAX_ENTRIES: usize = 32;
 
     fn budget() -> usize {
         static BUDGET: OnceLock<usize> = OnceLock::new();
@@ -170,36 +188,58 @@ mod pool {
     }
 
     fn unmap(m: Mapping) {
-        // SAFETY: the mapping was created by `AlignedBuf::mapped` with exactly this length and
-        // nothing references it any more.
+        // SAFETY: [m.0, m.0 + m.1) is a whole number of pages of a mapping created by
+        // `AlignedBuf::mapped` (or a piece of one), and nothing references it any more.
         unsafe {
             libc::munmap(m.0.as_ptr().cast(), m.1);
         }
     }
 
-    /// The smallest pooled mapping that holds `len` bytes without wasting more than half.
+    /// `len` bytes (rounded up to whole 2 MiB pieces) from the smallest pooled mapping that
+    /// holds them; the rest of that mapping stays pooled. Returns the piece and its length.
     pub fn take(len: usize) -> Option<(NonNull<u8>, usize)> {
+        let want = len.checked_next_multiple_of(HUGE_PAGE)?;
         let mut pool = POOL.lock().ok()?;
         let best = pool
             .iter()
             .enumerate()
-            .filter(|(_, m)| m.1 >= len && m.1 / 2 <= len)
+            .filter(|(_, m)| m.1 >= want)
             .min_by_key(|(_, m)| m.1)
             .map(|(i, _)| i)?;
         let m = pool.swap_remove(best);
-        Some((m.0, m.1))
+        if m.1 > want {
+            // SAFETY: want < m.1, so the offset stays inside the mapping and is non-null.
+            let rest = unsafe { NonNull::new_unchecked(m.0.as_ptr().add(want)) };
+            pool.push(Mapping(rest, m.1 - want));
+        }
+        Some((m.0, want))
     }
 
     pub fn give(ptr: NonNull<u8>, map_len: usize) {
         let Ok(mut pool) = POOL.lock() else {
             return unmap(Mapping(ptr, map_len));
         };
-        if map_len > budget() {
+        if budget() == 0 {
             return unmap(Mapping(ptr, map_len));
         }
-        pool.push(Mapping(ptr, map_len));
-        // Oldest first out, until within the entry and byte budgets.
-        while pool.len() > MAX_ENTRIES || pool.iter().map(|m| m.1).sum::<usize>() > budget() {
+        let mut m = Mapping(ptr, map_len);
+        // Merge with the pooled pieces on either side (pieces of the same original mapping).
+        while let Some(i) = pool
+            .iter()
+            .position(|p| p.end() == m.start() || p.start() == m.end())
+        {
+            let p = pool.remove(i);
+            m = if p.end() == m.start() {
+                Mapping(p.0, p.1 + m.1)
+            } else {
+                Mapping(m.0, m.1 + p.1)
+            };
+        }
+        pool.push(m);
+        // Oldest first out, until within the entry and byte budgets; the newest always stays.
+        while pool.len() > 1
+            && (pool.len() > MAX_ENTRIES || pool.iter().map(|m| m.1).sum::<usize>() > budget())
+        {
             let oldest = pool.remove(0);
             unmap(oldest);
         }
@@ -222,9 +262,30 @@ mod tests {
         assert_eq!(b.as_ptr() as usize, addr, "the dropped mapping is reused");
         assert_eq!(b.len(), len - 4096);
         drop(b);
-        // Too large a mapping for a small request is not handed out.
-        let c = AlignedBuf::recycled(len / 4).unwrap();
-        assert_ne!(c.as_ptr() as usize, addr);
+    }
+
+    #[test]
+    fn a_pooled_mapping_is_carved_and_merged_back() {
+        // Sizes no other test uses (the pool is shared by the tests running in parallel).
+        let len = 157 << 21;
+        let whole = AlignedBuf::recycled(len).unwrap();
+        let (lo, hi) = (whole.as_ptr() as usize, whole.as_ptr() as usize + len);
+        drop(whole);
+        // Two smaller frames are carved out of the warm mapping instead of mapping fresh pages.
+        let a = AlignedBuf::recycled(len / 2).unwrap();
+        let b = AlignedBuf::recycled(len / 3).unwrap();
+        for part in [&a, &b] {
+            let at = part.as_ptr() as usize;
+            assert!(
+                lo <= at && at + part.len() <= hi,
+                "not carved from the pooled mapping"
+            );
+        }
+        drop(a);
+        drop(b);
+        // Returned pieces merge: the full size is served from the same memory again.
+        let again = AlignedBuf::recycled(len).unwrap();
+        assert_eq!(again.as_ptr() as usize, lo);
     }
 
     #[test]
