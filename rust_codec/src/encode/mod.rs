@@ -1,0 +1,502 @@
+//! Batch → frame: validate every field against its spec, lay the frame out, copy each payload
+//! byte once.
+//!
+//! `input` (what producers hand in, rows and lengths), `check` (dtype and dims of each tensor),
+//! `layout` (where each tensor goes), `write` (the copies); this file plans a frame from them.
+
+mod check;
+mod input;
+mod layout;
+mod write;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::buffer::AlignedBuf;
+use crate::copy::DEFAULT_PARALLEL_THRESHOLD;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::header::write_header;
+use crate::spec::{meta, names, Tier};
+use crate::tensor::{Dims, TensorRef};
+use crate::{batch_err, internal_err, schema_err};
+
+use check::{check_dims, check_dtype, Where};
+use input::{row_count, sequence_lengths};
+pub use input::{FieldData, FieldInput};
+use layout::Layout;
+pub use write::{Part, Plan};
+
+#[derive(Debug, Clone, Default)]
+pub struct EncodeRequest<'a> {
+    pub fields: Vec<FieldData<'a>>,
+    /// The per-token field whose lengths define each row's sequence.
+    pub sequence_field: Option<String>,
+    /// A 0-d integer scalar field that must equal each row's sequence length.
+    pub lengths_field: Option<String>,
+    /// Extra `__metadata__` entries (the schema's JSON and fingerprint).
+    pub metadata: BTreeMap<String, String>,
+    /// Row count to record when the batch has no fields at all.
+    pub num_rows_hint: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct EncodeOptions {
+    pub threads: usize,
+    pub parallel_threshold: usize,
+}
+
+impl Default for EncodeOptions {
+    /// Copy threads: `PY_WIRE_THREADS` if set, else the core count.
+    fn default() -> Self {
+        let threads = std::env::var("PY_WIRE_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        EncodeOptions {
+            threads,
+            parallel_threshold: DEFAULT_PARALLEL_THRESHOLD,
+        }
+    }
+}
+
+pub fn encode(request: &EncodeRequest<'_>, options: EncodeOptions) -> Result<AlignedBuf> {
+    plan(request)?.write(options)
+}
+
+/// Builds the frame's plan: validation, layout and the list of copies. O(fields + segments).
+pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
+    let mut seen = HashSet::new();
+    for field in &request.fields {
+        field.spec.validate()?;
+        if !seen.insert(field.spec.name.as_str()) {
+            return Err(schema_err!("field {:?} appears twice", field.spec.name));
+        }
+    }
+    // Row counts must agree across fields.
+    let mut num_rows: Option<(u64, &str)> = None;
+    for field in &request.fields {
+        let rows = row_count(field)?;
+        match num_rows {
+            None => num_rows = Some((rows, &field.spec.name)),
+            Some((n, first)) if n != rows => {
+                return Err(batch_err!(
+                    "fields disagree on the number of rows: {first:?} has {n}, {:?} has {rows}",
+                    field.spec.name
+                )
+                .code("rows")
+                .field(&field.spec.name)
+                .expected(n)
+                .found(rows))
+            }
+            Some(_) => {}
+        }
+    }
+    let num_rows = num_rows
+        .map(|(n, _)| n)
+        .or(request.num_rows_hint)
+        .unwrap_or(0);
+
+    let has_per_token = request.fields.iter().any(|f| f.spec.tier == Tier::PerToken);
+    let seq_lengths = if has_per_token {
+        let seq_name = request.sequence_field.as_deref().ok_or_else(|| {
+            schema_err!("the batch has per-token fields but the schema names no sequence field")
+        })?;
+        let seq_field = request
+            .fields
+            .iter()
+            .find(|f| f.spec.name == seq_name)
+            .ok_or_else(|| {
+                batch_err!(
+                    "the batch has per-token fields but lacks the sequence field {seq_name:?}"
+                )
+            })?;
+        if seq_field.spec.tier != Tier::PerToken {
+            return Err(schema_err!(
+                "sequence field {seq_name:?} must be per-token, not {}",
+                seq_field.spec.tier.name()
+            ));
+        }
+        let lengths = sequence_lengths(seq_field)?;
+        check_lengths_field(request, seq_name, &lengths)?;
+        Some((seq_name, lengths))
+    } else {
+        None
+    };
+
+    let mut layout = Layout {
+        cursor: 0,
+        entries: Vec::new(),
+        jobs: Vec::new(),
+        blobs: Vec::new(),
+        pads: 0,
+    };
+    let mut field_table = Vec::with_capacity(request.fields.len());
+    if let Some((_, lengths)) = &seq_lengths {
+        let offsets = prefix_sums(lengths, "sequence lengths")?;
+        layout.blob_i64(
+            names::SEQ_OFFSETS.to_string(),
+            vec![offsets.len() as u64],
+            &offsets,
+        )?;
+    }
+    for field in &request.fields {
+        match field.spec.tier {
+            Tier::Scalar => plan_scalar(&mut layout, field, num_rows)?,
+            Tier::PerToken => {
+                let (seq_name, lengths) = seq_lengths
+                    .as_ref()
+                    .ok_or_else(|| internal_err!("per-token field without sequence lengths"))?;
+                plan_per_token(&mut layout, field, seq_name, lengths)?
+            }
+            Tier::Packed => plan_packed(&mut layout, field)?,
+        }
+        field_table.push(field.spec.clone());
+    }
+
+    let mut metadata = request.metadata.clone();
+    metadata.insert(meta::FORMAT.into(), meta::FORMAT_VERSION.into());
+    metadata.insert(meta::NUM_ROWS.into(), num_rows.to_string());
+    metadata.insert(
+        meta::FIELDS.into(),
+        serde_json::to_string(&field_table).map_err(|e| batch_err!("field table: {e}"))?,
+    );
+    if let Some(seq) = &request.sequence_field {
+        metadata.insert(meta::SEQUENCE_FIELD.into(), seq.clone());
+    }
+    // The data section's end must be covered: pad the final tensor out to alignment so the next
+    // frame in a stream (or a file) starts aligned too.
+    let data_len = layout.align()?;
+    let header = write_header(&metadata, &layout.entries)?;
+    let data_start = header.len();
+    let total_len = usize::try_from(data_len)
+        .ok()
+        .and_then(|d| d.checked_add(data_start))
+        .ok_or_else(|| batch_err!("frame of {data_len} bytes does not fit in memory"))?;
+    if num_rows > total_len as u64 {
+        // Readers refuse row counts the bytes do not back (a hostile header's favourite lie).
+        return Err(batch_err!(
+            "{num_rows} rows with no per-row data would make a frame of {total_len} bytes that \
+             no reader accepts; add a per-row field"
+        ));
+    }
+    let mut jobs = layout.jobs;
+    for job in &mut jobs {
+        job.dst_offset += data_start;
+    }
+    let blobs = layout
+        .blobs
+        .into_iter()
+        .map(|(o, b)| (o as usize + data_start, b))
+        .collect();
+    Ok(Plan {
+        header,
+        num_rows,
+        blobs,
+        jobs,
+        total_len,
+    })
+}
+
+/// The declared lengths field, when present, must equal every row's sequence length.
+fn check_lengths_field(request: &EncodeRequest<'_>, seq_name: &str, lengths: &[u64]) -> Result<()> {
+    let Some(name) = request.lengths_field.as_deref() else {
+        return Ok(());
+    };
+    let Some(field) = request.fields.iter().find(|f| f.spec.name == name) else {
+        return Ok(());
+    };
+    let FieldInput::Dense(t) = &field.input else {
+        return Ok(()); // plan_scalar reports the wrong input kind
+    };
+    let declared = t
+        .to_i64_vec()
+        .map_err(|e| batch_err!("field {name:?}: {}", e.message()))?;
+    let bad: Vec<usize> = (0..lengths.len().min(declared.len()))
+        .filter(|&r| declared[r] != lengths[r] as i64)
+        .collect();
+    if let Some(&row) = bad.first() {
+        return Err(batch_err!(
+            "field {name:?}, row {row}: {} but {seq_name:?} has {} tokens in that row ({} rows disagree)",
+            declared[row],
+            lengths[row],
+            bad.len()
+        )
+        .code("lengths_field")
+        .field(name)
+        .row(row)
+        .expected(lengths[row])
+        .found(declared[row]));
+    }
+    Ok(())
+}
+
+fn prefix_sums(values: &[u64], what: &str) -> Result<Vec<u64>> {
+    let mut out = Vec::with_capacity(values.len() + 1);
+    let mut acc = 0u64;
+    out.push(0);
+    for &v in values {
+        acc = acc
+            .checked_add(v)
+            .ok_or_else(|| batch_err!("{what} add up past 2^64"))?;
+        out.push(acc);
+    }
+    Ok(out)
+}
+
+fn plan_scalar<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>, num_rows: u64) -> Result<()> {
+    let spec = &field.spec;
+    let sources = match &field.input {
+        FieldInput::Dense(t) => {
+            check_dtype(spec, t, Where::Field)?;
+            check_dims(spec, &t.shape[1..], &spec.shape, Where::Field, "row shape")?;
+            vec![t.clone()]
+        }
+        // One value per row, as frame operations gather them.
+        FieldInput::Segments {
+            segments,
+            row_offsets,
+        } => {
+            for (row, w) in row_offsets.windows(2).enumerate() {
+                let location = Where::Row(row);
+                if w[1] - w[0] != 1 {
+                    return Err(batch_err!(
+                        "field {:?}{location}: a scalar field needs one value per row",
+                        spec.name
+                    ));
+                }
+                let t = &segments[w[0] as usize];
+                check_dtype(spec, t, location)?;
+                check_dims(spec, &t.shape, &spec.shape, location, "value shape")?;
+            }
+            segments.clone()
+        }
+        _ => {
+            return Err(batch_err!(
+                "field {:?} is a scalar field: pass one [B, ...] tensor",
+                spec.name
+            ))
+        }
+    };
+    let mut shape = vec![num_rows];
+    shape.extend(spec.shape.iter().map(|d| d.unwrap_or(0)));
+    layout.values(spec, shape, sources)
+}
+
+fn plan_per_token<'a>(
+    layout: &mut Layout<'a>,
+    field: &FieldData<'a>,
+    seq_name: &str,
+    lengths: &[u64],
+) -> Result<()> {
+    let spec = &field.spec;
+    let trailing: Vec<u64> = spec.shape.iter().map(|d| d.unwrap_or(0)).collect();
+    let total = lengths
+        .iter()
+        .try_fold(0u64, |acc, &n| acc.checked_add(n))
+        .ok_or_else(|| batch_err!("field {:?}: sequence lengths overflow", spec.name))?;
+    let mut values_shape = vec![total];
+    values_shape.extend(&trailing);
+    let mismatch = |row: usize, found: u64| {
+        batch_err!(
+            "field {:?}, row {row}: sequence length {found} but {seq_name:?} has {} tokens in that row",
+            spec.name,
+            lengths[row]
+        )
+        .code("length")
+        .field(&spec.name)
+        .row(row)
+        .expected(lengths[row])
+        .found(found)
+    };
+    let sources = match &field.input {
+        FieldInput::Segments {
+            segments,
+            row_offsets,
+        } => {
+            let mut sources = Vec::with_capacity(segments.len());
+            for (row, w) in row_offsets.windows(2).enumerate() {
+                if w[1] - w[0] != 1 {
+                    return Err(batch_err!(
+                        "field {:?}, row {row}: a per-token field needs exactly one tensor per row, found {}",
+                        spec.name,
+                        w[1] - w[0]
+                    ));
+                }
+                let t = &segments[w[0] as usize];
+                let location = Where::Row(row);
+                check_dtype(spec, t, location)?;
+                if t.shape.is_empty() {
+                    return Err(batch_err!(
+                        "field {:?}, row {row}: a per-token row needs a sequence dim, got a 0-d tensor",
+                        spec.name
+                    ));
+                }
+                check_dims(spec, &t.shape[1..], &spec.shape, location, "trailing dims")?;
+                if t.shape[0] != lengths[row] {
+                    return Err(mismatch(row, t.shape[0]));
+                }
+                sources.push(t.clone());
+            }
+            sources
+        }
+        FieldInput::Jagged { values, offsets } => {
+            check_dtype(spec, values, Where::Field)?;
+            if values.shape.is_empty() {
+                return Err(batch_err!(
+                    "field {:?}: jagged values need a sequence dim",
+                    spec.name
+                ));
+            }
+            check_dims(spec, &values.shape[1..], &spec.shape, Where::Field, "trailing dims")?;
+            for (row, w) in offsets.windows(2).enumerate() {
+                if w[1] - w[0] != lengths[row] {
+                    return Err(mismatch(row, w[1] - w[0]));
+                }
+            }
+            let first = offsets[0];
+            let last = offsets[offsets.len() - 1];
+            vec![values.narrow0(first, last - first)?]
+        }
+        FieldInput::Padded { padded, lengths: given } => {
+            check_dtype(spec, padded, Where::Field)?;
+            check_dims(spec, &padded.shape[2..], &spec.shape, Where::Field, "trailing dims")?;
+            let max_len = padded.shape[1];
+            let mut sources = Vec::with_capacity(given.len());
+            for (row, &len) in given.iter().enumerate() {
+                if len != lengths[row] {
+                    return Err(mismatch(row, len));
+                }
+                if len > max_len {
+                    return Err(batch_err!(
+                        "field {:?}, row {row}: length {len} exceeds the padded width {max_len}",
+                        spec.name
+                    ));
+                }
+                let row_view = select0(padded, row as u64)?;
+                sources.push(row_view.narrow0(0, len)?);
+            }
+            sources
+        }
+        FieldInput::Dense(_) | FieldInput::Csr { .. } => {
+            return Err(batch_err!(
+                "field {:?} is per-token: pass a list of per-row tensors, a jagged nested tensor, or a padded tensor with lengths",
+                spec.name
+            ))
+        }
+    };
+    layout.values(spec, values_shape, sources)
+}
+
+/// `t[index]`: drops dim 0.
+fn select0<'a>(t: &TensorRef<'a>, index: u64) -> Result<TensorRef<'a>> {
+    let row = t.narrow0(index, 1)?;
+    TensorRef::strided(row.dtype, &row.shape[1..], &row.strides[1..], row.bytes)
+}
+
+fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()> {
+    let spec = &field.spec;
+    let resolved = field.input.csr_segments(spec)?;
+    let (segments, row_offsets) = match (&resolved, &field.input) {
+        (Some((segments, row_offsets)), _) => (segments, row_offsets),
+        (
+            None,
+            FieldInput::Segments {
+                segments,
+                row_offsets,
+            },
+        ) => (segments, row_offsets),
+        _ => {
+        return Err(batch_err!(
+                "field {:?} is packed: pass rows of segments (a PackedTensor or a list of tensors / None / lists of tensors)",
+                spec.name
+            ))
+        }
+    };
+    let last = row_offsets.last().copied().unwrap_or(0);
+    if row_offsets.first() != Some(&0) || last != segments.len() as u64 {
+        return Err(batch_err!(
+            "field {:?}: row offsets end at {last} but there are {} segment references",
+            spec.name,
+            segments.len()
+        ));
+    }
+    // Physical segments: a segment that two rows reference is stored once. The key holds
+    // everything that determines the bytes written: address, dtype, shape and strides (a
+    // float32 segment and a bfloat16 view of the same memory are different segments).
+    type Key = (usize, DType, Dims, Dims);
+    let mut interned: HashMap<Key, u64> = HashMap::new();
+    let mut physical: Vec<TensorRef<'a>> = Vec::new();
+    let mut row_segments = Vec::with_capacity(segments.len());
+    let mut row = 0usize;
+    for (index, seg) in segments.iter().enumerate() {
+        while row_offsets[row + 1] as usize <= index {
+            row += 1;
+        }
+        let seg_in_row = index - row_offsets[row] as usize;
+        let location = Where::Segment(row, seg_in_row);
+        check_dtype(spec, seg, location)?;
+        check_dims(spec, &seg.shape, &spec.shape, location, "shape")?;
+        let id = if seg.numel() > 0 {
+            let key = (
+                seg.bytes.as_ptr() as usize,
+                seg.dtype,
+                seg.shape,
+                seg.strides,
+            );
+            *interned.entry(key).or_insert_with(|| {
+                physical.push(seg.clone());
+                physical.len() as u64 - 1
+            })
+        } else {
+            physical.push(seg.clone());
+            physical.len() as u64 - 1
+        };
+        row_segments.push(id);
+    }
+    let rank = spec.shape.len();
+    let mut seg_shapes = Vec::with_capacity(physical.len() * rank);
+    let mut seg_numels = Vec::with_capacity(physical.len());
+    let mut stacked = 0u64;
+    for seg in &physical {
+        seg_shapes.extend(&seg.shape);
+        seg_numels.push(seg.numel());
+        stacked = stacked.checked_add(seg.shape[0]).ok_or_else(|| {
+            batch_err!(
+                "field {:?}: the segments' dim 0 sizes add up past 2^64",
+                spec.name
+            )
+        })?;
+    }
+    let seg_offsets = prefix_sums(
+        &seg_numels,
+        &format!("field {:?}: segment sizes", spec.name),
+    )?;
+    let total = *seg_offsets.last().unwrap_or(&0);
+    let values_shape = if spec.values_are_stackable() {
+        let mut s = vec![stacked];
+        s.extend(spec.shape[1..].iter().map(|d| d.unwrap_or(0)));
+        s
+    } else {
+        vec![total]
+    };
+    let n_phys = physical.len() as u64;
+    layout.values(spec, values_shape, physical)?;
+    let name = &spec.name;
+    layout.blob_i64(
+        names::seg_shapes(name),
+        vec![n_phys, rank as u64],
+        &seg_shapes,
+    )?;
+    layout.blob_i64(names::seg_offsets(name), vec![n_phys + 1], &seg_offsets)?;
+    layout.blob_i64(
+        names::row_offsets(name),
+        vec![row_offsets.len() as u64],
+        row_offsets,
+    )?;
+    layout.blob_i64(
+        names::row_segments(name),
+        vec![row_segments.len() as u64],
+        &row_segments,
+    )
+}

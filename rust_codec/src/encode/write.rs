@@ -1,0 +1,174 @@
+//! Writing a planned frame: into one buffer (each payload byte copied once, in parallel for
+//! large payloads), or as scatter/gather parts that borrow the caller's memory.
+
+use crate::batch_err;
+use crate::buffer::AlignedBuf;
+use crate::copy::{run_jobs, CopyJob};
+use crate::error::Result;
+
+use super::EncodeOptions;
+
+/// Everything needed to write a frame: its header, small index tensors and the payload copies.
+pub struct Plan<'a> {
+    pub header: Vec<u8>,
+    pub num_rows: u64,
+    /// Offsets are absolute (from the frame's first byte).
+    pub blobs: Vec<(usize, Vec<u8>)>,
+    pub jobs: Vec<CopyJob<'a>>,
+    pub total_len: usize,
+}
+
+/// One piece of a scatter/gather frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part<'a> {
+    /// Header, index tensors, padding and small or cast payloads, gathered.
+    Owned(Vec<u8>),
+    /// A payload read straight from the caller's memory.
+    Borrowed(&'a [u8]),
+}
+
+/// What occupies a byte range of the frame.
+enum Piece<'p, 'a> {
+    Blob(&'p [u8]),
+    Job(&'p CopyJob<'a>),
+}
+
+impl<'a> Plan<'a> {
+    /// The frame as a list of parts whose concatenation is byte-identical to `write`'s output.
+    /// Contiguous payloads of at least `min_borrow` bytes that need no cast are borrowed, not
+    /// copied; everything else is gathered into owned chunks.
+    pub fn parts(&self, min_borrow: usize) -> Result<Vec<Part<'a>>> {
+        let mut pieces: Vec<(usize, Piece<'_, 'a>)> = self
+            .blobs
+            .iter()
+            .map(|(o, b)| (*o, Piece::Blob(b)))
+            .chain(self.jobs.iter().map(|j| (j.dst_offset, Piece::Job(j))))
+            .collect();
+        pieces.sort_by_key(|(o, _)| *o);
+        let mut parts = Vec::new();
+        let mut chunk = self.header.clone();
+        let mut cursor = self.header.len();
+        for (offset, piece) in pieces {
+            chunk.resize(chunk.len() + (offset - cursor), 0);
+            match piece {
+                Piece::Blob(bytes) => {
+                    chunk.extend_from_slice(bytes);
+                    cursor = offset + bytes.len();
+                }
+                Piece::Job(job) => {
+                    let len = job.dst_len();
+                    let borrowable = job.src.dtype == job.dst_dtype && job.src.is_contiguous();
+                    if borrowable && len >= min_borrow {
+                        if !chunk.is_empty() {
+                            parts.push(Part::Owned(std::mem::take(&mut chunk)));
+                        }
+                        let bytes: &'a [u8] = job.src.bytes;
+                        parts.push(Part::Borrowed(&bytes[..len]));
+                    } else {
+                        let start = chunk.len();
+                        chunk.resize(start + len, 0);
+                        crate::copy::copy_tensor(&job.src, job.dst_dtype, &mut chunk[start..])?;
+                    }
+                    cursor = offset + len;
+                }
+            }
+        }
+        chunk.resize(chunk.len() + (self.total_len - cursor), 0);
+        if !chunk.is_empty() {
+            parts.push(Part::Owned(chunk));
+        }
+        Ok(parts)
+    }
+
+    /// Writes the frame into `out` (exactly `total_len` bytes). Padding bytes are zeroed so the
+    /// result does not depend on what `out` held before.
+    pub fn write_into(&self, out: &mut [u8], options: EncodeOptions) -> Result<()> {
+        if out.len() != self.total_len {
+            return Err(batch_err!(
+                "output buffer is {} bytes but the frame needs {}",
+                out.len(),
+                self.total_len
+            ));
+        }
+        out[..self.header.len()].copy_from_slice(&self.header);
+        let mut written = Vec::with_capacity(self.blobs.len() + self.jobs.len());
+        for (offset, blob) in &self.blobs {
+            out[*offset..offset + blob.len()].copy_from_slice(blob);
+            written.push((*offset, blob.len()));
+        }
+        written.extend(self.jobs.iter().map(|j| (j.dst_offset, j.dst_len())));
+        written.sort_unstable();
+        let mut cursor = self.header.len();
+        for (offset, len) in written {
+            if offset > cursor {
+                out[cursor..offset].fill(0);
+            }
+            cursor = cursor.max(offset + len);
+        }
+        out[cursor..].fill(0);
+        run_jobs(&self.jobs, out, options.threads, options.parallel_threshold)
+    }
+
+    /// Writes the frame into a new (or recycled) aligned buffer.
+    pub fn write(&self, options: EncodeOptions) -> Result<AlignedBuf> {
+        let mut buf = AlignedBuf::recycled(self.total_len)
+            .ok_or_else(|| batch_err!("could not allocate a frame of {} bytes", self.total_len))?;
+        self.write_into(buf.as_mut_slice(), options)?;
+        Ok(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::encode::{plan, EncodeOptions, EncodeRequest, FieldData, FieldInput, Part};
+    use crate::spec::{FieldSpec, Tier};
+    use crate::tensor::TensorRef;
+
+    #[test]
+    fn parts_concatenate_to_the_written_frame() {
+        let payload: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
+        let request = EncodeRequest {
+            fields: vec![FieldData {
+                spec: FieldSpec {
+                    name: "x".into(),
+                    tier: Tier::Packed,
+                    dtype: DType::U8,
+                    wire_dtype: None,
+                    shape: vec![None],
+                    pack_dim: 0,
+                },
+                input: FieldInput::Segments {
+                    segments: vec![
+                        TensorRef::contiguous(DType::U8, &[4000], &payload).unwrap(),
+                        TensorRef::contiguous(DType::U8, &[3], &payload[7..]).unwrap(),
+                    ],
+                    row_offsets: vec![0, 1, 2],
+                },
+            }],
+            ..Default::default()
+        };
+        let plan = plan(&request).unwrap();
+        let mut frame = vec![0xAAu8; plan.total_len];
+        plan.write_into(&mut frame, EncodeOptions::default())
+            .unwrap();
+        for min_borrow in [0, 16, 1 << 20] {
+            let parts = plan.parts(min_borrow).unwrap();
+            let joined: Vec<u8> = parts
+                .iter()
+                .flat_map(|p| match p {
+                    Part::Owned(b) => b.clone(),
+                    Part::Borrowed(b) => b.to_vec(),
+                })
+                .collect();
+            assert_eq!(joined, frame, "min_borrow {min_borrow}");
+            let borrowed = parts
+                .iter()
+                .any(|p| matches!(p, Part::Borrowed(b) if b.as_ptr() == payload.as_ptr()));
+            assert_eq!(borrowed, min_borrow <= 4000, "min_borrow {min_borrow}");
+        }
+        assert!(plan
+            .write_into(&mut frame[1..], EncodeOptions::default())
+            .is_err());
+    }
+}
