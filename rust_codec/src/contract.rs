@@ -603,6 +603,14 @@ fn request_input<'r>(request: &'r EncodeRequest<'r>) -> Result<ContractInput<'r>
                 push_row(&row.narrow0(0, len)?)?;
             }
         }
+        FieldInput::Ranges { sources, ranges } => {
+            for r in ranges.iter() {
+                let source = sources
+                    .get(r.source as usize)
+                    .ok_or_else(|| internal_err!("row range names source {}", r.source))?;
+                push_row(&source.narrow0(r.start, r.end - r.start)?)?;
+            }
+        }
         FieldInput::Dense(_) | FieldInput::Csr { .. } => {
             return Err(schema_err!("sequence field {seq_name:?} must be per-token"))
         }

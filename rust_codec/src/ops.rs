@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::decode::{read_seq_offsets, DecodedField, FrameLayout, PackedTables};
-use crate::encode::{EncodeRequest, FieldData, FieldInput};
+use crate::encode::{EncodeRequest, FieldData, FieldInput, RowRange};
 use crate::error::Result;
 use crate::spec::{meta, FieldSpec, Tier};
 use crate::tensor::TensorRef;
@@ -176,80 +176,23 @@ fn gather_read<'a>(tables: &[Tables<'a>], rows: &Rows) -> Result<EncodeRequest<'
         .collect();
     let specs = field_union(tables)?;
     let mut fields = Vec::with_capacity(specs.len());
+    // Every per-token field takes the same token ranges, every scalar the same row ranges.
+    let (mut token_ranges, mut row_ranges) = (None, None);
     for spec in specs {
-        let mut segments = Vec::with_capacity(picks.len());
-        let mut row_offsets = Vec::with_capacity(picks.len() + 1);
-        row_offsets.push(0u64);
-        // Per source: the field, its values, and for packed fields its CSR tables.
-        let mut per_source = Vec::with_capacity(tables.len());
-        for t in tables {
-            let layout = t.source.layout;
-            per_source.push(
-                match layout.fields.iter().position(|f| f.spec.name == spec.name) {
-                    Some(i) => Some((
-                        &layout.fields[i],
-                        t.values(&layout.fields[i])?,
-                        &t.packed[i],
-                    )),
-                    None if spec.tier == Tier::Packed => None,
-                    None => {
-                        return Err(frame_err!(
-                            "field {:?} is missing from one of the frames",
-                            spec.name
-                        ))
-                    }
-                },
-            );
-        }
-        for &(s, row) in &picks {
-            let Some((field, values, packed)) = &per_source[s] else {
-                row_offsets.push(segments.len() as u64);
-                continue;
-            };
-            match spec.tier {
-                Tier::Scalar => {
-                    let one = values.narrow0(row as u64, 1)?;
-                    segments.push(TensorRef::strided(
-                        one.dtype,
-                        &one.shape[1..],
-                        &one.strides[1..],
-                        one.bytes,
-                    )?);
+        fields.push(match spec.tier {
+            Tier::Packed => packed_field(tables, &picks, spec)?,
+            Tier::PerToken => {
+                if token_ranges.is_none() {
+                    token_ranges = Some(row_ranges_of(tables, &picks, Tier::PerToken)?);
                 }
-                Tier::PerToken => {
-                    let seq = tables[s].seq.as_ref().ok_or_else(|| {
-                        internal_err!("per-token field {:?} without sequence offsets", spec.name)
-                    })?;
-                    let (a, b) = (seq[row], seq[row + 1]);
-                    segments.push(values.narrow0(a, b - a)?);
-                }
-                Tier::Packed => {
-                    let tables = packed.as_ref().ok_or_else(|| {
-                        internal_err!("packed field {:?} without tables", field.spec.name)
-                    })?;
-                    let es = values.dtype.size();
-                    for &id in tables.row(row) {
-                        let elements = tables.elements(id);
-                        let bytes = values
-                            .bytes
-                            .get(elements.start * es..elements.end * es)
-                            .ok_or_else(|| frame_err!("segment {id} lies outside its values"))?;
-                        segments.push(TensorRef::contiguous(
-                            values.dtype,
-                            tables.shape(id),
-                            bytes,
-                        )?);
-                    }
-                }
+                ranges_field(tables, token_ranges.clone(), spec)?
             }
-            row_offsets.push(segments.len() as u64);
-        }
-        fields.push(FieldData {
-            spec,
-            input: FieldInput::Segments {
-                segments,
-                row_offsets,
-            },
+            Tier::Scalar => {
+                if row_ranges.is_none() {
+                    row_ranges = Some(row_ranges_of(tables, &picks, Tier::Scalar)?);
+                }
+                ranges_field(tables, row_ranges.clone(), spec)?
+            }
         });
     }
     let mut metadata: BTreeMap<String, String> = first.source.layout.header.metadata.clone();
@@ -267,6 +210,105 @@ fn gather_read<'a>(tables: &[Tables<'a>], rows: &Rows) -> Result<EncodeRequest<'
         lengths_field: None,
         metadata,
         num_rows_hint: Some(picks.len() as u64),
+    })
+}
+
+/// A packed field's picked rows: their segments, whole. A frame that lacks the field gives its
+/// rows no segments (a text-only batch beside a multimodal one).
+fn packed_field<'a>(
+    tables: &[Tables<'a>],
+    picks: &[(usize, usize)],
+    spec: FieldSpec,
+) -> Result<FieldData<'a>> {
+    let mut per_source = Vec::with_capacity(tables.len());
+    for t in tables {
+        let layout = t.source.layout;
+        per_source.push(
+            match layout.fields.iter().position(|f| f.spec.name == spec.name) {
+                Some(i) => {
+                    let csr = t.packed[i].as_ref().ok_or_else(|| {
+                        internal_err!("packed field {:?} without tables", spec.name)
+                    })?;
+                    Some((t.values(&layout.fields[i])?, csr))
+                }
+                None => None,
+            },
+        );
+    }
+    let mut segments = Vec::new();
+    let mut row_offsets = Vec::with_capacity(picks.len() + 1);
+    row_offsets.push(0u64);
+    for &(s, row) in picks {
+        if let Some((values, csr)) = &per_source[s] {
+            let es = values.dtype.size();
+            for &id in csr.row(row) {
+                let elements = csr.elements(id);
+                let bytes = values
+                    .bytes
+                    .get(elements.start * es..elements.end * es)
+                    .ok_or_else(|| frame_err!("segment {id} lies outside its values"))?;
+                segments.push(TensorRef::contiguous(values.dtype, csr.shape(id), bytes)?);
+            }
+        }
+        row_offsets.push(segments.len() as u64);
+    }
+    Ok(FieldData {
+        spec,
+        input: FieldInput::Segments {
+            segments,
+            row_offsets,
+        },
+    })
+}
+
+/// The picked rows as dim-0 ranges of their source's values: token ranges for per-token
+/// fields, one item per row for scalars.
+fn row_ranges_of(
+    tables: &[Tables<'_>],
+    picks: &[(usize, usize)],
+    tier: Tier,
+) -> Result<std::sync::Arc<[RowRange]>> {
+    picks
+        .iter()
+        .map(|&(s, row)| {
+            let (start, end) = match tier {
+                Tier::PerToken => {
+                    let seq = tables[s]
+                        .seq
+                        .as_ref()
+                        .ok_or_else(|| internal_err!("per-token rows without sequence offsets"))?;
+                    (seq[row], seq[row + 1])
+                }
+                _ => (row as u64, row as u64 + 1),
+            };
+            Ok(RowRange {
+                source: s as u32,
+                start,
+                end,
+            })
+        })
+        .collect()
+}
+
+/// A per-token or scalar field's picked rows as ranges of each source's values (consecutive
+/// rows of one source become one copy).
+fn ranges_field<'a>(
+    tables: &[Tables<'a>],
+    ranges: Option<std::sync::Arc<[RowRange]>>,
+    spec: FieldSpec,
+) -> Result<FieldData<'a>> {
+    let ranges = ranges.ok_or_else(|| internal_err!("no row ranges for {:?}", spec.name))?;
+    let mut sources = Vec::with_capacity(tables.len());
+    for t in tables {
+        let field =
+            t.source.layout.field(&spec.name).ok_or_else(|| {
+                frame_err!("field {:?} is missing from one of the frames", spec.name)
+            })?;
+        sources.push(t.values(field)?);
+    }
+    Ok(FieldData {
+        spec,
+        input: FieldInput::Ranges { sources, ranges },
     })
 }
 

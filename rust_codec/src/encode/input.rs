@@ -27,6 +27,15 @@ pub enum FieldInput<'a> {
     },
     /// A scalar field as one `[B, ...]` tensor.
     Dense(TensorRef<'a>),
+    /// Rows as dim-0 ranges of a few source tensors, as frame operations gather per-token and
+    /// scalar rows: 24 bytes per row instead of a view per row, and consecutive ranges of one
+    /// source are copied as one run. Per-token rows are `sources[s][start..end]`; scalar rows
+    /// are one item each (`end == start + 1`).
+    Ranges {
+        sources: Vec<TensorRef<'a>>,
+        /// Shared by every field whose rows are the same ranges (all per-token fields).
+        ranges: std::sync::Arc<[RowRange]>,
+    },
     /// A packed field already in CSR form (a decoded `PackedTensor`): contiguous `values` whose
     /// segment `s` holds elements `seg_offsets[s]..seg_offsets[s + 1]` in shape
     /// `seg_shapes[s * rank..]`; row `r` references `row_segments[row_offsets[r]..]`.
@@ -37,6 +46,14 @@ pub enum FieldInput<'a> {
         row_offsets: Vec<u64>,
         row_segments: Vec<u64>,
     },
+}
+
+/// One row of a `FieldInput::Ranges`: dim-0 items `start..end` of source `source`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowRange {
+    pub source: u32,
+    pub start: u64,
+    pub end: u64,
 }
 
 impl<'a> FieldInput<'a> {
@@ -137,6 +154,22 @@ pub(super) fn row_count(field: &FieldData<'_>) -> Result<u64> {
             check_offsets(name, "row offsets", row_offsets)?;
             row_offsets.len() as u64 - 1
         }
+        FieldInput::Ranges { sources, ranges } => {
+            if let Some((row, r)) = ranges.iter().enumerate().find(|(_, r)| {
+                r.end < r.start
+                    || sources
+                        .get(r.source as usize)
+                        .is_none_or(|t| t.shape.first().is_none_or(|&n| r.end > n))
+            }) {
+                return Err(batch_err!(
+                    "field {name:?}, row {row}: range {}..{} of source {} is out of bounds",
+                    r.start,
+                    r.end,
+                    r.source
+                ));
+            }
+            ranges.len() as u64
+        }
         FieldInput::Dense(t) => *t.shape.first().ok_or_else(|| {
             batch_err!("field {name:?}: a scalar field needs a [B, ...] tensor, got a 0-d tensor")
         })?,
@@ -187,6 +220,7 @@ pub(super) fn sequence_lengths(field: &FieldData<'_>) -> Result<Vec<u64>> {
         }
         FieldInput::Jagged { offsets, .. } => offsets.windows(2).map(|w| w[1] - w[0]).collect(),
         FieldInput::Padded { lengths, .. } => lengths.clone(),
+        FieldInput::Ranges { ranges, .. } => ranges.iter().map(|r| r.end - r.start).collect(),
         FieldInput::Dense(_) | FieldInput::Csr { .. } => {
             return Err(schema_err!(
                 "sequence field {:?} must be per-token",

@@ -22,7 +22,7 @@ use crate::{batch_err, internal_err, schema_err};
 
 use check::{check_dims, check_dtype, Where};
 use input::{row_count, sequence_lengths};
-pub use input::{FieldData, FieldInput};
+pub use input::{FieldData, FieldInput, RowRange};
 use layout::Layout;
 pub use write::{Part, Plan};
 
@@ -271,6 +271,19 @@ fn plan_scalar<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>, num_rows: u64
             }
             segments.clone()
         }
+        FieldInput::Ranges { sources, ranges } => {
+            for t in sources {
+                check_dtype(spec, t, Where::Field)?;
+                check_dims(spec, &t.shape[1..], &spec.shape, Where::Field, "row shape")?;
+            }
+            if let Some(row) = ranges.iter().position(|r| r.end - r.start != 1) {
+                return Err(batch_err!(
+                    "field {:?}, row {row}: a scalar field needs one value per row",
+                    spec.name
+                ));
+            }
+            coalesced(sources, ranges)?
+        }
         _ => {
             return Err(batch_err!(
                 "field {:?} is a scalar field: pass one [B, ...] tensor",
@@ -378,6 +391,21 @@ fn plan_per_token<'a>(
             }
             sources
         }
+        FieldInput::Ranges { sources, ranges } => {
+            for t in sources {
+                check_dtype(spec, t, Where::Field)?;
+                if t.shape.is_empty() {
+                    return Err(batch_err!("field {:?}: rows need a sequence dim", spec.name));
+                }
+                check_dims(spec, &t.shape[1..], &spec.shape, Where::Field, "trailing dims")?;
+            }
+            for (row, r) in ranges.iter().enumerate() {
+                if r.end - r.start != lengths[row] {
+                    return Err(mismatch(row, r.end - r.start));
+                }
+            }
+            coalesced(sources, ranges)?
+        }
         FieldInput::Dense(_) | FieldInput::Csr { .. } => {
             return Err(batch_err!(
                 "field {:?} is per-token: pass a list of per-row tensors, a jagged nested tensor, or a padded tensor with lengths",
@@ -386,6 +414,25 @@ fn plan_per_token<'a>(
         }
     };
     layout.values(spec, values_shape, sources)
+}
+
+/// The views to copy for row ranges, consecutive ranges of one source merged into one run.
+fn coalesced<'a>(sources: &[TensorRef<'a>], ranges: &[RowRange]) -> Result<Vec<TensorRef<'a>>> {
+    let mut runs: Vec<RowRange> = Vec::new();
+    for r in ranges {
+        match runs.last_mut() {
+            Some(last) if last.source == r.source && last.end == r.start => last.end = r.end,
+            _ => runs.push(*r),
+        }
+    }
+    runs.iter()
+        .map(|r| {
+            let t = sources
+                .get(r.source as usize)
+                .ok_or_else(|| internal_err!("row range names source {}", r.source))?;
+            t.narrow0(r.start, r.end - r.start)
+        })
+        .collect()
 }
 
 /// `t[index]`: drops dim 0.

@@ -176,6 +176,11 @@ fn check_no_overlap(request: &EncodeRequest<'_>, start: usize, len: usize) -> Py
                     return Err(refuse(name, at));
                 }
             }
+            FieldInput::Ranges { sources, .. } => {
+                if sources.iter().any(|t| overlaps(t.bytes)) {
+                    return Err(refuse(name, String::new()));
+                }
+            }
             FieldInput::Jagged { values: t, .. }
             | FieldInput::Padded { padded: t, .. }
             | FieldInput::Dense(t)

@@ -1,0 +1,78 @@
+"""Frame ops (select, concat, split, shard) against rows: time, GB/s and peak memory beyond the
+output frame, per row. Each case runs in a fresh process so peak RSS is its own.
+
+    .venv/bin/python benchmarks/ops_memory.py --rows 1000 65536 262144 1048576
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+CHILD = r"""
+import json, os, resource, sys, time
+import torch, py_wire
+rows, tokens, op = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+schema = py_wire.load_schema("text_grpo")
+lengths = torch.full((rows,), tokens, dtype=torch.int64)
+values = torch.arange(rows * tokens, dtype=torch.int64)
+nested = torch.nested.nested_tensor_from_jagged(values, torch.arange(0, rows * tokens + 1, tokens))
+floats = torch.nested.nested_tensor_from_jagged(values.float(), nested.offsets())
+batch = {"input_ids": nested, "advantages": floats, "generation_logprobs": floats,
+         "input_lengths": lengths, "loss_multiplier": torch.ones(rows), "reward": torch.ones(rows)}
+frame = py_wire.encode(batch, schema, threads=1)
+ops = {
+    "select": lambda: [py_wire.select(frame, range(rows))],
+    "concat": lambda: [py_wire.concat([frame, frame])],
+    "split": lambda: py_wire.split(frame, 8),
+    "shard": lambda: [py_wire.shard(frame, 1, 2)],
+}
+# Peak memory of the first (cold) call beyond what this process already peaked at; then the
+# time of a warm call (pooled output buffers, warm code).
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+out = ops[op]()
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+out_bytes = sum(len(f) for f in out)
+out_rows = sum(f.num_rows for f in out)
+del out
+t = time.perf_counter()
+ops[op]()
+seconds = time.perf_counter() - t
+print(json.dumps({"seconds": seconds, "out_bytes": out_bytes, "out_rows": out_rows,
+                  "frame_bytes": len(frame), "peak_growth": after - before}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1000, 65536, 262144, 1048576])
+    parser.add_argument("--tokens", type=int, default=16, help="tokens per row")
+    args = parser.parse_args()
+    env = dict(os.environ, PY_WIRE_THREADS="1")
+    print(f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"{'op':<7}{'rows':>9}{'warm ms':>9}{'GB/s':>7}{'out MB':>8}{'peak beyond output, B/out row':>31}"
+    )
+    for rows in args.rows:
+        for op in ("select", "concat", "split", "shard"):
+            done = subprocess.run(
+                [sys.executable, "-c", CHILD, str(rows), str(args.tokens), op],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
+            )
+            r = json.loads(done.stdout)
+            extra = max(r["peak_growth"] - r["out_bytes"], 0) / max(r["out_rows"], 1)
+            gbs = r["out_bytes"] / r["seconds"] / 1e9
+            print(
+                f"{op:<7}{rows:>9}{r['seconds'] * 1e3:>9.1f}{gbs:>7.1f}"
+                f"{r['out_bytes'] / 1e6:>8.1f}{extra:>31.0f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
