@@ -53,9 +53,8 @@ def main() -> None:
     args = parser.parse_args()
     env = dict(os.environ, PY_WIRE_THREADS="1")
     print(f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")
-    print(
-        f"{'op':<7}{'rows':>9}{'warm ms':>9}{'GB/s':>7}{'out MB':>8}{'peak beyond output, B/out row':>31}"
-    )
+    extra = "peak beyond output, B/out row"
+    print(f"{'op':<7}{'rows':>9}{'warm ms':>9}{'GB/s':>7}{'out MB':>8}{extra:>31}")
     for rows in args.rows:
         for op in ("select", "concat", "split", "shard"):
             done = subprocess.run(
