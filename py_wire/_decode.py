@@ -121,7 +121,7 @@ def decode(
             offsets = views.seq_offsets
             assert offsets is not None
             if layout == "list":
-                out[name] = list(values.split(torch.diff(offsets).tolist()))
+                out[name] = list(torch.split(values, torch.diff(offsets).tolist()))
             elif layout == "padded":
                 if seq_lengths is None:
                     seq_lengths = torch.diff(offsets)

@@ -16,6 +16,7 @@ from py_wire import _native
 from py_wire._native import BatchError, Frame
 from py_wire._packed import PackedTensor
 from py_wire._schema import FieldDef, Schema, load_schema
+from py_wire._typing import as_jagged
 
 SCHEMA_KEY = "py_wire.schema"
 FINGERPRINT_KEY = "py_wire.fingerprint"
@@ -168,13 +169,13 @@ def _classify(name: str, field: FieldDef, value: Any, lengths: Any) -> tuple[str
         if isinstance(value, list | tuple):
             return "rows", list(value), None
         if isinstance(value, torch.Tensor) and value.is_nested:
-            if value.layout != torch.jagged or value.lengths() is not None:
+            if value.layout != torch.jagged or as_jagged(value).lengths() is not None:
                 # Strided nested tensors, and jagged ones with holes (narrowed rows), are not
                 # one flat run of values: hand over the rows themselves.
                 return "rows", list(value.unbind()), None
             if getattr(value, "_ragged_idx", 1) != 1:
                 raise BatchError(f"field {name!r}: the nested tensor's ragged dim must be dim 1")
-            return "jagged", value.values(), value.offsets()
+            return "jagged", value.values(), as_jagged(value).offsets()
         if isinstance(value, torch.Tensor | np.ndarray):
             if lengths is None:
                 raise BatchError(

@@ -1,7 +1,42 @@
-"""Type stubs for py_wire's Rust codec (private; use the ``py_wire`` facade)."""
+"""Type stubs for py_wire's Rust codec (private; use the ``py_wire`` facade).
 
-from collections.abc import Sequence
-from typing import Any
+Checked against the compiled module by ``python -m mypy.stubtest py_wire._native``."""
+
+from collections.abc import Callable, Mapping, Sequence
+from pickle import PickleBuffer
+from typing import Any, SupportsIndex, TypeAlias, final
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from typing_extensions import Buffer
+
+from py_wire._schema import Schema
+
+__all__ = [
+    "BatchError",
+    "BorrowedBytes",
+    "ContractError",
+    "FieldLayout",
+    "Frame",
+    "FrameError",
+    "FrameLayout",
+    "InternalError",
+    "SchemaError",
+    "TensorLoc",
+    "WireError",
+    "__version__",
+    "check_contracts",
+    "encode",
+    "encode_parts",
+    "gather",
+    "pad_rows",
+    "placeholder_runs",
+    "register_torch",
+    "split_rows",
+    "validate_contract",
+    "validate_field_spec",
+]
 
 class WireError(ValueError): ...
 class SchemaError(WireError): ...
@@ -12,6 +47,11 @@ class InternalError(WireError): ...
 
 __version__: str
 
+# Anything exporting a C-contiguous byte buffer. numpy's stubs declare ``ndarray.__buffer__``
+# only for Python 3.12+, so arrays are named explicitly for 3.11.
+_BufferLike: TypeAlias = Buffer | npt.NDArray[Any]
+
+@final  # a #[pyclass] without `subclass`: not subclassable at runtime
 class TensorLoc:
     """Where one tensor lies in a frame (absolute, 64-byte aligned byte offset)."""
 
@@ -24,6 +64,7 @@ class TensorLoc:
     @property
     def shape(self) -> list[int]: ...
 
+@final  # a #[pyclass] without `subclass`: not subclassable at runtime
 class FieldLayout:
     """One field of a frame: its spec and where its tensors lie."""
 
@@ -56,6 +97,7 @@ class FieldLayout:
     @property
     def in_order(self) -> bool: ...
 
+@final  # a #[pyclass] without `subclass`: not subclassable at runtime
 class FrameLayout:
     """A frame's validated layout."""
 
@@ -70,11 +112,12 @@ class FrameLayout:
     @property
     def fields(self) -> list[FieldLayout]: ...
 
+@final  # a #[pyclass] without `subclass`: not subclassable at runtime
 class Frame:
     """An encoded batch: a valid safetensors file in one 64-byte-aligned buffer."""
 
     @staticmethod
-    def from_buffer(data: Any) -> Frame: ...
+    def from_buffer(data: _BufferLike) -> Frame: ...
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
     @property
@@ -86,43 +129,62 @@ class Frame:
     @property
     def metadata(self) -> dict[str, str]: ...
     @property
-    def schema(self) -> Any: ...
+    def schema(self) -> Schema: ...
     @schema.setter
-    def schema(self, value: Any) -> None: ...
+    def schema(self, value: Schema) -> None: ...
     @property
     def layout(self) -> FrameLayout: ...
-    def __reduce_ex__(self, protocol: int, /) -> tuple[Any, tuple[Any, ...]]: ...
+    # Protocol 5: (Frame.from_buffer, (PickleBuffer(self),)); below it the frame's bytes.
+    def __reduce_ex__(
+        self, protocol: SupportsIndex
+    ) -> tuple[Callable[[_BufferLike], Frame], tuple[bytes | PickleBuffer]]: ...
 
-def register_torch(
-    tensor_type: type, dtypes: Sequence[tuple[Any, str]], strided: Any = None
-) -> None: ...
-def encode(
-    fields: Sequence[tuple[str, str, Any, Any]],
-    sequence_field: str | None,
-    lengths_field: str | None,
-    metadata: dict[str, str],
-    contracts: Sequence[str] = (),
-    threads: int | None = None,
-    parallel_threshold: int | None = None,
-    out: Any = None,
-) -> Frame: ...
-def encode_parts(
-    fields: Sequence[tuple[str, str, Any, Any]],
-    sequence_field: str | None,
-    lengths_field: str | None,
-    metadata: dict[str, str],
-    contracts: Sequence[str] = (),
-    min_borrow: int = 0,
-) -> list[bytes | BorrowedBytes]: ...
-
+@final  # a #[pyclass] without `subclass`: not subclassable at runtime
 class BorrowedBytes:
     """A read-only buffer over a caller's tensor memory (one part of ``encode_parts``)."""
 
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
+def register_torch(
+    tensor_type: type[torch.Tensor],
+    dtypes: Sequence[tuple[torch.dtype, str]],
+    strided: torch.layout | None = None,
+) -> None: ...
+
+# One field as the facade hands it over: (spec JSON, input kind, first, second). What `first`
+# and `second` hold depends on the kind ("rows": a list of rows; "jagged": values and offsets;
+# "csr": values and a tuple of four index tensors; ...), hence `object`.
+_RawField: TypeAlias = tuple[str, str, object, object]
+
+def encode(
+    fields: Sequence[_RawField],
+    sequence_field: str | None,
+    lengths_field: str | None,
+    metadata: Mapping[str, str],
+    contracts: Sequence[str] = ...,
+    threads: int | None = None,
+    parallel_threshold: int | None = None,
+    out: _BufferLike | None = None,
+) -> Frame: ...
+def encode_parts(
+    fields: Sequence[_RawField],
+    sequence_field: str | None,
+    lengths_field: str | None,
+    metadata: Mapping[str, str],
+    contracts: Sequence[str] = ...,
+    min_borrow: int = 0,
+) -> list[bytes | BorrowedBytes]: ...
 def check_contracts(frame: Frame, contracts: Sequence[str]) -> None: ...
-def placeholder_runs(rows: list[Any], token_id: int) -> list[list[int]]: ...
-def pad_rows(values: Any, offsets: Any, out: Any, pad: bytes) -> None: ...
+def placeholder_runs(
+    rows: list[torch.Tensor] | list[npt.NDArray[np.int64]], token_id: int
+) -> list[list[int]]: ...
+def pad_rows(
+    values: torch.Tensor, offsets: torch.Tensor, out: torch.Tensor, pad: bytes
+) -> None: ...
 def gather(frames: Sequence[Frame], rows: range | Sequence[int] | None = None) -> Frame: ...
 def split_rows(frame: Frame, sizes: Sequence[int]) -> list[Frame]: ...
+def validate_field_spec(decl_json: str) -> str: ...
+def validate_contract(
+    contract_json: str, field_specs: Sequence[str], sequence_field: str | None = None
+) -> None: ...

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from typing import cast
 
 from py_wire import _native
 from py_wire._decode import as_frame, checked_schema
@@ -19,7 +20,8 @@ def select(frame: Frame, rows: Sequence[int] | range | slice) -> Frame:
     if isinstance(rows, slice):
         rows = range(frame.num_rows)[rows]
     elif not isinstance(rows, range) and hasattr(rows, "tolist"):
-        rows = rows.tolist()  # a tensor or array of indices
+        # A tensor or array of indices; tolist() is untyped (Any), which would widen `rows`.
+        rows = cast("list[int]", rows.tolist())
     schema = checked_schema(frame)
     picked = _native.gather([frame], rows)
     picked.schema = schema
@@ -54,7 +56,8 @@ def split(frame: Frame, sections: int | Sequence[int]) -> list[Frame]:
         sizes = [base + (i < extra) for i in range(sections)]
     else:
         try:
-            sizes = [operator.index(s) for s in sections]
+            # A bool lands here too: iterating it raises the TypeError reported below.
+            sizes = [operator.index(s) for s in cast("Sequence[int]", sections)]
         except TypeError:
             raise WireError(
                 f"sections must be an int or a list of ints, not {sections!r}"

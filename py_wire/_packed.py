@@ -247,8 +247,8 @@ class _FrameRows:
         self.seg_offsets: torch.Tensor = tables["seg_offsets"]
         self.row_offsets: torch.Tensor = tables["row_offsets"]
         self.row_segments: torch.Tensor = tables["row_segments"]
-        self.num_rows = self.row_offsets.shape[0] - 1
-        self.num_refs = self.row_segments.shape[0]
+        self.num_rows: int = self.row_offsets.shape[0] - 1
+        self.num_refs: int = self.row_segments.shape[0]
         self.in_order = in_order
         self._lists: tuple[list[list[int]], list[int], list[int], list[int]] | None = None
 

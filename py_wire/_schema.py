@@ -13,7 +13,7 @@ import math
 import re
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -427,8 +427,8 @@ def _pad_problem(value: bool | int | float, dtype: str) -> str | None:
 def _wire_casts() -> dict[tuple[str, str], bool]:
     """The codec's wire-cast table, read from the codec: (source, wire) → lossy."""
     out = {}
-    for src in DTypeName.__args__:
-        for wire in DTypeName.__args__:
+    for src in get_args(DTypeName):
+        for wire in get_args(DTypeName):
             if src == wire:
                 continue
             decl = {"name": "x", "tier": "scalar", "dtype": src, "wire_dtype": wire, "shape": []}

@@ -37,7 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.run(args)
+        status: int = args.run(args)
+        return status
     except WireError as e:
         # One line: a hostile file's text must not spill over the terminal.
         message = " ".join(str(e).split())

@@ -45,6 +45,7 @@ from hypothesis.strategies import SearchStrategy
 from py_wire._dtypes import DTYPES
 from py_wire._packed import PackedTensor
 from py_wire._schema import DEFAULT_STAGES, WIRE_CASTS, FieldDef, Schema
+from py_wire._typing import as_jagged
 
 __all__ = ["assert_batch_equal", "batches", "schemas"]
 
@@ -146,7 +147,8 @@ def _field(
         spec["pad_value"] = draw(_pad_value(dtype))
     if wire_casts:
         casts = [wire for (src, wire) in WIRE_CASTS if src == dtype]
-        if casts and draw(st.booleans()):
+        # len(): with `casts and ...`, mypy infers draw()'s type from the list on the left.
+        if len(casts) > 0 and draw(st.booleans()):
             spec["wire_dtype"] = draw(st.sampled_from(casts))
             spec["lossy"] = True
     if draw(st.integers(0, 3)) == 0:
@@ -162,6 +164,7 @@ def _schemas(
     max_fields: int,
     wire_casts: bool,
 ) -> Schema:
+    stages: tuple[str, ...]
     if draw(st.booleans()):
         stages = DEFAULT_STAGES
     else:
@@ -641,7 +644,7 @@ def _packed_rows(value: Any, where: str) -> list[list[Any]]:
         rows = list(value)
     else:
         raise AssertionError(f"{where}: not a packed value: {type(value).__name__}")
-    out = []
+    out: list[list[Any]] = []
     for row in rows:
         if row is None:
             out.append([])
@@ -671,10 +674,10 @@ def _token_rows(
     if isinstance(value, torch.Tensor) and value.is_nested:
         if value.layout != torch.jagged:
             return list(value.unbind()), None
-        values, offsets = value.values(), value.offsets().tolist()
-        lengths = value.lengths()
-        if lengths is not None:
-            ends = [o + int(n) for o, n in zip(offsets, lengths.tolist(), strict=False)]
+        values, offsets = value.values(), as_jagged(value).offsets().tolist()
+        held = as_jagged(value).lengths()  # None unless rows have holes (narrowed)
+        if held is not None:
+            ends = [o + int(n) for o, n in zip(offsets, held.tolist(), strict=False)]
         else:
             ends = offsets[1:]
         return [values[offsets[i] : ends[i]] for i in range(len(offsets) - 1)], None

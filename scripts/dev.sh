@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for users, developers and CI:
 #   scripts/dev.sh demo    set up (venv, dependencies, Rust build) and run the demo
-#   scripts/dev.sh test    set up and run every check: cargo fmt/clippy/test, ruff, pytest
+#   scripts/dev.sh test    set up and run every check: cargo fmt/clippy/test, ruff, mypy,
+#                          stubtest, pytest
 #   scripts/dev.sh setup   set up only
 # Idempotent: a second run reuses the venv, the installed packages and cargo's build cache.
 set -euo pipefail
@@ -45,6 +46,15 @@ run_tests() {
   echo "== ruff"
   "$VENV/bin/ruff" check .
   "$VENV/bin/ruff" format --check .
+  echo "== mypy"; "$VENV/bin/mypy"  # strict, on py_wire: see [tool.mypy] in pyproject.toml
+  echo "== stubtest"
+  # _native.pyi against the compiled module. The allowlist names what Python 3.11 cannot show
+  # (see the file); on 3.12+ it would list unused entries, which stubtest reports as errors.
+  allow=()
+  if "$PY" -c 'import sys; sys.exit(sys.version_info >= (3, 12))'; then
+    allow=(--allowlist scripts/stubtest-allowlist-py311.txt)
+  fi
+  "$PY" -m mypy.stubtest py_wire._native "${allow[@]}"
   echo "== pytest"; "$PY" -m pytest "$@"
 }
 
