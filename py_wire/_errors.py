@@ -16,7 +16,7 @@ def with_context(error: E, *, kind: str | None = None, **context: Any) -> E:
     if unknown:
         raise TypeError(f"unknown error context {sorted(unknown)}")
     if kind is not None:
-        error.kind = kind  # type: ignore[attr-defined]
+        error.kind = kind
     for name, value in context.items():
         setattr(error, name, value)
     return error

@@ -38,7 +38,17 @@ __all__ = [
     "validate_field_spec",
 ]
 
-class WireError(ValueError): ...
+class WireError(ValueError):
+    """Base of every py_wire error; structured context as attributes (None where unknown)."""
+
+    kind: str
+    field: str | None
+    row: int | None
+    segment: int | None
+    item: int | None
+    expected: object
+    found: object
+
 class SchemaError(WireError): ...
 class BatchError(WireError): ...
 class ContractError(BatchError): ...
