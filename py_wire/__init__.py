@@ -11,6 +11,7 @@ from py_wire import (
 )
 from py_wire._decode import check_contracts, decode
 from py_wire._encode import encode, encode_parts, placeholder_runs
+from py_wire._io import encoded_nbytes, frame_nbytes, load, save
 from py_wire._native import (
     BatchError,
     ContractError,
@@ -48,8 +49,12 @@ __all__ = [
     "decode",
     "encode",
     "encode_parts",
+    "encoded_nbytes",
+    "frame_nbytes",
+    "load",
     "load_schema",
     "placeholder_runs",
+    "save",
     "select",
     "shard",
     "split",
