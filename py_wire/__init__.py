@@ -27,8 +27,10 @@ from py_wire._native import (
 from py_wire._ops import concat, select, shard, split
 from py_wire._packed import PackedTensor
 from py_wire._schema import FieldDef, PlaceholderContract, Schema, bundled_schemas, load_schema
+from py_wire._trainer import Bin, micro_batches, pack_sequences, shard_rows, to
 
 __all__ = [
+    "Bin",
     "BatchError",
     "ContractError",
     "FieldDef",
@@ -53,10 +55,14 @@ __all__ = [
     "frame_nbytes",
     "load",
     "load_schema",
+    "micro_batches",
+    "pack_sequences",
     "placeholder_runs",
     "save",
     "select",
     "shard",
+    "shard_rows",
     "split",
+    "to",
 ]
 __version__ = _native.__version__

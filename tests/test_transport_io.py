@@ -67,7 +67,9 @@ def test_frame_nbytes_from_a_prefix(frame: py_wire.Frame) -> None:
     header_end = 8 + int.from_bytes(raw[:8], "little")
     assert py_wire.frame_nbytes(raw[:header_end]) == len(raw)
     assert py_wire.frame_nbytes(raw + b"junk" * 10) == len(raw)
-    with pytest.raises(py_wire.FrameError, match=f"needs {header_end} bytes, {header_end - 100} more"):
+    with pytest.raises(
+        py_wire.FrameError, match=f"needs {header_end} bytes, {header_end - 100} more"
+    ):
         py_wire.frame_nbytes(raw[:100])
     with pytest.raises(py_wire.FrameError, match="needs 8 bytes, 5 more"):
         py_wire.frame_nbytes(raw[:3])
@@ -80,7 +82,9 @@ def test_frame_nbytes_from_a_prefix(frame: py_wire.Frame) -> None:
 @pytest.mark.parametrize("stage", [None, "generation"])
 def test_encoded_nbytes_is_exact_and_sizes_out(stage: str | None) -> None:
     batch = small_vlm_batch()
-    batch["mm_token_type_ids"] = [torch.zeros(len(r), dtype=torch.int64) for r in batch["input_ids"]]
+    batch["mm_token_type_ids"] = [
+        torch.zeros(len(r), dtype=torch.int64) for r in batch["input_ids"]
+    ]
     n = py_wire.encoded_nbytes(batch, SCHEMA, stage=stage)
     assert n == len(py_wire.encode(batch, SCHEMA, stage=stage))
     out = bytearray(n)
