@@ -158,12 +158,12 @@ pub fn interleaved_shard(
     if batch == 0 {
         return Ok(Vec::new());
     }
-    if num_rows % batch != 0 {
+    if !num_rows.is_multiple_of(batch) {
         return Err(argument_err!(
             "the {num_rows} rows are not a multiple of batch_size {batch}"
         ));
     }
-    if !allow_uneven && batch % world_size != 0 {
+    if !allow_uneven && !batch.is_multiple_of(world_size) {
         return Err(argument_err!(
             "batch_size {batch} is not a multiple of world_size {world_size}"
         ));
