@@ -11,6 +11,7 @@ from py_wire import (
 )
 from py_wire._decode import check_contracts, decode
 from py_wire._encode import encode, encode_parts, placeholder_runs
+from py_wire._io import encoded_nbytes, frame_nbytes, load, save
 from py_wire._native import (
     BatchError,
     ContractError,
@@ -26,8 +27,10 @@ from py_wire._native import (
 from py_wire._ops import concat, select, shard, split
 from py_wire._packed import PackedTensor
 from py_wire._schema import FieldDef, PlaceholderContract, Schema, bundled_schemas, load_schema
+from py_wire._trainer import Bin, micro_batches, pack_sequences, shard_rows, to
 
 __all__ = [
+    "Bin",
     "BatchError",
     "ContractError",
     "FieldDef",
@@ -48,10 +51,18 @@ __all__ = [
     "decode",
     "encode",
     "encode_parts",
+    "encoded_nbytes",
+    "frame_nbytes",
+    "load",
     "load_schema",
+    "micro_batches",
+    "pack_sequences",
     "placeholder_runs",
+    "save",
     "select",
     "shard",
+    "shard_rows",
     "split",
+    "to",
 ]
 __version__ = _native.__version__

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import mmap
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +22,8 @@ from py_wire._encode import FINGERPRINT_KEY
 from py_wire._native import Frame, FrameError, FrameLayout, SchemaError, TensorLoc
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._schema import Schema, load_schema
+from py_wire._trainer import ATTENTION_MASK, RowWindow, padded_width
+from py_wire._trainer import attention_mask as make_attention_mask
 
 Layout = Literal["nested", "padded", "list"]
 
@@ -75,6 +78,10 @@ def decode(
     stage: str | None = None,
     layout: Layout | None = None,
     source_dtype: bool = False,
+    rows: range | slice | None = None,
+    pad_to_multiple_of: int | None = None,
+    pad_values: Mapping[str, float | int | bool] | None = None,
+    attention_mask: bool = False,
 ) -> dict[str, Any]:
     """Decode a frame into views, per tier: packed → :class:`PackedTensor`, per-token → jagged
     ``torch.nested`` tensor (``layout="padded"``: ``[B, L, ...]`` padded with the field's pad
@@ -86,6 +93,13 @@ def decode(
 
     No payload byte is copied (except by ``layout="padded"`` and ``source_dtype``); every view
     keeps the frame alive.
+
+    ``rows=range(a, b)`` (or a step-1 slice) decodes only those rows, as views, at O(fields)
+    cost: per-token values narrowed by the sequence offsets (offsets rebased), scalars sliced,
+    packed fields as a PackedTensor over those rows. ``pad_to_multiple_of`` rounds the padded
+    length up (``layout="padded"``); ``pad_values={"input_ids": tokenizer.pad_token_id}``
+    overrides the schema's pad values; ``attention_mask=True`` adds ``"attention_mask"``, a
+    ``[B, L]`` bool tensor (True on real tokens; ``L`` as the padded layout's).
     """
     frame = as_frame(data)
     frame_schema = checked_schema(frame)
@@ -101,6 +115,10 @@ def decode(
         raise _native.WireError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
     keep = set(frame_schema.fields_for(stage)) if stage is not None else None
     views = FrameViews(frame)
+    window = None if rows is None else RowWindow(views.seq_offsets, frame.num_rows, rows)
+    seq_offsets = views.seq_offsets if window is None else window.seq_offsets
+    num_rows = frame.num_rows if window is None else window.num_rows
+    _check_trainer_options(frame_schema, layout, pad_to_multiple_of, pad_values, attention_mask)
     out: dict[str, Any] = {}
     seq_lengths: torch.Tensor | None = None
     for name, f in views.fields.items():
@@ -111,22 +129,27 @@ def decode(
             values = values.to(DTYPES[f.dtype])
         tier = f.tier
         if tier == "scalar":
-            out[name] = values
+            out[name] = values if window is None else window.scalar(values)
         elif tier == "packed":
             tables = {k: views.view(getattr(f, k)) for k in _CSR}
-            rows = _FrameRows(values, tables, f.in_order)
-            packed = PackedTensor._from_frame(rows, f.pack_dim)
+            in_order = f.in_order
+            if window is not None:
+                values, tables, in_order = window.packed(values, tables, in_order)
+            packed = PackedTensor._from_frame(_FrameRows(values, tables, in_order), f.pack_dim)
             out[name] = packed.rows() if layout == "list" else packed
         else:
-            offsets = views.seq_offsets
+            offsets = seq_offsets
             assert offsets is not None
+            if window is not None:
+                values = window.per_token(values)
             if layout == "list":
                 out[name] = list(torch.split(values, torch.diff(offsets).tolist()))
             elif layout == "padded":
                 if seq_lengths is None:
                     seq_lengths = torch.diff(offsets)
-                pad = frame_schema.fields[name].pad_value
-                out[name] = _padded(values, offsets, seq_lengths, pad)
+                pad = (pad_values or {}).get(name, frame_schema.fields[name].pad_value)
+                width = padded_width(seq_lengths, pad_to_multiple_of)
+                out[name] = _padded(values, offsets, seq_lengths, pad, width)
             else:
                 out[name] = _jagged(values, offsets)
     if keep is not None:
@@ -136,7 +159,7 @@ def decode(
             field = frame_schema.fields[name]
             if field.tier == "packed":
                 empty = PackedTensor._no_segments(
-                    frame.num_rows, len(field.shape), DTYPES[field.stored_dtype], field.pack_dim
+                    num_rows, len(field.shape), DTYPES[field.stored_dtype], field.pack_dim
                 )
                 out[name] = empty.rows() if layout == "list" else empty
     if layout == "padded" and seq_lengths is not None:
@@ -146,7 +169,40 @@ def decode(
         elif key not in out and (keep is None or key in keep):
             # Absent from the frame: derive it, in the dtype the schema declares.
             out[key] = seq_lengths.to(DTYPES[frame_schema.fields[key].dtype])
+    if attention_mask:
+        if seq_offsets is None:
+            raise _native.WireError("attention_mask needs per-token fields; this frame has none")
+        lengths = torch.diff(seq_offsets)
+        out[ATTENTION_MASK] = make_attention_mask(
+            lengths, padded_width(lengths, pad_to_multiple_of)
+        )
     return out
+
+
+def _check_trainer_options(
+    schema: Schema,
+    layout: Layout | None,
+    pad_to_multiple_of: int | None,
+    pad_values: Mapping[str, Any] | None,
+    attention_mask: bool,
+) -> None:
+    if pad_to_multiple_of is not None:
+        padded_width(torch.zeros(0, dtype=torch.int64), pad_to_multiple_of)  # checks the value
+        if layout != "padded" and not attention_mask:
+            raise _native.WireError(
+                "pad_to_multiple_of applies to layout='padded' or attention_mask"
+            )
+    for key in pad_values or {}:
+        field = schema.fields.get(key)
+        if field is None or field.tier != "per_token":
+            raise _native.WireError(
+                f"pad_values: {key!r} is not a per-token field of schema {schema.name!r}"
+            )
+    if attention_mask and ATTENTION_MASK in schema.fields:
+        raise _native.WireError(
+            f"schema {schema.name!r} has a field named {ATTENTION_MASK!r}; attention_mask=True "
+            "would shadow it"
+        )
 
 
 def checked_schema(frame: Frame) -> Schema:
@@ -202,10 +258,15 @@ def _jagged(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
 
 
 def _padded(
-    values: torch.Tensor, offsets: torch.Tensor, lengths: torch.Tensor, pad: float | int | bool
+    values: torch.Tensor,
+    offsets: torch.Tensor,
+    lengths: torch.Tensor,
+    pad: float | int | bool,
+    width: int | None = None,
 ) -> torch.Tensor:
     rows = lengths.shape[0]
-    width = int(lengths.max()) if rows else 0
+    if width is None:
+        width = int(lengths.max()) if rows else 0
     out = torch.empty((rows, width, *values.shape[1:]), dtype=values.dtype)
     pad_bytes = torch.tensor(pad).to(values.dtype).reshape(1).view(torch.uint8).numpy().tobytes()
     _native.pad_rows(values, offsets, out, pad_bytes)

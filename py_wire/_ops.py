@@ -70,12 +70,34 @@ def split(frame: Frame, sections: int | Sequence[int]) -> list[Frame]:
     return parts
 
 
-def shard(frame: Frame, rank: int, world_size: int) -> Frame:
+def shard(
+    frame: Frame,
+    rank: int,
+    world_size: int,
+    *,
+    batch_size: int | None = None,
+    allow_uneven: bool = False,
+) -> Frame:
     """Data-parallel rank ``rank``'s contiguous share of the rows (as ``split(frame,
-    world_size)[rank]``, without building the other shards)."""
+    world_size)[rank]``, without building the other shards).
+
+    With ``batch_size`` (or ``allow_uneven``) the rows are sharded as NeMo-RL's
+    ``shard_by_batch_size(world_size, batch_size, allow_uneven_shards)``: cut into chunks of
+    ``batch_size`` rows, each chunk into ``world_size`` equal parts, rank ``rank`` taking its
+    part of every chunk, in chunk order (so every rank steps through the chunks together).
+    """
     if not 0 <= rank < world_size:
         raise WireError(f"rank {rank} is not in 0..{world_size}")
     frame = as_frame(frame)
+    if batch_size is not None or allow_uneven:
+        from py_wire._trainer import shard_rows
+
+        ranges = shard_rows(
+            frame.num_rows, rank, world_size, batch_size=batch_size, allow_uneven=allow_uneven
+        )
+        if len(ranges) == 1:
+            return select(frame, ranges[0])
+        return select(frame, [i for r in ranges for i in r])
     base, extra = divmod(frame.num_rows, world_size)
     start = rank * base + min(rank, extra)
     return select(frame, range(start, start + base + (rank < extra)))

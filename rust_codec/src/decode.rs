@@ -95,9 +95,13 @@ fn find(header: &Header, name: &str, dtype: DType, rank: usize) -> Result<Tensor
     locate(header, entry)
 }
 
-/// Parses and validates a whole frame.
+/// Parses and validates a whole frame. `buf` may hold bytes after the frame's end (a frame in a
+/// larger buffer): the frame is its first `header.frame_len` bytes and the rest is never read.
 pub fn parse_frame(buf: &[u8]) -> Result<FrameLayout> {
     let header = parse_header(buf)?;
+    let buf = buf
+        .get(..header.frame_len)
+        .ok_or_else(|| frame_err!("frame length {} exceeds the buffer", header.frame_len))?;
     let md = &header.metadata;
     match md.get(meta::FORMAT).map(String::as_str) {
         Some(meta::FORMAT_VERSION) => {}
@@ -140,6 +144,7 @@ pub fn parse_frame(buf: &[u8]) -> Result<FrameLayout> {
             metadata: Default::default(),
             entries: Vec::new(),
             data_start: header.data_start,
+            frame_len: header.frame_len,
         },
         num_rows,
         sequence_field,

@@ -66,6 +66,9 @@ pub struct Header {
     pub entries: Vec<Entry>,
     /// Absolute offset of the data section.
     pub data_start: usize,
+    /// The frame's own length: `data_start` plus the end of the last tensor. A buffer may hold
+    /// more bytes after it (a reused shared-memory segment); readers ignore them.
+    pub frame_len: usize,
 }
 
 impl Header {
@@ -74,32 +77,52 @@ impl Header {
     }
 }
 
-/// Parses and validates the header of `buf`. Everything is treated as hostile: lengths are
-/// checked before use and every tensor must lie inside the buffer.
-pub fn parse_header(buf: &[u8]) -> Result<Header> {
-    let len_bytes: [u8; 8] = buf
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| {
-            frame_err!(
-                "frame is {} bytes, shorter than the 8-byte header length",
-                buf.len()
-            )
-        })?;
+/// How much of a frame its first bytes tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameSize {
+    /// The frame's total length in bytes (header length, header, data section).
+    Known(u64),
+    /// The prefix is too short to tell: at least this many bytes are needed in all.
+    NeedAtLeast(u64),
+}
+
+/// Reads a frame's total size from a prefix of it: the 8-byte length and the JSON header are
+/// enough (`8 + header_len` bytes); the data section is not read. The header is validated as
+/// `parse_header` does, except that the data section may be absent.
+pub fn frame_size(prefix: &[u8]) -> Result<FrameSize> {
+    let Some(header_len) = read_header_len(prefix)? else {
+        return Ok(FrameSize::NeedAtLeast(8));
+    };
+    let data_start = 8 + header_len;
+    if (prefix.len() as u64) < data_start {
+        return Ok(FrameSize::NeedAtLeast(data_start));
+    }
+    let (_, entries) = parse_json(&prefix[8..data_start as usize])?;
+    let data_len = tiled_len(&entries)?;
+    let total = data_start
+        .checked_add(data_len)
+        .ok_or_else(|| frame_err!("frame length overflows"))?;
+    Ok(FrameSize::Known(total))
+}
+
+/// The header length of `buf`, `None` if it holds fewer than 8 bytes; refused above the cap.
+fn read_header_len(buf: &[u8]) -> Result<Option<u64>> {
+    let Some(len_bytes) = buf.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) else {
+        return Ok(None);
+    };
     let header_len = u64::from_le_bytes(len_bytes);
     if header_len > MAX_HEADER_BYTES {
         return Err(frame_err!(
             "header length {header_len} exceeds the {MAX_HEADER_BYTES}-byte limit"
         ));
     }
-    let available = buf.len() as u64 - 8;
-    if header_len > available {
-        return Err(frame_err!(
-            "header length {header_len} exceeds the {available} bytes after it (truncated frame?)"
-        ));
-    }
-    let data_start = 8 + header_len as usize;
-    let json = &buf[8..data_start];
+    Ok(Some(header_len))
+}
+
+type Parsed = (BTreeMap<String, String>, Vec<Entry>);
+
+/// Parses the JSON header; entries come back sorted by `begin`.
+fn parse_json(json: &[u8]) -> Result<Parsed> {
     let value: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| frame_err!("header is not valid JSON: {e}"))?;
     let serde_json::Value::Object(root) = value else {
@@ -139,9 +162,14 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
         });
     }
     entries.sort_by_key(|e| (e.begin, e.end));
-    let data_len = (buf.len() - data_start) as u64;
+    Ok((metadata, entries))
+}
+
+/// The data section's length: the end of the last tensor, after checking that the (sorted)
+/// tensors tile it from 0 with no gap or overlap.
+fn tiled_len(entries: &[Entry]) -> Result<u64> {
     let mut cursor = 0u64;
-    for entry in &entries {
+    for entry in entries {
         if entry.begin != cursor {
             return Err(frame_err!(
                 "tensor {:?} starts at {} but the previous tensor ends at {cursor} (gap or overlap)",
@@ -151,15 +179,41 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
         }
         cursor = entry.end;
     }
-    if cursor != data_len {
+    Ok(cursor)
+}
+
+/// Parses and validates the header of `buf`. Everything is treated as hostile: lengths are
+/// checked before use and every tensor must lie inside the buffer. The tensors must tile the
+/// data section from its start with no gap; the frame ends where the last tensor ends
+/// (`Header::frame_len`), and any bytes of `buf` after that are not part of it.
+pub fn parse_header(buf: &[u8]) -> Result<Header> {
+    let header_len = read_header_len(buf)?.ok_or_else(|| {
+        frame_err!(
+            "frame is {} bytes, shorter than the 8-byte header length",
+            buf.len()
+        )
+    })?;
+    let available = buf.len() as u64 - 8;
+    if header_len > available {
         return Err(frame_err!(
-            "tensors cover {cursor} bytes but the data section holds {data_len}"
+            "header length {header_len} exceeds the {available} bytes after it (truncated frame?)"
+        ));
+    }
+    let data_start = 8 + header_len as usize;
+    let (metadata, entries) = parse_json(&buf[8..data_start])?;
+    let data_len = (buf.len() - data_start) as u64;
+    let cursor = tiled_len(&entries)?;
+    if cursor > data_len {
+        return Err(frame_err!(
+            "tensors cover {cursor} bytes but only {data_len} follow the header (truncated frame?)"
         ));
     }
     Ok(Header {
         metadata,
         entries,
         data_start,
+        // cursor <= data_len, so this is within buf.len().
+        frame_len: data_start + cursor as usize,
     })
 }
 
@@ -193,5 +247,51 @@ mod tests {
         let mut huge = u64::MAX.to_le_bytes().to_vec();
         huge.extend_from_slice(b"{}");
         assert!(matches!(parse_header(&huge), Err(Error::Frame(_))));
+        assert!(matches!(frame_size(&huge), Err(Error::Frame(_))));
+    }
+
+    fn one_tensor_frame() -> Vec<u8> {
+        let entries = vec![Entry {
+            name: "x".into(),
+            dtype: DType::F32,
+            shape: vec![16],
+            begin: 0,
+            end: 64,
+        }];
+        let mut frame = write_header(&BTreeMap::new(), &entries).unwrap();
+        frame.extend_from_slice(&[7u8; 64]);
+        frame
+    }
+
+    #[test]
+    fn trailing_bytes_are_not_part_of_the_frame() {
+        let frame = one_tensor_frame();
+        let mut longer = frame.clone();
+        longer.extend_from_slice(&[0xAB; 100]);
+        let h = parse_header(&longer).unwrap();
+        assert_eq!(h.frame_len, frame.len());
+        assert_eq!(parse_header(&frame).unwrap().frame_len, frame.len());
+        // One byte short of the last tensor is still a truncated frame.
+        let err = parse_header(&frame[..frame.len() - 1]).unwrap_err();
+        assert!(err.message().contains("truncated"), "{}", err.message());
+    }
+
+    #[test]
+    fn frame_size_from_a_prefix() {
+        let frame = one_tensor_frame();
+        let data_start = frame.len() - 64;
+        assert_eq!(frame_size(&frame[..3]).unwrap(), FrameSize::NeedAtLeast(8));
+        assert_eq!(
+            frame_size(&frame[..8]).unwrap(),
+            FrameSize::NeedAtLeast(data_start as u64)
+        );
+        assert_eq!(
+            frame_size(&frame[..data_start]).unwrap(),
+            FrameSize::Known(frame.len() as u64)
+        );
+        assert_eq!(
+            frame_size(&frame).unwrap(),
+            FrameSize::Known(frame.len() as u64)
+        );
     }
 }

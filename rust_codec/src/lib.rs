@@ -3,6 +3,7 @@
 //!
 //! The core (everything but `python`) is plain Rust and tests with `cargo test`.
 
+pub mod batching;
 pub mod buffer;
 pub mod cast;
 pub mod contract;

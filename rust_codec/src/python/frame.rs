@@ -13,6 +13,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 use super::errors::{guarded, to_py, OnPanic};
 use crate::buffer::AlignedBuf;
 use crate::decode::{parse_frame, FrameLayout};
+use crate::header::parse_header;
 
 /// Views of a base this aligned need no copy: every element type's natural alignment.
 const MIN_BASE_ALIGNMENT: usize = 16;
@@ -117,7 +118,8 @@ impl Frame {
 impl Frame {
     /// Wraps any C-contiguous buffer (bytes, bytearray, memoryview, mmap, numpy uint8 array)
     /// without copying, after validating it. A base not aligned to 16 bytes is copied once
-    /// into an aligned buffer.
+    /// into an aligned buffer. The frame is read by its own length (from its header): bytes
+    /// after its end (a reused shared-memory segment) are ignored and not part of the Frame.
     #[staticmethod]
     fn from_buffer(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Frame> {
         let buffer: PyBuffer<u8> = PyBuffer::get(data).map_err(|e| {
@@ -146,8 +148,14 @@ impl Frame {
             unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
         };
         if !ptr.is_multiple_of(MIN_BASE_ALIGNMENT) && len > 0 {
-            let owned = AlignedBuf::from_slice(bytes).ok_or_else(|| {
-                super::errors::FrameError::new_err(format!("cannot allocate {len} bytes"))
+            // Copy the frame only, not bytes after it; the copy is validated in full below.
+            let frame_len = py
+                .detach(|| guarded(OnPanic::Frame, || parse_header(bytes)))
+                .map_err(to_py)?
+                .frame_len;
+            let prefix = bytes.get(..frame_len).unwrap_or(bytes);
+            let owned = AlignedBuf::from_slice(prefix).ok_or_else(|| {
+                super::errors::FrameError::new_err(format!("cannot allocate {frame_len} bytes"))
             })?;
             let layout = py
                 .detach(|| guarded(OnPanic::Frame, || parse_frame(owned.as_slice())))
@@ -157,6 +165,8 @@ impl Frame {
         let layout = py
             .detach(|| guarded(OnPanic::Frame, || parse_frame(bytes)))
             .map_err(to_py)?;
+        // A frame inside a larger buffer is its own prefix: bytes after it are not exported.
+        let len = layout.header.frame_len.min(len);
         Ok(Frame {
             storage: Storage::Borrowed {
                 _buffer: buffer,

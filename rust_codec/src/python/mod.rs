@@ -5,6 +5,7 @@ mod errors;
 mod extract;
 mod frame;
 mod layout;
+mod transport;
 
 use std::collections::BTreeMap;
 
@@ -557,6 +558,10 @@ mod _native {
     use super::layout::{PyFieldLayout, PyFrameLayout, PyTensorLoc};
     #[pymodule_export]
     use super::pad_rows;
+    #[pymodule_export]
+    use super::transport::{
+        encoded_nbytes, frame_nbytes, interleaved_shard_ranges, micro_batch_rows, pack_rows,
+    };
     #[pymodule_export]
     use super::{check_frame_contracts, placeholder_runs};
     #[pymodule_export]

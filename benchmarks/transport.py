@@ -1,0 +1,105 @@
+"""Moving a frame between two gloo processes on this machine: py_wire.distributed.send/recv
+against torch.distributed.broadcast_object_list of the same frame (pickled in-band), and
+py_wire.save/load + decode through a file. Prints medians in ms.
+
+    .venv/bin/python benchmarks/transport.py --rows 96 --reps 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import py_wire
+from py_wire import distributed as pwd
+from py_wire.synth.registry import generate
+
+
+def _worker(rank: int, port: int, rows: int, reps: int) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    frame = py_wire.encode(generate("qwen2_5_vl", rows), "qwen2_5_vl") if rank == 0 else None
+    times: dict[str, list[float]] = {
+        "py_wire send/recv + decode": [],
+        "broadcast_object_list + decode": [],
+    }
+    for _ in range(reps):
+        dist.barrier()
+        t = time.perf_counter()
+        if rank == 0:
+            pwd.send(frame, 1)
+        else:
+            py_wire.decode(pwd.recv(0))
+        dist.barrier()
+        times["py_wire send/recv + decode"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        obj = [frame] if rank == 0 else [None]
+        dist.broadcast_object_list(obj, src=0)
+        if rank == 1:
+            py_wire.decode(obj[0])
+        dist.barrier()
+        times["broadcast_object_list + decode"].append(time.perf_counter() - t)
+    if rank == 0:
+        print(f"frame: {rows} rows, {len(frame) / 1e6:.1f} MB; medians of {reps}")
+        for k, v in times.items():
+            print(f"  {k:34s} {statistics.median(v) * 1e3:8.1f} ms")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "f.safetensors")
+            save, load = [], []
+            for _ in range(reps):
+                t = time.perf_counter()
+                py_wire.save(frame, path)
+                save.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                py_wire.decode(py_wire.load(path))
+                load.append(time.perf_counter() - t)
+            print(
+                f"  {'save (write + fsync + rename)':34s} {statistics.median(save) * 1e3:8.1f} ms"
+            )
+            print(
+                f"  {'load + decode (mmap, no read)':34s} {statistics.median(load) * 1e3:8.1f} ms"
+            )
+        out = py_wire.decode(frame)
+        groups = py_wire.micro_batches(frame, 16384, padded=False)
+        t = time.perf_counter()
+        for g in groups:
+            py_wire.decode(frame, rows=range(g[0], g[-1] + 1))
+        per = (time.perf_counter() - t) / len(groups)
+        t = time.perf_counter()
+        for g in groups:
+            py_wire.select(frame, range(g[0], g[-1] + 1))
+        per_sel = (time.perf_counter() - t) / len(groups)
+        print(
+            f"  micro-batch (16384 tokens) as a row window: {per * 1e3:.2f} ms each, "
+            f"select (copy): {per_sel * 1e3:.2f} ms each, {len(groups)} micro-batches"
+        )
+        t = time.perf_counter()
+        bins = py_wire.pack_sequences(frame, 16384)
+        print(
+            f"  pack_sequences(16384): {len(bins)} bins in {(time.perf_counter() - t) * 1e3:.2f} ms"
+        )
+        del out
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rows", type=int, default=96)
+    p.add_argument("--reps", type=int, default=5)
+    a = p.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_worker, args=(port, a.rows, a.reps), nprocs=2, join=True)
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main()

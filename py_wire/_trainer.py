@@ -1,0 +1,233 @@
+"""Feeding a trainer: row ranges of a frame as views, token-budget micro-batches, sequence
+packing, padded-batch options, and moving a decoded batch to a device in one call.
+
+Row windows cost O(fields) torch calls plus O(rows in the window) for rebased offsets; the
+batching arithmetic over the sequence offsets runs in Rust (``rust_codec/src/batching.rs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from py_wire import _native
+from py_wire._native import WireError
+from py_wire._packed import PackedTensor, _FrameRows
+
+#: The key ``decode(..., attention_mask=True)`` adds.
+ATTENTION_MASK = "attention_mask"
+
+
+class RowWindow:
+    """Rows ``[start, stop)`` of a decoded frame: narrows each tier's views without copying."""
+
+    def __init__(self, seq_offsets: torch.Tensor | None, num_rows: int, rows: Any) -> None:
+        if isinstance(rows, slice):
+            rows = range(num_rows)[rows]
+        if not isinstance(rows, range):
+            raise WireError(f"rows must be a range or a slice, not {type(rows).__name__}")
+        rows = range(num_rows)[rows.start : rows.stop : rows.step]  # clamp like a slice
+        if rows.step != 1 and len(rows) > 1:
+            raise WireError(f"rows must be a contiguous range (step 1), got {rows}")
+        self.start = rows.start if len(rows) else 0
+        self.stop = self.start + len(rows)
+        self.num_rows = len(rows)
+        self.seq_offsets: torch.Tensor | None = None
+        if seq_offsets is not None:
+            window = seq_offsets[self.start : self.stop + 1]
+            self.token_start = int(window[0])
+            self.token_stop = int(window[-1])
+            self.seq_offsets = window - self.token_start
+
+    def scalar(self, values: torch.Tensor) -> torch.Tensor:
+        return values[self.start : self.stop]
+
+    def per_token(self, values: torch.Tensor) -> torch.Tensor:
+        return values[self.token_start : self.token_stop]
+
+    def packed(
+        self, values: torch.Tensor, tables: dict[str, torch.Tensor], in_order: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], bool]:
+        """The window's rows of a packed field. Rows reference global segment ids, so the
+        segment tables stay whole; when segments are stored once each in row order, the
+        values and segment tables are narrowed to the window's segments too."""
+        row_offsets = tables["row_offsets"][self.start : self.stop + 1]
+        first, last = int(row_offsets[0]), int(row_offsets[-1])
+        rows = {
+            **tables,
+            "row_offsets": row_offsets - first,
+            "row_segments": tables["row_segments"][first:last],
+        }
+        if not in_order:
+            return values, rows, False
+        seg_offsets = tables["seg_offsets"][first : last + 1]
+        e0, e1 = int(seg_offsets[0]), int(seg_offsets[-1])
+        seg_shapes = tables["seg_shapes"][first:last]
+        if values.dim() > 1:  # stacked along dim 0: [Σ items, static...]
+            i0 = int(tables["seg_shapes"][:first, 0].sum())
+            narrowed = values[i0 : i0 + int(seg_shapes[:, 0].sum())]
+        else:
+            narrowed = values[e0:e1]
+        rows.update(
+            seg_offsets=seg_offsets - e0,
+            seg_shapes=seg_shapes,
+            row_segments=torch.arange(last - first, dtype=torch.int64),
+        )
+        return narrowed, rows, True
+
+
+def padded_width(lengths: torch.Tensor, multiple: int | None) -> int:
+    width = int(lengths.max()) if lengths.numel() else 0
+    if multiple is not None:
+        if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+            raise WireError(f"pad_to_multiple_of must be a positive int, not {multiple!r}")
+        width = -(-width // multiple) * multiple
+    return width
+
+
+def attention_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """``[B, width]`` bool: True on each row's real tokens."""
+    return torch.arange(width) < lengths[:, None]
+
+
+# -- batching over the sequence offsets --------------------------------------------------------
+
+
+def micro_batches(
+    frame: Any,
+    max_tokens: int,
+    sort: bool = False,
+    *,
+    padded: bool = True,
+    round_to: int = 1,
+) -> list[list[int]]:
+    """Row-index groups whose tokens fit ``max_tokens``, computed in Rust over the frame's
+    sequence offsets (O(rows log rows), no payload touched).
+
+    ``padded=True`` (NeMo-RL's dynamic batching) counts a micro-batch as rows x its longest
+    row, the ``[B, L]`` a padded trainer allocates; ``padded=False`` counts real tokens (a
+    packed / varlen trainer). Lengths are rounded up to ``round_to`` first. ``sort=True``
+    takes rows shortest first (stable), so each micro-batch holds similar lengths; otherwise
+    rows stay in order and every group is a contiguous range (decode it with
+    ``decode(frame, rows=range(g[0], g[-1] + 1))``, a view). A row longer than the budget
+    raises ``WireError``.
+    """
+    from py_wire._decode import as_frame
+
+    return _native.micro_batch_rows(as_frame(frame), max_tokens, sort, padded, round_to)
+
+
+@dataclass(frozen=True)
+class Bin:
+    """One packed micro-batch: ``rows`` of the frame laid end to end."""
+
+    rows: list[int]
+    #: Each row's token count, in ``rows`` order.
+    lengths: torch.Tensor
+    #: ``[len(rows) + 1]`` int32 cumulative lengths (flash-attention's ``cu_seqlens``).
+    cu_seqlens: torch.Tensor
+    #: ``[num_tokens]`` int64 position of each token in its row.
+    position_ids: torch.Tensor
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.cu_seqlens[-1])
+
+
+def pack_sequences(frame: Any, max_tokens: int, *, round_to: int = 1) -> list[Bin]:
+    """Sequence packing, first-fit decreasing: rows sorted longest first, each into the first
+    bin with room, bins of at most ``max_tokens`` tokens (each row's length rounded up to
+    ``round_to``, e.g. 2 x context-parallel size). The assignment runs in Rust over the
+    sequence offsets; ``cu_seqlens`` and ``position_ids`` are built per bin with vectorised
+    torch ops. Gather a bin's tokens with ``select(frame, bin.rows)`` (one copy of that bin).
+    """
+    from py_wire._decode import as_frame
+
+    bins, lengths = _native.pack_rows(as_frame(frame), max_tokens, round_to)
+    all_lengths = torch.tensor(lengths, dtype=torch.int64)
+    out = []
+    for rows in bins:
+        lens = all_lengths[rows]
+        cu = torch.zeros(len(rows) + 1, dtype=torch.int32)
+        torch.cumsum(lens, 0, out=cu[1:])
+        starts = torch.repeat_interleave(cu[:-1].to(torch.int64), lens)
+        positions = torch.arange(int(cu[-1]), dtype=torch.int64) - starts
+        out.append(Bin(rows=rows, lengths=lens, cu_seqlens=cu, position_ids=positions))
+    return out
+
+
+def shard_rows(
+    num_rows: int,
+    rank: int,
+    world_size: int,
+    *,
+    batch_size: int | None = None,
+    allow_uneven: bool = False,
+) -> list[range]:
+    """The row ranges rank ``rank`` gets under NeMo-RL's ``shard_by_batch_size(world_size,
+    batch_size, allow_uneven_shards)``: chunks of ``batch_size`` rows, each cut into
+    ``world_size`` parts, a rank taking its part of every chunk."""
+    return [
+        range(a, b)
+        for a, b in _native.interleaved_shard_ranges(
+            num_rows, rank, world_size, batch_size, allow_uneven
+        )
+    ]
+
+
+# -- devices -----------------------------------------------------------------------------------
+
+
+def to(
+    decoded: Any,
+    device: str | torch.device,
+    non_blocking: bool = False,
+    *,
+    pin_memory: bool = False,
+) -> Any:
+    """Move a decoded batch (a dict, list or tuple of tensors, jagged nested tensors and
+    :class:`PackedTensor`) to ``device`` in one call, structure kept.
+
+    A decoded PackedTensor moves its values tensor once (one transfer per field, not per
+    segment); its row tables stay on the host, where row lookups read them. ``pin_memory``
+    first copies host tensors into page-locked memory (only meaningful, and only allowed,
+    when CUDA is available), so ``non_blocking=True`` transfers are truly asynchronous.
+    """
+    device = torch.device(device)
+    if pin_memory and not torch.cuda.is_available():
+        raise WireError("pin_memory needs CUDA, which this machine does not have")
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        if pin_memory and t.device.type == "cpu" and not t.is_nested:
+            t = t.pin_memory()
+        return t.to(device, non_blocking=non_blocking)
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return move(x)
+        if isinstance(x, PackedTensor):
+            f = x._frame
+            if f is not None and x._rows is None:
+                tables = {
+                    "seg_shapes": f.seg_shapes,
+                    "seg_offsets": f.seg_offsets,
+                    "row_offsets": f.row_offsets,
+                    "row_segments": f.row_segments,
+                }
+                rows = _FrameRows(move(f.values), tables, f.in_order)
+                return PackedTensor._from_frame(rows, x.dim_to_pack)
+            return PackedTensor(
+                [None if r is None else [move(s) for s in r] for r in x.rows()], x.dim_to_pack
+            )
+        if isinstance(x, Mapping):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, tuple):
+            return tuple(walk(v) for v in x)
+        return x
+
+    return walk(decoded)

@@ -1,0 +1,183 @@
+"""Frames over ``torch.distributed``: a small fixed header (magic, format version, byte
+length), then the frame's bytes as one uint8 tensor. No payload is pickled; the receiver
+allocates exactly the announced size and validates the bytes as any frame.
+
+Works with any backend whose collectives take uint8 tensors. With ``gloo`` the bytes move as
+host tensors (the sender's tensor is a view of the frame, no copy). With ``nccl`` (GPUs) the
+bytes must travel as device tensors: the sender copies the frame to its current CUDA device
+once, the receiver receives into a device buffer and copies it to host memory to validate and
+decode it (``Frame`` lives in host memory; a device-side decode is not provided). The NCCL path
+is written but has not been run: this project's CI has no GPU.
+
+Every call must be made by every rank of ``group`` involved, as for ``torch.distributed``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from py_wire._decode import as_frame
+from py_wire._native import Frame, FrameError, WireError
+from py_wire._ops import shard
+
+#: "PYWIREFR" as a little-endian int64: the first word of every announcement.
+MAGIC = int.from_bytes(b"PYWIREFR", "little") & 0x7FFF_FFFF_FFFF_FFFF
+#: The announcement's layout version (bumped if the header grows).
+VERSION = 1
+_HEADER_WORDS = 3  # magic, version, frame length in bytes
+
+
+def _device(group: Any) -> torch.device:
+    """Where tensors of ``group``'s backend must live: the current CUDA device for NCCL."""
+    backend = dist.get_backend(group)
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _header(nbytes: int, device: torch.device) -> torch.Tensor:
+    return torch.tensor([MAGIC, VERSION, nbytes], dtype=torch.int64, device=device)
+
+
+def _empty_header(device: torch.device) -> torch.Tensor:
+    return torch.zeros(_HEADER_WORDS, dtype=torch.int64, device=device)
+
+
+def _length(header: torch.Tensor, peer: str) -> int:
+    magic, version, nbytes = header.tolist()
+    if magic != MAGIC:
+        raise FrameError(
+            f"{peer} did not send a py_wire frame announcement (magic {magic:#x}); are both "
+            "sides calling py_wire.distributed in the same order?"
+        )
+    if version != VERSION:
+        raise FrameError(f"{peer} speaks announcement version {version}; this is {VERSION}")
+    if nbytes < 8:
+        raise FrameError(f"{peer} announced a {nbytes}-byte frame")
+    return int(nbytes)
+
+
+def _payload(frame: Frame, device: torch.device) -> torch.Tensor:
+    """The frame's bytes as one uint8 tensor: a view on the host, one copy for a device."""
+    with warnings.catch_warnings():
+        # A read-only frame gives a tensor torch cannot mark read-only; it is only read here.
+        warnings.simplefilter("ignore", UserWarning)
+        host = torch.frombuffer(frame, dtype=torch.uint8)
+    return host if device.type == "cpu" else host.to(device)
+
+
+def _buffer(nbytes: int, device: torch.device) -> torch.Tensor:
+    """A receive buffer; torch's host allocations are 64-byte aligned, so the frame's views
+    need no realignment copy."""
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+def _to_frame(buf: torch.Tensor) -> Frame:
+    if buf.device.type != "cpu":
+        buf = buf.cpu()
+    return as_frame(buf)
+
+
+def send(frame: Any, dst: int, group: Any = None, tag: int = 0) -> None:
+    """Send ``frame`` (a Frame or frame bytes) to rank ``dst``, which calls :func:`recv`."""
+    frame = as_frame(frame)
+    device = _device(group)
+    dist.send(_header(len(frame), device), dst, group=group, tag=tag)
+    dist.send(_payload(frame, device), dst, group=group, tag=tag)
+
+
+def recv(src: int, group: Any = None, tag: int = 0) -> Frame:
+    """Receive a frame that rank ``src`` sent with :func:`send` (validated)."""
+    device = _device(group)
+    header = _empty_header(device)
+    dist.recv(header, src, group=group, tag=tag)
+    buf = _buffer(_length(header, f"rank {src}"), device)
+    dist.recv(buf, src, group=group, tag=tag)
+    return _to_frame(buf)
+
+
+def broadcast(frame: Any | None, src: int, group: Any = None) -> Frame:
+    """Rank ``src`` passes its frame, every other rank ``None``; all get the frame."""
+    device = _device(group)
+    me = dist.get_rank()
+    if me == src:
+        if frame is None:
+            raise WireError(f"rank {src} is the source of the broadcast and must pass a frame")
+        frame = as_frame(frame)
+        dist.broadcast(_header(len(frame), device), src, group=group)
+        dist.broadcast(_payload(frame, device), src, group=group)
+        return frame
+    header = _empty_header(device)
+    dist.broadcast(header, src, group=group)
+    buf = _buffer(_length(header, f"rank {src}"), device)
+    dist.broadcast(buf, src, group=group)
+    return _to_frame(buf)
+
+
+def scatter(
+    frame: Any | None,
+    src: int,
+    group: Any = None,
+    *,
+    batch_size: int | None = None,
+    allow_uneven: bool = False,
+) -> Frame:
+    """Rank ``src`` passes a frame; each rank receives only its data-parallel shard, cut on
+    ``src`` by :func:`py_wire.shard` without decoding (``batch_size`` / ``allow_uneven``:
+    NeMo-RL's chunk-interleaved sharding). Ranks are the group's ranks."""
+    device = _device(group)
+    world = dist.get_world_size(group)
+    me = dist.get_rank(group)
+    src_in_group = src if group is None else dist.get_group_rank(group, src)
+    kw = {"batch_size": batch_size, "allow_uneven": allow_uneven}
+    if me == src_in_group:
+        if frame is None:
+            raise WireError(f"rank {src} is the source of the scatter and must pass a frame")
+        frame = as_frame(frame)
+        shards = [shard(frame, r, world, **kw) for r in range(world)]
+        headers = [_header(len(s), device) for s in shards]
+        mine = _empty_header(device)
+        dist.scatter(mine, headers, src=src, group=group)
+        pending = [
+            dist.isend(_payload(s, device), _global(group, r), group=group)
+            for r, s in enumerate(shards)
+            if r != me
+        ]
+        for p in pending:
+            p.wait()
+        return shards[me]
+    header = _empty_header(device)
+    dist.scatter(header, None, src=src, group=group)
+    buf = _buffer(_length(header, f"rank {src}"), device)
+    dist.recv(buf, src, group=group)
+    return _to_frame(buf)
+
+
+def _global(group: Any, rank: int) -> int:
+    return rank if group is None else dist.get_global_rank(group, rank)
+
+
+def all_gather(frame: Any, group: Any = None) -> list[Frame]:
+    """Every rank passes its frame; every rank gets all of them, in rank order.
+
+    Lengths are gathered first; frames then travel in one ``all_gather`` of buffers of the
+    longest frame's size (each rank copies its own frame once into such a buffer; each
+    received frame is read by its own length, the padding after it ignored)."""
+    frame = as_frame(frame)
+    device = _device(group)
+    world = dist.get_world_size(group)
+    headers = [_empty_header(device) for _ in range(world)]
+    dist.all_gather(headers, _header(len(frame), device), group=group)
+    lengths = [_length(h, f"rank {r}") for r, h in enumerate(headers)]
+    width = max(lengths)
+    mine = _buffer(width, device)
+    mine[: len(frame)].copy_(_payload(frame, device))
+    mine[len(frame) :].zero_()
+    bufs = [_buffer(width, device) for _ in range(world)]
+    dist.all_gather(bufs, mine, group=group)
+    me = dist.get_rank(group)
+    return [frame if r == me else _to_frame(b[: lengths[r]]) for r, b in enumerate(bufs)]
