@@ -29,7 +29,12 @@ __all__ = [
     "check_contracts",
     "encode",
     "encode_parts",
+    "encoded_nbytes",
+    "frame_nbytes",
     "gather",
+    "interleaved_shard_ranges",
+    "micro_batch_rows",
+    "pack_rows",
     "pad_rows",
     "placeholder_runs",
     "register_torch",
@@ -185,6 +190,27 @@ def encode_parts(
     contracts: Sequence[str] = ...,
     min_borrow: int = 0,
 ) -> list[bytes | BorrowedBytes]: ...
+def encoded_nbytes(
+    fields: Sequence[_RawField],
+    sequence_field: str | None,
+    lengths_field: str | None,
+    metadata: Mapping[str, str],
+    contracts: Sequence[str] = ...,
+) -> int: ...
+def frame_nbytes(prefix: _BufferLike) -> int: ...
+def micro_batch_rows(
+    frame: Frame, max_tokens: int, sort: bool, padded: bool, multiple: int
+) -> list[list[int]]: ...
+def pack_rows(
+    frame: Frame, max_tokens: int, multiple: int
+) -> tuple[list[list[int]], list[int]]: ...
+def interleaved_shard_ranges(
+    num_rows: int,
+    rank: int,
+    world_size: int,
+    batch_size: int | None = None,
+    allow_uneven: bool = False,
+) -> list[tuple[int, int]]: ...
 def check_contracts(frame: Frame, contracts: Sequence[str]) -> None: ...
 def placeholder_runs(
     rows: list[torch.Tensor] | list[npt.NDArray[np.int64]], token_id: int

@@ -133,12 +133,14 @@ def scatter(
     world = dist.get_world_size(group)
     me = dist.get_rank(group)
     src_in_group = src if group is None else dist.get_group_rank(group, src)
-    kw = {"batch_size": batch_size, "allow_uneven": allow_uneven}
     if me == src_in_group:
         if frame is None:
             raise WireError(f"rank {src} is the source of the scatter and must pass a frame")
         frame = as_frame(frame)
-        shards = [shard(frame, r, world, **kw) for r in range(world)]
+        shards = [
+            shard(frame, r, world, batch_size=batch_size, allow_uneven=allow_uneven)
+            for r in range(world)
+        ]
         headers = [_header(len(s), device) for s in shards]
         mine = _empty_header(device)
         dist.scatter(mine, headers, src=src, group=group)
@@ -148,7 +150,8 @@ def scatter(
             if r != me
         ]
         for p in pending:
-            p.wait()
+            if p is not None:  # None only when this rank is not in the group
+                p.wait()
         return shards[me]
     header = _empty_header(device)
     dist.scatter(header, None, src=src, group=group)
