@@ -18,10 +18,9 @@ import torch
 
 from py_wire import _native
 from py_wire._dtypes import DTYPES
-from py_wire._encode import FINGERPRINT_KEY
 from py_wire._native import Frame, FrameError, FrameLayout, SchemaError, TensorLoc
 from py_wire._packed import PackedTensor, _FrameRows
-from py_wire._schema import Schema, load_schema
+from py_wire._schema import FINGERPRINT_KEY, Schema, load_schema
 from py_wire._trainer import ATTENTION_MASK, RowWindow, padded_width
 from py_wire._trainer import attention_mask as make_attention_mask
 
@@ -239,7 +238,7 @@ def check_contracts(frame: Frame) -> None:
     """Re-check the frame's schema contracts (``encode`` already did; use this on frames you
     receive from elsewhere). Raises :class:`ContractError`."""
     frame = as_frame(frame)
-    _native.check_contracts(frame, checked_schema(frame)._contracts_json)
+    _native.check_contracts(frame, checked_schema(frame)._codec)
 
 
 def _drop_fx_notice(record: logging.LogRecord) -> bool:

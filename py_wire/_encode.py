@@ -18,8 +18,6 @@ from py_wire._packed import PackedTensor
 from py_wire._schema import FieldDef, Schema, load_schema
 from py_wire._typing import as_jagged
 
-SCHEMA_KEY = "py_wire.schema"
-FINGERPRINT_KEY = "py_wire.fingerprint"
 
 
 def encode(
@@ -55,16 +53,7 @@ def encode(
     """
     schema = load_schema(schema)
     _check_int("threads", threads, 1, MAX_THREADS)
-    frame = _native.encode(
-        _fields(batch, schema, stage),
-        schema.sequence_field,
-        schema.lengths_field,
-        _metadata(schema),
-        schema._contracts_json,
-        threads,
-        None,
-        out,
-    )
+    frame = _native.encode(schema._codec, _fields(batch, schema, stage), threads, None, out)
     frame.schema = schema
     return frame
 
@@ -93,14 +82,7 @@ def encode_parts(
     schema = load_schema(schema)
     _check_int("min_borrow", min_borrow, 0, 2**63 - 1)
     fields = _fields(batch, schema, stage)
-    return _native.encode_parts(
-        fields,
-        schema.sequence_field,
-        schema.lengths_field,
-        _metadata(schema),
-        schema._contracts_json,
-        min_borrow,
-    )
+    return _native.encode_parts(schema._codec, fields, min_borrow)
 
 
 #: The most copy threads ``encode`` accepts.
@@ -114,10 +96,6 @@ def _check_int(name: str, value: Any, low: int, high: int) -> None:
         raise BatchError(f"{name} must be an int from {low} to {high}, not {value!r}")
     if not low <= value <= high:
         raise BatchError(f"{name} must be an int from {low} to {high}, not {value}")
-
-
-def _metadata(schema: Schema) -> dict[str, str]:
-    return {SCHEMA_KEY: schema.canonical_json, FINGERPRINT_KEY: schema.fingerprint}
 
 
 def _fields(
@@ -145,7 +123,7 @@ def _fields(
         if value is None:
             continue
         kind, first, second = _classify(name, field, value, lengths)
-        fields.append((schema._specs[name], kind, first, second))
+        fields.append((name, kind, first, second))
     return fields
 
 

@@ -21,7 +21,9 @@ __all__ = [
     "Frame",
     "FrameError",
     "FrameLayout",
+    "Codec",
     "InternalError",
+    "METADATA_KEYS",
     "SchemaError",
     "TensorLoc",
     "WireError",
@@ -61,6 +63,23 @@ class FrameError(WireError): ...
 class InternalError(WireError): ...
 
 __version__: str
+METADATA_KEYS: dict[str, str]
+
+@final
+class Codec:
+    """A schema compiled for the codec once: field specs, contracts, sequence and lengths
+    fields, and the metadata every frame of the schema carries."""
+
+    def __new__(
+        cls,
+        specs: Sequence[str],
+        contracts: Sequence[str],
+        sequence_field: str | None,
+        lengths_field: str | None,
+        metadata: Mapping[str, str],
+    ) -> Codec: ...
+    @property
+    def field_names(self) -> list[str]: ...
 
 # Anything exporting a C-contiguous byte buffer. numpy's stubs declare ``ndarray.__buffer__``
 # only for Python 3.12+, so arrays are named explicitly for 3.11.
@@ -167,36 +186,22 @@ def register_torch(
     strided: torch.layout | None = None,
 ) -> None: ...
 
-# One field as the facade hands it over: (spec JSON, input kind, first, second). What `first`
+# One field as the facade hands it over: (field name, input kind, first, second). What `first`
 # and `second` hold depends on the kind ("rows": a list of rows; "jagged": values and offsets;
 # "csr": values and a tuple of four index tensors; ...), hence `object`.
 _RawField: TypeAlias = tuple[str, str, object, object]
 
 def encode(
+    codec: Codec,
     fields: Sequence[_RawField],
-    sequence_field: str | None,
-    lengths_field: str | None,
-    metadata: Mapping[str, str],
-    contracts: Sequence[str] = ...,
     threads: int | None = None,
     parallel_threshold: int | None = None,
     out: _BufferLike | None = None,
 ) -> Frame: ...
 def encode_parts(
-    fields: Sequence[_RawField],
-    sequence_field: str | None,
-    lengths_field: str | None,
-    metadata: Mapping[str, str],
-    contracts: Sequence[str] = ...,
-    min_borrow: int = 0,
+    codec: Codec, fields: Sequence[_RawField], min_borrow: int = 0
 ) -> list[bytes | BorrowedBytes]: ...
-def encoded_nbytes(
-    fields: Sequence[_RawField],
-    sequence_field: str | None,
-    lengths_field: str | None,
-    metadata: Mapping[str, str],
-    contracts: Sequence[str] = ...,
-) -> int: ...
+def encoded_nbytes(codec: Codec, fields: Sequence[_RawField]) -> int: ...
 def frame_nbytes(prefix: _BufferLike) -> int: ...
 def micro_batch_rows(
     frame: Frame, max_tokens: int, sort: bool, padded: bool, multiple: int
@@ -211,7 +216,7 @@ def interleaved_shard_ranges(
     batch_size: int | None = None,
     allow_uneven: bool = False,
 ) -> list[tuple[int, int]]: ...
-def check_contracts(frame: Frame, contracts: Sequence[str]) -> None: ...
+def check_contracts(frame: Frame, codec: Codec) -> None: ...
 def placeholder_runs(
     rows: list[torch.Tensor] | list[npt.NDArray[np.int64]], token_id: int
 ) -> list[list[int]]: ...

@@ -33,6 +33,10 @@ from py_wire._native import FrameError, SchemaError
 if TYPE_CHECKING:
     from py_wire._native import Frame
 
+#: ``__metadata__`` keys, declared once in the codec (rust_codec/src/spec.rs, ``meta``).
+SCHEMA_KEY = _native.METADATA_KEYS["schema"]
+FINGERPRINT_KEY = _native.METADATA_KEYS["fingerprint"]
+
 #: dtype names a schema may use (torch's names).
 DTypeName = Literal[
     "bool",
@@ -246,6 +250,17 @@ class Schema(BaseModel):
     def _contracts_json(self) -> list[str]:
         return [c.model_dump_json() for c in self.contracts]
 
+    @functools.cached_property
+    def _codec(self) -> _native.Codec:
+        """The schema compiled for the codec, once: it owns every field and contract rule."""
+        return _native.Codec(
+            list(self._specs.values()),
+            self._contracts_json,
+            self.sequence_field,
+            self.lengths_field,
+            {SCHEMA_KEY: self.canonical_json, FINGERPRINT_KEY: self.fingerprint},
+        )
+
     def __hash__(self) -> int:
         return hash(self.fingerprint)
 
@@ -284,10 +299,10 @@ class Schema(BaseModel):
         two disagree: the header was damaged). The fingerprint, the size and the nesting are
         checked before the text is parsed; every failure is a ``FrameError``."""
         meta = frame.metadata
-        text = meta.get("py_wire.schema")
+        text = meta.get(SCHEMA_KEY)
         if text is None:
             raise FrameError("the frame carries no schema")
-        return _schema_from_frame_text(text, meta.get("py_wire.fingerprint"))
+        return _schema_from_frame_text(text, meta.get(FINGERPRINT_KEY))
 
     @classmethod
     def _validate(cls, data: Any, source: str) -> Schema:

@@ -254,6 +254,18 @@ pub mod meta {
     pub const NUM_ROWS: &str = "py_wire.num_rows";
     pub const FIELDS: &str = "py_wire.fields";
     pub const SEQUENCE_FIELD: &str = "py_wire.sequence_field";
+    /// The schema as canonical JSON, and `sha256:` + its hex digest (written by Python).
+    pub const SCHEMA: &str = "py_wire.schema";
+    pub const FINGERPRINT: &str = "py_wire.fingerprint";
+    /// Every key, by short name, for the Python layer (one declaration of each).
+    pub const ALL: [(&str, &str); 6] = [
+        ("format", FORMAT),
+        ("num_rows", NUM_ROWS),
+        ("fields", FIELDS),
+        ("sequence_field", SEQUENCE_FIELD),
+        ("schema", SCHEMA),
+        ("fingerprint", FINGERPRINT),
+    ];
 }
 
 #[cfg(test)]

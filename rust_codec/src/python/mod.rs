@@ -1,24 +1,24 @@
 //! The PyO3 layer: convert Python objects to views, call the core with the GIL released, map
 //! errors. Nothing here decides meaning.
 
+mod codec;
 mod errors;
 mod extract;
 mod frame;
 mod layout;
 mod transport;
 
-use std::collections::BTreeMap;
-
 use pyo3::prelude::*;
 
 use crate::contract::{check_contracts, PlaceholderContract};
 use crate::encode::{EncodeOptions, EncodeRequest, FieldData, FieldInput, Part, Plan};
 use crate::spec::FieldSpec;
+use codec::Codec;
 use errors::{guarded, to_py, BatchError, OnPanic, SchemaError};
 use extract::{index_values, logical_rows, rows, tensor_ref, KeepAlive};
 use frame::Frame;
 
-/// One field as the Python layer hands it over: (spec JSON, kind, first, second).
+/// One field as the Python layer hands it over: (name, kind, first, second).
 type RawField<'py> = (String, String, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
 
 fn field_input(
@@ -101,25 +101,21 @@ struct Prepared {
 }
 
 fn prepare(
+    codec: &Codec,
     fields: Vec<RawField<'_>>,
-    sequence_field: Option<String>,
-    lengths_field: Option<String>,
-    metadata: BTreeMap<String, String>,
-    contracts: Vec<String>,
     threads: Option<usize>,
     parallel_threshold: Option<usize>,
 ) -> PyResult<Prepared> {
     let mut keep = KeepAlive::default();
     let mut request = EncodeRequest {
         fields: Vec::with_capacity(fields.len()),
-        sequence_field,
-        lengths_field,
-        metadata,
+        sequence_field: codec.sequence_field.clone(),
+        lengths_field: codec.lengths_field.clone(),
+        metadata: codec.metadata.clone(),
         num_rows_hint: None,
     };
-    for (spec_json, kind, first, second) in &fields {
-        let spec: FieldSpec = serde_json::from_str(spec_json)
-            .map_err(|e| SchemaError::new_err(format!("field spec {spec_json}: {e}")))?;
+    for (name, kind, first, second) in &fields {
+        let spec = codec.spec(name)?.clone();
         let input = field_input(&spec, kind, first, second.as_ref(), &mut keep)?;
         request.fields.push(FieldData { spec, input });
     }
@@ -132,7 +128,7 @@ fn prepare(
     }
     Ok(Prepared {
         request,
-        contracts: parse_contracts(&contracts)?,
+        contracts: codec.contracts.clone(),
         options,
         keep,
     })
@@ -198,28 +194,16 @@ fn check_no_overlap(request: &EncodeRequest<'_>, start: usize, len: usize) -> Py
 /// Encodes a batch into a new frame, or into `out` (a writable buffer, reused across calls;
 /// the frame then borrows it and is valid until `out` is overwritten).
 #[pyfunction]
-#[pyo3(signature = (fields, sequence_field, lengths_field, metadata, contracts=Vec::new(), threads=None, parallel_threshold=None, out=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (codec, fields, threads=None, parallel_threshold=None, out=None))]
 fn encode(
     py: Python<'_>,
+    codec: &Bound<'_, Codec>,
     fields: Vec<RawField<'_>>,
-    sequence_field: Option<String>,
-    lengths_field: Option<String>,
-    metadata: BTreeMap<String, String>,
-    contracts: Vec<String>,
     threads: Option<usize>,
     parallel_threshold: Option<usize>,
     out: Option<Bound<'_, PyAny>>,
 ) -> PyResult<Frame> {
-    let prepared = prepare(
-        fields,
-        sequence_field,
-        lengths_field,
-        metadata,
-        contracts,
-        threads,
-        parallel_threshold,
-    )?;
+    let prepared = prepare(codec.get(), fields, threads, parallel_threshold)?;
     let frame = match out {
         None => {
             let (buf, layout) = py
@@ -256,25 +240,14 @@ fn encode(
 /// tensors, padding, casts, non-contiguous inputs). Written one after another, the parts are
 /// byte-identical to `encode`'s frame.
 #[pyfunction]
-#[pyo3(signature = (fields, sequence_field, lengths_field, metadata, contracts=Vec::new(), min_borrow=0))]
+#[pyo3(signature = (codec, fields, min_borrow=0))]
 fn encode_parts(
     py: Python<'_>,
+    codec: &Bound<'_, Codec>,
     fields: Vec<RawField<'_>>,
-    sequence_field: Option<String>,
-    lengths_field: Option<String>,
-    metadata: BTreeMap<String, String>,
-    contracts: Vec<String>,
     min_borrow: usize,
 ) -> PyResult<Vec<Py<PyAny>>> {
-    let prepared = prepare(
-        fields,
-        sequence_field,
-        lengths_field,
-        metadata,
-        contracts,
-        None,
-        None,
-    )?;
+    let prepared = prepare(codec.get(), fields, None, None)?;
     let parts = py
         .detach(|| {
             guarded(OnPanic::Internal, || {
@@ -312,15 +285,15 @@ fn parse_contracts(json: &[String]) -> PyResult<Vec<PlaceholderContract>> {
 fn check_frame_contracts(
     py: Python<'_>,
     frame: &Bound<'_, Frame>,
-    contracts: Vec<String>,
+    codec: &Bound<'_, Codec>,
 ) -> PyResult<()> {
-    let contracts = parse_contracts(&contracts)?;
+    let contracts = &codec.get().contracts;
     let bytes = frame.get().bytes();
     // Validate again: a borrowed buffer may have been written since the frame was wrapped.
     py.detach(|| {
         guarded(OnPanic::Frame, || {
             let layout = crate::decode::parse_frame(bytes)?;
-            check_contracts(bytes, &layout, &contracts)
+            check_contracts(bytes, &layout, contracts)
         })
     })
     .map_err(to_py)
@@ -543,9 +516,16 @@ mod _native {
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         super::errors::init_classes(m.py())?;
+        let keys = pyo3::types::PyDict::new(m.py());
+        for (short, key) in crate::spec::meta::ALL {
+            keys.set_item(short, key)?;
+        }
+        m.add("METADATA_KEYS", keys)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))
     }
 
+    #[pymodule_export]
+    use super::codec::Codec;
     #[pymodule_export]
     use super::errors::InternalError;
     #[pymodule_export]

@@ -2,8 +2,6 @@
 //! bytes, an encode's exact size without copying, token-budget micro-batches, sequence packing
 //! and NeMo-RL's chunk-interleaved shards, all computed here over the sequence offsets.
 
-use std::collections::BTreeMap;
-
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 
@@ -47,24 +45,12 @@ pub fn frame_nbytes(py: Python<'_>, prefix: &Bound<'_, PyAny>) -> PyResult<u64> 
 /// The exact size of the frame `encode` would make of these fields (validated and laid out,
 /// contracts checked, nothing copied).
 #[pyfunction]
-#[pyo3(signature = (fields, sequence_field, lengths_field, metadata, contracts=Vec::new()))]
 pub fn encoded_nbytes(
     py: Python<'_>,
+    codec: &Bound<'_, super::codec::Codec>,
     fields: Vec<RawField<'_>>,
-    sequence_field: Option<String>,
-    lengths_field: Option<String>,
-    metadata: BTreeMap<String, String>,
-    contracts: Vec<String>,
 ) -> PyResult<usize> {
-    let prepared = super::prepare(
-        fields,
-        sequence_field,
-        lengths_field,
-        metadata,
-        contracts,
-        None,
-        None,
-    )?;
+    let prepared = super::prepare(codec.get(), fields, None, None)?;
     let n = py
         .detach(|| {
             guarded(OnPanic::Internal, || {
