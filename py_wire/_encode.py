@@ -35,7 +35,9 @@ def encode(
     ``.dim_to_pack``, ``list[Tensor | None]`` or ``list[list[Tensor]]``. Per-token fields take a
     list of per-row tensors, a jagged nested tensor, or a padded ``[B, L, ...]`` tensor plus the
     schema's lengths field. Scalars take a ``[B, ...]`` tensor. numpy arrays work wherever
-    tensors do. With ``stage``, every field that stage needs must be present.
+    tensors do. Every ``required`` field must be present; with ``stage``, exactly the required
+    fields that stage needs (``schema.required_for(stage)``): an optional field is never
+    demanded, and fields outside the stage may be present (they are encoded) or absent.
 
     ``threads`` caps the copy threads (an int from 1 to 1024; default: ``PY_WIRE_THREADS`` or
     the core count; a thread is used per 8 MiB of payload).
@@ -59,7 +61,7 @@ def encode(
         schema.sequence_field,
         schema.lengths_field,
         _metadata(schema),
-        schema._contracts_json,
+        schema._contracts_for(stage),
         threads,
         None,
         out,
@@ -97,7 +99,7 @@ def encode_parts(
         schema.sequence_field,
         schema.lengths_field,
         _metadata(schema),
-        schema._contracts_json,
+        schema._contracts_for(stage),
         min_borrow,
     )
 
@@ -128,14 +130,10 @@ def _fields(
             f"fields {unknown} are not in schema {schema.name!r} (declare them; py_wire never "
             f"drops a field silently). Schema fields: {list(schema.fields)}"
         )
-    needed = set(schema.fields_for(stage)) if stage is not None else set()
-    missing = [
-        name
-        for name, f in schema.fields.items()
-        if batch.get(name) is None and (f.required or name in needed)
-    ]
+    needed = schema.required_for(stage)
+    missing = [name for name in needed if batch.get(name) is None]
     if missing:
-        why = f"stage {stage!r} needs" if stage is not None else "required"
+        why = f"stage {stage!r} needs {needed}" if stage is not None else f"required: {needed}"
         raise BatchError(f"schema {schema.name!r}: missing fields {missing} ({why})")
     lengths = batch.get(schema.lengths_field) if schema.lengths_field else None
     fields = []

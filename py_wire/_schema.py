@@ -224,6 +224,13 @@ class Schema(BaseModel):
             )
         return [n for n in self.fields if stage in self.field_stages(n)]
 
+    def required_for(self, stage: str | None = None) -> list[str]:
+        """The fields ``encode(..., stage=stage)`` demands, in schema order: the ``required``
+        fields among :meth:`fields_for` (every required field when ``stage`` is None). An
+        optional field is never demanded."""
+        names = self.fields_for(stage) if stage is not None else list(self.fields)
+        return [n for n in names if self.fields[n].required]
+
     @functools.cached_property
     def canonical_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
@@ -245,6 +252,20 @@ class Schema(BaseModel):
     @functools.cached_property
     def _contracts_json(self) -> list[str]:
         return [c.model_dump_json() for c in self.contracts]
+
+    def _contracts_for(self, stage: str | None) -> list[str]:
+        """The contracts a stage's batch is checked against: all of them, except that a stage
+        which does not carry a contract's media field (generation: the engine gets the images
+        another way) is not held to it. A stage that carries the field, even as optional, is:
+        placeholder tokens without media there is image-blind training."""
+        if stage is None:
+            return self._contracts_json
+        carried = set(self.fields_for(stage))
+        return [
+            text
+            for c, text in zip(self.contracts, self._contracts_json, strict=True)
+            if c.media_field in carried
+        ]
 
     def __hash__(self) -> int:
         return hash(self.fingerprint)
