@@ -470,8 +470,16 @@ WIRE_CASTS: dict[tuple[str, str], bool] = _wire_casts()
 
 
 def bundled_schemas() -> list[str]:
-    """Names of the schemas shipped with py_wire."""
-    return sorted(p.stem for p in _SCHEMA_DIR.glob("*.toml"))
+    """Names of the schemas shipped with py_wire: the framework-neutral ones (``qwen2_5_vl``)
+    and, under a framework's folder, the names and dtypes that framework sends
+    (``nemo_rl/qwen2_5_vl``, ``verl/qwen2_5_vl``)."""
+    return sorted(
+        p.relative_to(_SCHEMA_DIR).with_suffix("").as_posix() for p in _SCHEMA_DIR.rglob("*.toml")
+    )
+
+
+#: A bundled schema's name: folders and a file stem of lowercase letters, digits and ``_``.
+_BUNDLED_NAME = re.compile(r"[a-z0-9_]+(?:/[a-z0-9_]+)*")
 
 
 def read_schema_file(path: Path, shown: str | None = None) -> str:
@@ -503,12 +511,18 @@ def _load_path(path: Path, shown: str) -> Schema:
 
 
 def load_schema(name_or_path: str | Path | Schema) -> Schema:
-    """A bundled schema by name (``"qwen2_5_vl"``) or a schema file by path."""
+    """A bundled schema by name (``"qwen2_5_vl"``, ``"nemo_rl/qwen2_5_vl"``: a name with a
+    slash resolves under py_wire's schema folder) or a schema file by path (``.toml``)."""
     if isinstance(name_or_path, Schema):
         return name_or_path
     text = str(name_or_path)
     path = Path(text)
-    if path.suffix != ".toml" and "/" not in text:
+    if path.suffix != ".toml":
+        if not _BUNDLED_NAME.fullmatch(text):
+            raise SchemaError(
+                f"{text!r} is neither a bundled schema name nor a .toml file; "
+                f"bundled: {bundled_schemas()}"
+            )
         path = _SCHEMA_DIR / f"{text}.toml"
         if not path.is_file():
             raise SchemaError(f"no bundled schema {text!r}; bundled: {bundled_schemas()}")
