@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from py_wire import _native
+from py_wire._dtypes import DTYPES
 from py_wire._native import BatchError, Frame
 from py_wire._packed import PackedTensor
 from py_wire._schema import FieldDef, Schema, load_schema
@@ -141,9 +142,64 @@ def _fields(
         value = batch.get(name)
         if value is None:
             continue
+        if field.accept:
+            value = _widen(value, field)
         kind, first, second = _classify(name, field, value, lengths)
         fields.append((schema._specs[name], kind, first, second))
     return fields
+
+
+def _widen(value: Any, field: FieldDef) -> Any:
+    """``value`` with every tensor of a dtype the field ``accept``s cast to the field's dtype
+    (a copy of this field's affected tensors, made here in Python with ``.to()``; shared
+    segments stay shared). Other dtypes pass through untouched for the codec to judge."""
+    target = DTYPES[field.dtype]
+    accepted = {DTYPES[d] for d in field.accept}
+    done: dict[int, Any] = {}
+
+    def one(t: Any) -> Any:
+        if isinstance(t, np.ndarray) and t.dtype != object:
+            t = torch.from_numpy(t)
+        if not isinstance(t, torch.Tensor) or t.dtype not in accepted:
+            return t
+        if id(t) not in done:
+            done[id(t)] = t.to(target)
+        return done[id(t)]
+
+    def rows(items: Any) -> list[Any]:
+        return [
+            r if r is None else [one(x) for x in r] if isinstance(r, list | tuple) else one(r)
+            for r in items
+        ]
+
+    if isinstance(value, torch.Tensor | np.ndarray):
+        return one(value)
+    if isinstance(value, list | tuple):
+        return rows(value)
+    if isinstance(value, PackedTensor):
+        if value._frame is not None and value._frame.flat.dtype not in accepted:
+            return value  # decoded, already in a wire dtype: no per-row work
+        return PackedTensor(rows(value.rows()), value.dim_to_pack)
+    if hasattr(value, "tensors") and hasattr(value, "dim_to_pack"):  # NeMo-RL's PackedTensor
+        tensors = value.tensors
+        if not any(isinstance(t, torch.Tensor) and t.dtype in accepted for t in tensors or ()):
+            return value
+        return _DuckPacked(value, rows(list(tensors)))
+    return value
+
+
+class _DuckPacked:
+    """A NeMo-RL-shaped packed value with its ``tensors`` replaced (same rows, same CSR)."""
+
+    def __init__(self, source: Any, tensors: list[Any]) -> None:
+        self.tensors = tensors
+        self.dim_to_pack = source.dim_to_pack
+        self._row_offsets = getattr(source, "_row_offsets", None)
+        self._segment_indices = getattr(source, "_segment_indices", None)
+        self._len = len(source)
+
+    def __len__(self) -> int:
+        return self._len
 
 
 def _classify(name: str, field: FieldDef, value: Any, lengths: Any) -> tuple[str, Any, Any]:

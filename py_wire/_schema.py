@@ -61,6 +61,53 @@ Int64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
 UInt64 = Annotated[StrictInt, Field(ge=0, le=2**64 - 1)]
 Dim = Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] | Literal["*"]
 
+#: Input dtype → the dtypes it converts into exactly (every value representable, no rounding):
+#: what a field's ``accept`` may list.
+LOSSLESS_WIDENINGS: dict[str, frozenset[str]] = {
+    "bool": frozenset(
+        {
+            "uint8",
+            "int8",
+            "int16",
+            "uint16",
+            "int32",
+            "uint32",
+            "int64",
+            "uint64",
+            "float16",
+            "bfloat16",
+            "float32",
+            "float64",
+        }  # fmt: skip
+    ),
+    "uint8": frozenset(
+        {
+            "int16",
+            "uint16",
+            "int32",
+            "uint32",
+            "int64",
+            "uint64",
+            "float16",
+            "bfloat16",
+            "float32",
+            "float64",
+        }  # fmt: skip
+    ),
+    "int8": frozenset({"int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"}),
+    "uint16": frozenset({"int32", "uint32", "int64", "uint64", "float32", "float64"}),
+    "int16": frozenset({"int32", "int64", "float32", "float64"}),
+    "uint32": frozenset({"int64", "uint64", "float64"}),
+    "int32": frozenset({"int64", "float64"}),
+    "float16": frozenset({"float32", "float64", "complex64", "complex128"}),
+    "bfloat16": frozenset({"float32", "float64", "complex64", "complex128"}),
+    "float32": frozenset({"float64", "complex64", "complex128"}),
+    "float64": frozenset({"complex128"}),
+    "float8_e4m3fn": frozenset({"float16", "bfloat16", "float32", "float64"}),
+    "float8_e5m2": frozenset({"float16", "bfloat16", "float32", "float64"}),
+    "complex64": frozenset({"complex128"}),
+}
+
 DEFAULT_STAGES = ("generation", "logprob", "ref_logprob", "train")
 #: The largest schema file, or schema string in a frame, that is parsed at all.
 MAX_SCHEMA_BYTES = 1 << 20
@@ -99,6 +146,11 @@ class FieldDef(BaseModel):
         default=None, description="dtype stored on the wire (a cast at encode)."
     )
     lossy: StrictBool = Field(default=False, description="Must be true when wire_dtype narrows.")
+    accept: tuple[DTypeName, ...] = Field(
+        default=(),
+        description="Input dtypes encode also takes, each widened losslessly into dtype "
+        '(e.g. accept = ["int32"] on an int64 field). Never implicit for other dtypes.',
+    )
     description: StrictStr = ""
 
     @model_validator(mode="after")
@@ -108,6 +160,15 @@ class FieldDef(BaseModel):
             problem = _pad_problem(self.pad_value, dtype)
             if problem:
                 raise ValueError(f"pad_value {self.pad_value!r} does not fit {dtype}: {problem}")
+        for src in self.accept:
+            if src == self.dtype:
+                raise ValueError(f"accept: {src} is the field's own dtype")
+            if self.dtype not in LOSSLESS_WIDENINGS.get(src, ()):
+                into = sorted(LOSSLESS_WIDENINGS.get(src, ()))
+                raise ValueError(
+                    f"accept: {src} does not widen losslessly into {self.dtype} (it does into "
+                    f"{into or 'nothing'}); a narrowing is a wire_dtype with lossy = true"
+                )
         return self
 
     def _decl(self, name: str) -> dict[str, Any]:
