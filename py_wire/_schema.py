@@ -78,7 +78,7 @@ LOSSLESS_WIDENINGS: dict[str, frozenset[str]] = {
             "bfloat16",
             "float32",
             "float64",
-        }  # fmt: skip
+        }
     ),
     "uint8": frozenset(
         {
@@ -92,7 +92,7 @@ LOSSLESS_WIDENINGS: dict[str, frozenset[str]] = {
             "bfloat16",
             "float32",
             "float64",
-        }  # fmt: skip
+        }
     ),
     "int8": frozenset({"int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"}),
     "uint16": frozenset({"int32", "uint32", "int64", "uint64", "float32", "float64"}),

@@ -207,7 +207,8 @@ def test_roundtrip_every_layout(data: st.DataObject) -> None:
 @given(st.data())
 def test_stage_encode_and_decode(data: st.DataObject) -> None:
     """encode(stage=) demands exactly the required fields that stage needs; decode(stage=)
-    returns the stage's fields that the frame holds, plus empty rows for its absent packed fields."""
+    returns the stage's fields that the frame holds, plus empty rows for its absent packed
+    fields."""
     schema = data.draw(schemas(max_fields=4), label="schema")
     batch = data.draw(batches(schema, max_rows=3), label="batch")
     stage = data.draw(st.sampled_from(schema.stages), label="stage")
