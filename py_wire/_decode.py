@@ -234,11 +234,12 @@ def checked_schema(frame: Frame) -> Schema:
     return schema
 
 
-def check_contracts(frame: Frame) -> None:
+def check_contracts(frame: Frame, stage: str | None = None) -> None:
     """Re-check the frame's schema contracts (``encode`` already did; use this on frames you
-    receive from elsewhere). Raises :class:`ContractError`."""
+    receive from elsewhere). With ``stage``, as ``encode(stage=)`` checks them: contracts
+    whose media field that stage does not carry are skipped. Raises :class:`ContractError`."""
     frame = as_frame(frame)
-    _native.check_contracts(frame, checked_schema(frame)._codec)
+    _native.check_contracts(frame, checked_schema(frame)._codec_for(stage))
 
 
 def _drop_fx_notice(record: logging.LogRecord) -> bool:

@@ -13,11 +13,11 @@ import numpy as np
 import torch
 
 from py_wire import _native
+from py_wire._dtypes import DTYPES
 from py_wire._native import BatchError, Frame
 from py_wire._packed import PackedTensor
 from py_wire._schema import FieldDef, Schema, load_schema
 from py_wire._typing import as_jagged
-
 
 
 def encode(
@@ -34,7 +34,9 @@ def encode(
     ``.dim_to_pack``, ``list[Tensor | None]`` or ``list[list[Tensor]]``. Per-token fields take a
     list of per-row tensors, a jagged nested tensor, or a padded ``[B, L, ...]`` tensor plus the
     schema's lengths field. Scalars take a ``[B, ...]`` tensor. numpy arrays work wherever
-    tensors do. With ``stage``, every field that stage needs must be present.
+    tensors do. Every ``required`` field must be present; with ``stage``, exactly the required
+    fields that stage needs (``schema.required_for(stage)``): an optional field is never
+    demanded, and fields outside the stage may be present (they are encoded) or absent.
 
     ``threads`` caps the copy threads (an int from 1 to 1024; default: ``PY_WIRE_THREADS`` or
     the core count; a thread is used per 8 MiB of payload).
@@ -53,7 +55,9 @@ def encode(
     """
     schema = load_schema(schema)
     _check_int("threads", threads, 1, MAX_THREADS)
-    frame = _native.encode(schema._codec, _fields(batch, schema, stage), threads, None, out)
+    frame = _native.encode(
+        schema._codec_for(stage), _fields(batch, schema, stage), threads, None, out
+    )
     frame.schema = schema
     return frame
 
@@ -82,7 +86,7 @@ def encode_parts(
     schema = load_schema(schema)
     _check_int("min_borrow", min_borrow, 0, 2**63 - 1)
     fields = _fields(batch, schema, stage)
-    return _native.encode_parts(schema._codec, fields, min_borrow)
+    return _native.encode_parts(schema._codec_for(stage), fields, min_borrow)
 
 
 #: The most copy threads ``encode`` accepts.
@@ -107,14 +111,10 @@ def _fields(
             f"fields {unknown} are not in schema {schema.name!r} (declare them; py_wire never "
             f"drops a field silently). Schema fields: {list(schema.fields)}"
         )
-    needed = set(schema.fields_for(stage)) if stage is not None else set()
-    missing = [
-        name
-        for name, f in schema.fields.items()
-        if batch.get(name) is None and (f.required or name in needed)
-    ]
+    needed = schema.required_for(stage)
+    missing = [name for name in needed if batch.get(name) is None]
     if missing:
-        why = f"stage {stage!r} needs" if stage is not None else "required"
+        why = f"stage {stage!r} needs {needed}" if stage is not None else f"required: {needed}"
         raise BatchError(f"schema {schema.name!r}: missing fields {missing} ({why})")
     lengths = batch.get(schema.lengths_field) if schema.lengths_field else None
     fields = []
@@ -122,9 +122,64 @@ def _fields(
         value = batch.get(name)
         if value is None:
             continue
+        if field.accept:
+            value = _widen(value, field)
         kind, first, second = _classify(name, field, value, lengths)
         fields.append((name, kind, first, second))
     return fields
+
+
+def _widen(value: Any, field: FieldDef) -> Any:
+    """``value`` with every tensor of a dtype the field ``accept``s cast to the field's dtype
+    (a copy of this field's affected tensors, made here in Python with ``.to()``; shared
+    segments stay shared). Other dtypes pass through untouched for the codec to judge."""
+    target = DTYPES[field.dtype]
+    accepted = {DTYPES[d] for d in field.accept}
+    done: dict[int, Any] = {}
+
+    def one(t: Any) -> Any:
+        if isinstance(t, np.ndarray) and t.dtype != object:
+            t = torch.from_numpy(t)
+        if not isinstance(t, torch.Tensor) or t.dtype not in accepted:
+            return t
+        if id(t) not in done:
+            done[id(t)] = t.to(target)
+        return done[id(t)]
+
+    def rows(items: Any) -> list[Any]:
+        return [
+            r if r is None else [one(x) for x in r] if isinstance(r, list | tuple) else one(r)
+            for r in items
+        ]
+
+    if isinstance(value, torch.Tensor | np.ndarray):
+        return one(value)
+    if isinstance(value, list | tuple):
+        return rows(value)
+    if isinstance(value, PackedTensor):
+        if value._frame is not None and value._frame.flat.dtype not in accepted:
+            return value  # decoded, already in a wire dtype: no per-row work
+        return PackedTensor(rows(value.rows()), value.dim_to_pack)
+    if hasattr(value, "tensors") and hasattr(value, "dim_to_pack"):  # NeMo-RL's PackedTensor
+        tensors = value.tensors
+        if not any(isinstance(t, torch.Tensor) and t.dtype in accepted for t in tensors or ()):
+            return value
+        return _DuckPacked(value, rows(list(tensors)))
+    return value
+
+
+class _DuckPacked:
+    """A NeMo-RL-shaped packed value with its ``tensors`` replaced (same rows, same CSR)."""
+
+    def __init__(self, source: Any, tensors: list[Any]) -> None:
+        self.tensors = tensors
+        self.dim_to_pack = source.dim_to_pack
+        self._row_offsets = getattr(source, "_row_offsets", None)
+        self._segment_indices = getattr(source, "_segment_indices", None)
+        self._len = len(source)
+
+    def __len__(self) -> int:
+        return self._len
 
 
 def _classify(name: str, field: FieldDef, value: Any, lengths: Any) -> tuple[str, Any, Any]:

@@ -38,7 +38,7 @@ def encoded_nbytes(
     """The exact size of ``encode(batch, schema, stage=stage)``, to size an ``out=`` buffer.
     Validates the batch and its contracts as ``encode`` does (same errors), copies nothing."""
     schema = load_schema(schema)
-    return _native.encoded_nbytes(schema._codec, _fields(batch, schema, stage))
+    return _native.encoded_nbytes(schema._codec_for(stage), _fields(batch, schema, stage))
 
 
 def save(frame: Any, path: str | os.PathLike[str]) -> None:

@@ -65,6 +65,53 @@ Int64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
 UInt64 = Annotated[StrictInt, Field(ge=0, le=2**64 - 1)]
 Dim = Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] | Literal["*"]
 
+#: Input dtype → the dtypes it converts into exactly (every value representable, no rounding):
+#: what a field's ``accept`` may list.
+LOSSLESS_WIDENINGS: dict[str, frozenset[str]] = {
+    "bool": frozenset(
+        {
+            "uint8",
+            "int8",
+            "int16",
+            "uint16",
+            "int32",
+            "uint32",
+            "int64",
+            "uint64",
+            "float16",
+            "bfloat16",
+            "float32",
+            "float64",
+        }
+    ),
+    "uint8": frozenset(
+        {
+            "int16",
+            "uint16",
+            "int32",
+            "uint32",
+            "int64",
+            "uint64",
+            "float16",
+            "bfloat16",
+            "float32",
+            "float64",
+        }
+    ),
+    "int8": frozenset({"int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"}),
+    "uint16": frozenset({"int32", "uint32", "int64", "uint64", "float32", "float64"}),
+    "int16": frozenset({"int32", "int64", "float32", "float64"}),
+    "uint32": frozenset({"int64", "uint64", "float64"}),
+    "int32": frozenset({"int64", "float64"}),
+    "float16": frozenset({"float32", "float64", "complex64", "complex128"}),
+    "bfloat16": frozenset({"float32", "float64", "complex64", "complex128"}),
+    "float32": frozenset({"float64", "complex64", "complex128"}),
+    "float64": frozenset({"complex128"}),
+    "float8_e4m3fn": frozenset({"float16", "bfloat16", "float32", "float64"}),
+    "float8_e5m2": frozenset({"float16", "bfloat16", "float32", "float64"}),
+    "complex64": frozenset({"complex128"}),
+}
+
 DEFAULT_STAGES = ("generation", "logprob", "ref_logprob", "train")
 #: The largest schema file, or schema string in a frame, that is parsed at all.
 MAX_SCHEMA_BYTES = 1 << 20
@@ -103,6 +150,11 @@ class FieldDef(BaseModel):
         default=None, description="dtype stored on the wire (a cast at encode)."
     )
     lossy: StrictBool = Field(default=False, description="Must be true when wire_dtype narrows.")
+    accept: tuple[DTypeName, ...] = Field(
+        default=(),
+        description="Input dtypes encode also takes, each widened losslessly into dtype "
+        '(e.g. accept = ["int32"] on an int64 field). Never implicit for other dtypes.',
+    )
     description: StrictStr = ""
 
     @model_validator(mode="after")
@@ -112,6 +164,15 @@ class FieldDef(BaseModel):
             problem = _pad_problem(self.pad_value, dtype)
             if problem:
                 raise ValueError(f"pad_value {self.pad_value!r} does not fit {dtype}: {problem}")
+        for src in self.accept:
+            if src == self.dtype:
+                raise ValueError(f"accept: {src} is the field's own dtype")
+            if self.dtype not in LOSSLESS_WIDENINGS.get(src, ()):
+                into = sorted(LOSSLESS_WIDENINGS.get(src, ()))
+                raise ValueError(
+                    f"accept: {src} does not widen losslessly into {self.dtype} (it does into "
+                    f"{into or 'nothing'}); a narrowing is a wire_dtype with lossy = true"
+                )
         return self
 
     def _decl(self, name: str) -> dict[str, Any]:
@@ -228,6 +289,13 @@ class Schema(BaseModel):
             )
         return [n for n in self.fields if stage in self.field_stages(n)]
 
+    def required_for(self, stage: str | None = None) -> list[str]:
+        """The fields ``encode(..., stage=stage)`` demands, in schema order: the ``required``
+        fields among :meth:`fields_for` (every required field when ``stage`` is None). An
+        optional field is never demanded."""
+        names = self.fields_for(stage) if stage is not None else list(self.fields)
+        return [n for n in names if self.fields[n].required]
+
     @functools.cached_property
     def canonical_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
@@ -250,16 +318,38 @@ class Schema(BaseModel):
     def _contracts_json(self) -> list[str]:
         return [c.model_dump_json() for c in self.contracts]
 
+    def _contracts_for(self, stage: str | None) -> list[str]:
+        """The contracts a stage's batch is checked against: all of them, except that a stage
+        which does not carry a contract's media field (generation: the engine gets the images
+        another way) is not held to it. A stage that carries the field, even as optional, is:
+        placeholder tokens without media there is image-blind training."""
+        if stage is None:
+            return self._contracts_json
+        carried = set(self.fields_for(stage))
+        return [
+            text
+            for c, text in zip(self.contracts, self._contracts_json, strict=True)
+            if c.media_field in carried
+        ]
+
+    def _codec_for(self, stage: str | None) -> _native.Codec:
+        """The schema compiled for the codec, once per stage: it owns every field and contract
+        rule (a stage's codec holds the contracts that stage is checked against)."""
+        codec = self._codecs.get(stage)
+        if codec is None:
+            codec = _native.Codec(
+                list(self._specs.values()),
+                self._contracts_for(stage),
+                self.sequence_field,
+                self.lengths_field,
+                {SCHEMA_KEY: self.canonical_json, FINGERPRINT_KEY: self.fingerprint},
+            )
+            self._codecs[stage] = codec
+        return codec
+
     @functools.cached_property
-    def _codec(self) -> _native.Codec:
-        """The schema compiled for the codec, once: it owns every field and contract rule."""
-        return _native.Codec(
-            list(self._specs.values()),
-            self._contracts_json,
-            self.sequence_field,
-            self.lengths_field,
-            {SCHEMA_KEY: self.canonical_json, FINGERPRINT_KEY: self.fingerprint},
-        )
+    def _codecs(self) -> dict[str | None, _native.Codec]:
+        return {}
 
     def __hash__(self) -> int:
         return hash(self.fingerprint)
@@ -464,8 +554,16 @@ WIRE_CASTS: dict[tuple[str, str], bool] = _wire_casts()
 
 
 def bundled_schemas() -> list[str]:
-    """Names of the schemas shipped with py_wire."""
-    return sorted(p.stem for p in _SCHEMA_DIR.glob("*.toml"))
+    """Names of the schemas shipped with py_wire: the framework-neutral ones (``qwen2_5_vl``)
+    and, under a framework's folder, the names and dtypes that framework sends
+    (``nemo_rl/qwen2_5_vl``, ``verl/qwen2_5_vl``)."""
+    return sorted(
+        p.relative_to(_SCHEMA_DIR).with_suffix("").as_posix() for p in _SCHEMA_DIR.rglob("*.toml")
+    )
+
+
+#: A bundled schema's name: folders and a file stem of lowercase letters, digits and ``_``.
+_BUNDLED_NAME = re.compile(r"[a-z0-9_]+(?:/[a-z0-9_]+)*")
 
 
 def read_schema_file(path: Path, shown: str | None = None) -> str:
@@ -497,12 +595,18 @@ def _load_path(path: Path, shown: str) -> Schema:
 
 
 def load_schema(name_or_path: str | Path | Schema) -> Schema:
-    """A bundled schema by name (``"qwen2_5_vl"``) or a schema file by path."""
+    """A bundled schema by name (``"qwen2_5_vl"``, ``"nemo_rl/qwen2_5_vl"``: a name with a
+    slash resolves under py_wire's schema folder) or a schema file by path (``.toml``)."""
     if isinstance(name_or_path, Schema):
         return name_or_path
     text = str(name_or_path)
     path = Path(text)
-    if path.suffix != ".toml" and "/" not in text:
+    if path.suffix != ".toml":
+        if not _BUNDLED_NAME.fullmatch(text):
+            raise SchemaError(
+                f"{text!r} is neither a bundled schema name nor a .toml file; "
+                f"bundled: {bundled_schemas()}"
+            )
         path = _SCHEMA_DIR / f"{text}.toml"
         if not path.is_file():
             raise SchemaError(f"no bundled schema {text!r}; bundled: {bundled_schemas()}")

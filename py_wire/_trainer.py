@@ -210,7 +210,7 @@ def to(
             return move(x)
         if isinstance(x, PackedTensor):
             f = x._frame
-            if f is not None and x._rows is None:
+            if f is not None and x._tensors is None:  # still lazy views: move the values once
                 tables = {
                     "seg_shapes": f.seg_shapes,
                     "seg_offsets": f.seg_offsets,
@@ -220,7 +220,12 @@ def to(
                 rows = _FrameRows(move(f.values), tables, f.in_order)
                 return PackedTensor._from_frame(rows, x.dim_to_pack)
             return PackedTensor(
-                [None if r is None else [move(s) for s in r] for r in x.rows()], x.dim_to_pack
+                [None if t is None else move(t) for t in x.tensors],
+                x.dim_to_pack,
+                pad_to_max_shape=x.pad_to_max_shape,
+                _row_offsets=x._row_offsets,
+                _segment_indices=x._segment_indices,
+                _segment_provenance=x._segment_provenance,
             )
         if isinstance(x, Mapping):
             return {k: walk(v) for k, v in x.items()}

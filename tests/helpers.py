@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+import py_wire
+
 
 def small_text_batch(lengths: tuple[int, ...] = (5, 0, 7)) -> dict[str, object]:
     ids = [torch.arange(n, dtype=torch.int64) + 10 for n in lengths]
@@ -37,3 +39,31 @@ def small_vlm_batch() -> dict[str, object]:
         torch.tensor([[1, 2, 2], [1, 2, 4]]),
     ]
     return batch
+
+
+#: verl's response-aligned tensors ([B, R] in a DataProto) are packed fields in the verl schemas
+#: (one [r_i] segment per row) but not media: each belongs to the stage that computes it.
+VERL_RESPONSE_ALIGNED = frozenset(
+    {
+        "responses",
+        "response_mask",
+        "rollout_log_probs",
+        "old_log_probs",
+        "ref_log_prob",
+        "values",
+        "token_level_scores",
+        "token_level_rewards",
+        "advantages",
+        "returns",
+    }
+)
+
+
+def media_fields(name: str, schema: py_wire.Schema) -> set[str]:
+    """The packed and token-type fields of a bundled schema that every forward stage must get."""
+    skip = VERL_RESPONSE_ALIGNED if name.startswith("verl/") else frozenset()
+    return {
+        n
+        for n, f in schema.fields.items()
+        if (f.tier == "packed" or n in ("mm_token_type_ids", "token_type_ids")) and n not in skip
+    }

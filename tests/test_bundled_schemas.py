@@ -14,10 +14,13 @@ import py_wire
 from py_wire import ContractError, PackedTensor, PlaceholderContract, Schema
 from py_wire.synth import GENERATORS, generate, nemotron_omni_batch, smolvlm_batch
 from py_wire.testing import assert_batch_equal
+from tests.helpers import VERL_RESPONSE_ALIGNED, media_fields
 
 BUNDLED = py_wire.bundled_schemas()
 WITH_CONTRACTS = [n for n in BUNDLED if py_wire.load_schema(n).contracts]
-MULTIMODAL = [n for n in BUNDLED if n != "text_grpo"]
+MULTIMODAL = [n for n in BUNDLED if n != "text_grpo" and not n.endswith("/text")]
+#: Schemas under a framework's folder carry that framework's names and dtypes.
+FRAMEWORK = [n for n in BUNDLED if "/" in n]
 FORWARD_STAGES = ("logprob", "ref_logprob", "train")
 TYPE_ID_FIELDS = ("mm_token_type_ids", "token_type_ids")
 JSON_SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "schema-file.schema.json"
@@ -47,6 +50,7 @@ def test_every_family_is_bundled_with_a_generator() -> None:
         "smolvlm",
         "text_grpo",
     }
+    expected |= {"nemo_rl/qwen2_5_vl", "nemo_rl/text", "verl/qwen2_5_vl", "verl/text"}
     assert expected <= set(BUNDLED)
     assert set(GENERATORS) == set(BUNDLED)
 
@@ -57,7 +61,8 @@ def test_bundled_schema_loads(name: str) -> None:
     assert schema.name == name
     assert schema.description
     assert schema.sequence_field == "input_ids"
-    assert schema.lengths_field == "input_lengths"
+    # verl carries no lengths tensor: its rows are cut by attention_mask.
+    assert schema.lengths_field == (None if name.startswith("verl/") else "input_lengths")
 
 
 @pytest.mark.parametrize("name", BUNDLED)
@@ -65,7 +70,12 @@ def test_forward_stages_get_the_same_multimodal_fields(name: str) -> None:
     """logprob, ref_logprob and train must see the same media (the image-blind training bug
     class: a worker that silently runs without pixels)."""
     schema = py_wire.load_schema(name)
-    multimodal = {n for n, f in schema.fields.items() if f.tier == "packed" or n in TYPE_ID_FIELDS}
+    multimodal = media_fields(name, schema)
+    assert (
+        multimodal
+        >= {n for n, f in schema.fields.items() if f.tier == "packed" or n in TYPE_ID_FIELDS}
+        - VERL_RESPONSE_ALIGNED
+    )
     per_stage = {s: multimodal & set(schema.fields_for(s)) for s in FORWARD_STAGES}
     assert per_stage["logprob"] == per_stage["ref_logprob"] == per_stage["train"], per_stage
     if name in MULTIMODAL:
@@ -119,7 +129,7 @@ def test_family_facts() -> None:
     # Only Nemotron's pixels are narrowed on the wire.
     for name in BUNDLED:
         for field_name, f in py_wire.load_schema(name).fields.items():
-            if (name, field_name) != ("nemotron_omni", "pixel_values"):
+            if (name, field_name) != ("nemotron_omni", "pixel_values"):  # the only wire cast
                 assert f.stored_dtype == f.dtype, (name, field_name)
 
 
@@ -134,9 +144,13 @@ def test_generated_batch_round_trips(name: str) -> None:
     assert_batch_equal(py_wire.decode(frame), batch, schema)
     assert_batch_equal(py_wire.decode(memoryview(frame), layout="list"), batch, schema)
     train = py_wire.decode(frame, stage="train")
-    assert set(train) == {k for k, v in batch.items() if v is not None} & set(
-        schema.fields_for("train")
-    )
+    present = {k for k, v in batch.items() if v is not None}
+    absent_packed = {
+        n for n in schema.fields_for("train") if schema.fields[n].tier == "packed"
+    } - present  # decode(stage=) presents them as rows without segments
+    assert set(train) == (present & set(schema.fields_for("train"))) | absent_packed
+    for n in absent_packed:
+        assert train[n].segment_counts() == [0] * frame.num_rows
 
 
 @pytest.mark.parametrize("name", MULTIMODAL)
@@ -229,7 +243,8 @@ def test_placeholder_runs_match_media(name: str, seed: int) -> None:
     broken = generate(name, 8, seed=seed, misalign_row=row)
     assert _check_alignment(broken, schema) == [row]
     assert len(broken["input_ids"][row]) == len(batch["input_ids"][row]) - 1
-    assert int(broken["input_lengths"][row]) == len(broken["input_ids"][row])
+    if schema.lengths_field is not None:  # verl has none
+        assert int(broken[schema.lengths_field][row]) == len(broken["input_ids"][row])
     py_wire.encode(batch, schema)  # aligned batches always encode
 
 
@@ -358,3 +373,52 @@ def test_json_schema_describes_the_bundled_files() -> None:
             assert set(field) <= set(defs["FieldDef"]["properties"]), name
         for contract in data.get("contracts", []):
             assert set(contract) <= set(defs["PlaceholderContract"]["properties"]), name
+
+
+# -- framework schemas -----------------------------------------------------------------------
+
+
+def test_framework_schemas_use_the_frameworks_names_and_dtypes() -> None:
+    nemo = py_wire.load_schema("nemo_rl/qwen2_5_vl")
+    dtypes = {n: f.dtype for n, f in nemo.fields.items()}
+    assert dtypes["input_lengths"] == "int32"
+    assert dtypes["token_mask"] == "int64"
+    assert dtypes["pixel_values"] == "bfloat16"
+    assert dtypes["sample_mask"] == "float32"
+    assert {"prev_logprobs", "reference_policy_logprobs", "generation_logprobs"} <= set(nemo.fields)
+    assert not {"reward", "loss_multiplier"} & set(nemo.fields)
+    assert nemo.fields["mm_token_type_ids"].required is False
+    assert set(py_wire.load_schema("nemo_rl/text").fields) == set(nemo.fields) - {
+        "pixel_values", "image_grid_thw", "mm_token_type_ids"}  # fmt: skip
+    verl = py_wire.load_schema("verl/qwen2_5_vl")
+    for name in ("input_ids", "responses", "response_mask", "old_log_probs", "ref_log_prob",
+                 "advantages", "returns", "token_level_scores", "token_level_rewards",
+                 "position_ids", "pixel_values", "image_grid_thw", "uid"):  # fmt: skip
+        assert name in verl.fields, name
+    pos = verl.fields["position_ids"]
+    assert (pos.tier, pos.shape, pos.pack_dim) == ("packed", (4, "*"), 1)
+    assert py_wire.load_schema("verl/text").fields["position_ids"].tier == "per_token"
+
+
+@pytest.mark.parametrize("name", FRAMEWORK)
+def test_framework_generators_send_the_declared_dtypes(name: str) -> None:
+    schema = py_wire.load_schema(name)
+    batch = generate(name, 8, seed=1)
+    for field, value in batch.items():
+        rows = value if isinstance(value, list) else [value]
+        for r in rows:
+            if r is not None:
+                assert str(r.dtype).removeprefix("torch.") == schema.fields[field].dtype, field
+
+
+def test_slash_names_resolve_only_under_the_schema_folder(tmp_path: Path) -> None:
+    assert py_wire.load_schema("verl/text").name == "verl/text"
+    for bad in ("../qwen2_5_vl", "nemo_rl/../qwen2_5_vl", "/etc/passwd", "nemo_rl/", "NEMO/x"):
+        with pytest.raises(py_wire.SchemaError):
+            py_wire.load_schema(bad)
+    with pytest.raises(py_wire.SchemaError, match="no bundled schema 'nemo_rl/llava'"):
+        py_wire.load_schema("nemo_rl/llava")
+    # A .toml path still loads a file.
+    path = tmp_path / "mine.toml"
+    path.write_text((Path(py_wire.__file__).parent / "schemas/verl/text.toml").read_text())
+    assert py_wire.load_schema(path).name == "verl/text"

@@ -8,6 +8,7 @@ import torch
 import py_wire
 from py_wire import BatchError, ContractError, SchemaError
 from py_wire.synth import qwen2_5_vl_batch
+from tests.helpers import media_fields
 
 QWEN = py_wire.load_schema("qwen2_5_vl")
 PAD, START, END = 151655, 151652, 151653
@@ -211,7 +212,7 @@ def test_fields_for_and_unknown_stage():
 def test_forward_stages_receive_the_same_media(name):
     schema = py_wire.load_schema(name)
     stages = [s for s in ("logprob", "ref_logprob", "train") if s in schema.stages]
-    media = {n for n, f in schema.fields.items() if f.tier == "packed" or "type_ids" in n}
+    media = media_fields(name, schema)
     seen = [media & set(schema.fields_for(s)) for s in stages]
     assert all(s == seen[0] for s in seen), dict(zip(stages, seen, strict=True))
 

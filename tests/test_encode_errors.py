@@ -35,23 +35,30 @@ def test_missing_required_field():
     expect(r"missing fields \['advantages'\]", batch)
 
 
-def test_stage_requires_its_fields():
+def test_stage_requires_its_required_fields_only():
     batch = small_text_batch()
-    # Optional fields are still needed by the stages that list them: a text-only batch must say
-    # "no images" explicitly (None rows) rather than omit the column.
+    # Optional fields (mm_token_type_ids, pixel_values, image_grid_thw, token_mask) are never
+    # demanded; the stage's required fields are, and the message lists what the stage needs.
+    schema = py_wire.load_schema(QWEN)
+    needs = schema.required_for("train")
+    assert needs == ["input_ids", "advantages", "generation_logprobs", "input_lengths",
+                     "loss_multiplier", "reward"]  # fmt: skip
+    del batch["reward"]
     expect(
-        r"missing fields \['mm_token_type_ids', 'pixel_values', 'image_grid_thw', 'token_mask'\] "
-        r"\(stage 'train' needs\)",
+        r"missing fields \['reward'\] \(stage 'train' needs \['input_ids', 'advantages', "
+        r"'generation_logprobs', 'input_lengths', 'loss_multiplier', 'reward'\]\)",
         batch,
         stage="train",
     )
-    batch.update(
-        mm_token_type_ids=[torch.zeros_like(t) for t in batch["input_ids"]],
-        pixel_values=[None] * 3,
-        image_grid_thw=[None] * 3,
-        token_mask=[torch.ones(len(t), dtype=torch.bool) for t in batch["input_ids"]],
-    )
+    # The generation stage needs only its own fields: the train-only ones may be absent.
+    gen = {k: batch[k] for k in ("input_ids", "input_lengths")}
+    decoded = py_wire.decode(py_wire.encode(gen, QWEN, stage="generation"), stage="generation")
+    assert set(decoded) == {"input_ids", "input_lengths"}
+    with pytest.raises(py_wire.BatchError, match=r"missing fields \['advantages'"):
+        py_wire.encode(gen, QWEN)  # no stage: every required field
+    batch["reward"] = torch.zeros(3)
     decoded = py_wire.decode(py_wire.encode(batch, QWEN, stage="train"), stage="train")
+    # A stage's packed field the frame lacks still decodes as "no media", never a missing key.
     assert decoded["pixel_values"].as_tensor() is None
     assert decoded["pixel_values"].segment_counts() == [0, 0, 0]
 

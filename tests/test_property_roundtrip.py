@@ -206,12 +206,13 @@ def test_roundtrip_every_layout(data: st.DataObject) -> None:
 
 @given(st.data())
 def test_stage_encode_and_decode(data: st.DataObject) -> None:
-    """encode(stage=) demands exactly the fields that stage needs; decode(stage=) returns the
-    stage's fields that the frame holds, plus empty rows for its absent packed fields."""
+    """encode(stage=) demands exactly the required fields that stage needs; decode(stage=)
+    returns the stage's fields that the frame holds, plus empty rows for its absent packed
+    fields."""
     schema = data.draw(schemas(max_fields=4), label="schema")
     batch = data.draw(batches(schema, max_rows=3), label="batch")
     stage = data.draw(st.sampled_from(schema.stages), label="stage")
-    lacking = sorted(set(schema.fields_for(stage)) - _present(batch))
+    lacking = sorted(set(schema.required_for(stage)) - _present(batch))
     if lacking:
         with pytest.raises(py_wire.BatchError, match=re.escape(repr(lacking[0]))):
             py_wire.encode(batch, schema, stage=stage)

@@ -5,6 +5,12 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
+from py_wire.synth.frameworks import (
+    nemo_rl_qwen2_5_vl_batch,
+    nemo_rl_text_batch,
+    verl_qwen2_5_vl_batch,
+    verl_text_batch,
+)
 from py_wire.synth.gemma3 import gemma3_batch
 from py_wire.synth.nemotron import nemotron_omni_batch
 from py_wire.synth.qwen import qwen2_5_vl_batch
@@ -22,6 +28,10 @@ GENERATORS: dict[str, Callable[..., dict[str, object]]] = {
     "qwen3_vl": qwen3_vl_batch,
     "smolvlm": smolvlm_batch,
     "text_grpo": text_grpo_batch,
+    "nemo_rl/qwen2_5_vl": nemo_rl_qwen2_5_vl_batch,
+    "nemo_rl/text": nemo_rl_text_batch,
+    "verl/qwen2_5_vl": verl_qwen2_5_vl_batch,
+    "verl/text": verl_text_batch,
 }
 
 

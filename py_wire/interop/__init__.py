@@ -1,0 +1,1 @@
+"""Adapters between py_wire frames and RL frameworks' own batch objects."""

@@ -1,0 +1,70 @@
+"""A small model of NeMo-RL's ``PackedTensor`` (NeMo-RL is not installable from PyPI), written
+here from its documented attributes: ``tensors`` holds physical segments (``None`` for a row
+without media in the legacy form), ``dim_to_pack``, ``pad_to_max_shape``, and, with
+deduplication, a CSR map from logical rows to segments (``_row_offsets`` over
+``_segment_indices``) with per-segment ``_segment_provenance``. ``len()`` is the logical row
+count. Only what py_wire's interop reads and the tests compare is modelled."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator, Sequence
+
+import torch
+
+
+class PackedTensor:
+    def __init__(
+        self,
+        tensors: Sequence[torch.Tensor | None],
+        dim_to_pack: int,
+        pad_to_max_shape: bool = False,
+        _row_offsets: Sequence[int] | None = None,
+        _segment_indices: Sequence[int] | None = None,
+        _segment_provenance: Sequence[bytes] | None = None,
+    ) -> None:
+        self.tensors = list(tensors)
+        self.dim_to_pack = dim_to_pack
+        self.pad_to_max_shape = pad_to_max_shape
+        self._row_offsets = None if _row_offsets is None else list(_row_offsets)
+        self._segment_indices = None if _segment_indices is None else list(_segment_indices)
+        self._segment_provenance = (
+            None if _segment_provenance is None else list(_segment_provenance)
+        )
+
+    @property
+    def deduplication_enabled(self) -> bool:
+        return self._segment_provenance is not None
+
+    def enable_deduplication(self) -> PackedTensor:
+        if self._row_offsets is None:
+            self._row_offsets = list(range(len(self.tensors) + 1))
+            self._segment_indices = list(range(len(self.tensors)))
+        self._segment_provenance = [os.urandom(16) for _ in self.tensors]
+        return self
+
+    def __len__(self) -> int:
+        if self._row_offsets is not None:
+            return len(self._row_offsets) - 1
+        return len(self.tensors)
+
+    def logical_rows(self) -> list[list[torch.Tensor]]:
+        if self._row_offsets is None or self._segment_indices is None:
+            return [[] if t is None else [t] for t in self.tensors]
+        rows = []
+        for a, b in itertools.pairwise(self._row_offsets):
+            segments = [self.tensors[i] for i in self._segment_indices[a:b]]
+            rows.append([t for t in segments if t is not None])
+        return rows
+
+    def iter_logical_segments(self) -> Iterator[torch.Tensor]:
+        for row in self.logical_rows():
+            yield from row
+
+    def as_tensor(self, device: str | torch.device | None = None) -> torch.Tensor | None:
+        segments = list(self.iter_logical_segments())
+        if not segments:
+            return None
+        out = torch.cat(segments, dim=self.dim_to_pack)
+        return out if device is None else out.to(device)
