@@ -25,9 +25,9 @@ batch = {"input_ids": nested, "advantages": floats, "generation_logprobs": float
          "input_lengths": lengths, "loss_multiplier": torch.ones(rows), "reward": torch.ones(rows)}
 frame = py_wire.encode(batch, schema, threads=1)
 ops = {
-    "select": lambda: [py_wire.select(frame, range(rows))],
+    "select": lambda: [py_wire.take_rows(frame, range(rows))],
     "concat": lambda: [py_wire.concat([frame, frame])],
-    "split": lambda: py_wire.split(frame, 8),
+    "split": lambda: py_wire.chunk(frame, 8),
     "shard": lambda: [py_wire.shard(frame, 1, 2)],
 }
 # Peak memory of the first (cold) call beyond what this process already peaked at; then the

@@ -74,7 +74,7 @@ def _worker(rank: int, port: int, rows: int, reps: int) -> None:
         per = (time.perf_counter() - t) / len(groups)
         t = time.perf_counter()
         for g in groups:
-            py_wire.select(frame, range(g[0], g[-1] + 1))
+            py_wire.take_rows(frame, range(g[0], g[-1] + 1))
         per_sel = (time.perf_counter() - t) / len(groups)
         print(
             f"  micro-batch (16384 tokens) as a row window: {per * 1e3:.2f} ms each, "

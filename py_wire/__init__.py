@@ -24,7 +24,7 @@ from py_wire._native import (
     TensorLoc,
     WireError,
 )
-from py_wire._ops import concat, select, shard, split
+from py_wire._ops import chunk, concat, select, shard, split, take_rows
 from py_wire._packed import PackedTensor
 from py_wire._schema import FieldDef, PlaceholderContract, Schema, bundled_schemas, load_schema
 from py_wire._trainer import Bin, micro_batches, pack_sequences, shard_rows, to
@@ -47,6 +47,7 @@ __all__ = [
     "WireError",
     "bundled_schemas",
     "check_contracts",
+    "chunk",
     "concat",
     "decode",
     "encode",
@@ -63,6 +64,7 @@ __all__ = [
     "shard",
     "shard_rows",
     "split",
+    "take_rows",
     "to",
 ]
 __version__ = _native.__version__

@@ -1,10 +1,11 @@
-"""Frame operations without decoding: select rows, split into micro-batches, shard across
-data-parallel ranks, concatenate frames. The row work runs in Rust; segments shared between
+"""Frame operations without decoding: take rows, chunk or split into micro-batches, shard
+across data-parallel ranks, concatenate frames. The row work runs in Rust; segments shared between
 rows stay shared, and packed media are never cut as if dim 1 were the sequence."""
 
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Sequence
 from typing import cast
 
@@ -13,7 +14,7 @@ from py_wire._decode import as_frame, checked_schema
 from py_wire._native import Frame, SchemaError, WireError
 
 
-def select(frame: Frame, rows: Sequence[int] | range | slice) -> Frame:
+def take_rows(frame: Frame, rows: Sequence[int] | range | slice) -> Frame:
     """A new frame with ``rows`` of ``frame``, in that order (repeats allowed; negative indices
     count from the end). A ``slice`` or ``range`` is resolved in Rust, never row by row here."""
     frame = as_frame(frame)
@@ -26,6 +27,24 @@ def select(frame: Frame, rows: Sequence[int] | range | slice) -> Frame:
     picked = _native.gather([frame], rows)
     picked.schema = schema
     return picked
+
+
+def select(frame: Frame, rows: Sequence[int] | range | slice) -> Frame:
+    """Deprecated name of :func:`take_rows` (tensordict's ``select`` picks keys, not rows)."""
+    warnings.warn(
+        "py_wire.select is now py_wire.take_rows (select reads as tensordict's key selection)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return take_rows(frame, rows)
+
+
+def chunk(frame: Frame, chunks: int) -> list[Frame]:
+    """``chunks`` frames of near-equal row counts (the first ones one row larger), as
+    ``torch.tensor_split(x, chunks)`` cuts rows."""
+    if isinstance(chunks, bool) or not isinstance(chunks, int):
+        raise WireError(f"chunks must be an int, not {chunks!r}")
+    return _split(frame, chunks)
 
 
 def concat(frames: Sequence[Frame]) -> Frame:
@@ -44,8 +63,20 @@ def concat(frames: Sequence[Frame]) -> Frame:
 
 
 def split(frame: Frame, sections: int | Sequence[int]) -> list[Frame]:
-    """Micro-batches: ``sections`` frames of near-equal row counts (the first ones one row
-    larger), or frames of the given row counts, which must add up to the frame's rows."""
+    """Frames of the given row counts, which must add up to the frame's rows (as
+    ``torch.split`` with a list). An int still means that many near-equal frames, as before,
+    but is deprecated: ``torch.split`` reads an int as a chunk size; use :func:`chunk`."""
+    if isinstance(sections, int) and not isinstance(sections, bool):
+        warnings.warn(
+            "py_wire.split(frame, n) with an int n is deprecated: torch.split reads n as a "
+            "chunk size; use py_wire.chunk(frame, n) for n parts",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    return _split(frame, sections)
+
+
+def _split(frame: Frame, sections: int | Sequence[int]) -> list[Frame]:
     frame = as_frame(frame)
     schema = checked_schema(frame)
     n = frame.num_rows
@@ -78,7 +109,7 @@ def shard(
     batch_size: int | None = None,
     allow_uneven: bool = False,
 ) -> Frame:
-    """Data-parallel rank ``rank``'s contiguous share of the rows (as ``split(frame,
+    """Data-parallel rank ``rank``'s contiguous share of the rows (as ``chunk(frame,
     world_size)[rank]``, without building the other shards).
 
     With ``batch_size`` (or ``allow_uneven``) the rows are sharded as NeMo-RL's
@@ -96,8 +127,8 @@ def shard(
             frame.num_rows, rank, world_size, batch_size=batch_size, allow_uneven=allow_uneven
         )
         if len(ranges) == 1:
-            return select(frame, ranges[0])
-        return select(frame, [i for r in ranges for i in r])
+            return take_rows(frame, ranges[0])
+        return take_rows(frame, [i for r in ranges for i in r])
     base, extra = divmod(frame.num_rows, world_size)
     start = rank * base + min(rank, extra)
-    return select(frame, range(start, start + base + (rank < extra)))
+    return take_rows(frame, range(start, start + base + (rank < extra)))

@@ -82,8 +82,8 @@ class Case:
         self.picks = [n - 1, 0, 2, 0]
         self.ref = {
             "encode": self.bytes,
-            "select": bytes(py_wire.select(self.frame, self.picks)),
-            "split": [bytes(p) for p in py_wire.split(self.frame, 2)],
+            "select": bytes(py_wire.take_rows(self.frame, self.picks)),
+            "split": [bytes(p) for p in py_wire.chunk(self.frame, 2)],
             "concat": bytes(py_wire.concat([self.frame, self.frame])),
             "rows": rows_of(self.frame),
         }
@@ -139,12 +139,12 @@ def worker(
                 if not same_rows(rows_of(case.frame), case.ref["rows"]):
                     errors.append(f"{case.name}: threaded decode differs from the reference")
             elif op == "select":
-                f = py_wire.select(case.frame, case.picks)
+                f = py_wire.take_rows(case.frame, case.picks)
                 if bytes(f) != case.ref["select"]:
                     errors.append(f"{case.name}: threaded select differs from the reference")
                 live.add(f, f"select({case.name})")
             elif op == "split":
-                parts = py_wire.split(case.frame, 2)
+                parts = py_wire.chunk(case.frame, 2)
                 if [bytes(p) for p in parts] != case.ref["split"]:
                     errors.append(f"{case.name}: threaded split differs from the reference")
                 for p in parts:
@@ -216,7 +216,7 @@ def test_decoded_views_keep_their_frame_alive_across_pool_reuse(cases):
         # More frames of the same size: the pool may hand out dropped frames' memory, never
         # this one's while its views live.
         others = [py_wire.encode(case.batch, case.schema) for _ in range(4)]
-        others += [py_wire.select(o, slice(None)) for o in others]
+        others += [py_wire.take_rows(o, slice(None)) for o in others]
         for o in others:
             a, m = span(o)
             assert a + m <= addr or addr + n <= a, (

@@ -87,7 +87,7 @@ def test_frame_errors_and_argument_errors_have_kinds():
     assert caught.value.kind == "frame"
     frame = py_wire.encode(small_text_batch(), "text_grpo")
     with pytest.raises(py_wire.WireError) as caught:
-        py_wire.select(frame, [7])
+        py_wire.take_rows(frame, [7])
     assert type(caught.value) is py_wire.WireError and caught.value.kind == "argument"
 
 

@@ -46,7 +46,7 @@ def test_a_row_count_the_bytes_do_not_back_is_a_frame_error_everywhere(rows):
         "Frame.from_buffer": lambda: py_wire.Frame.from_buffer(data),
         "concat": lambda: py_wire.concat([data, data]),
         "select all": lambda: py_wire.select(data, slice(None)),
-        "split": lambda: py_wire.split(data, 2),
+        "split": lambda: py_wire.chunk(data, 2),
         "shard": lambda: py_wire.shard(data, 0, 2),
     }
     for what, call in calls.items():
@@ -84,7 +84,7 @@ def test_a_small_fieldless_frame_still_works():
     data = fieldless_frame(3)
     assert py_wire.decode(data) == {}
     assert py_wire.concat([data, data]).num_rows == 6
-    assert [f.num_rows for f in py_wire.split(data, 2)] == [2, 1]
+    assert [f.num_rows for f in py_wire.chunk(data, 2)] == [2, 1]
     # Rows the schema's stage needs come back as "no media", in O(1) Python work.
     out = py_wire.decode(data, stage="train")
     assert out["pixel_values"].segment_counts() == [0, 0, 0]
@@ -123,7 +123,7 @@ def test_frame_ops_on_a_buffer_written_after_wrapping_raise_frame_error(table, v
     for call in (
         lambda: py_wire.select(frame, [0]),
         lambda: py_wire.concat([frame, frame]),
-        lambda: py_wire.split(frame, 2),
+        lambda: py_wire.chunk(frame, 2),
         lambda: py_wire.check_contracts(frame),
     ):
         with pytest.raises(py_wire.FrameError):

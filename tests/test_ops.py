@@ -27,7 +27,7 @@ def batch_and_frame():
 def test_select_rows_in_any_order(batch_and_frame):
     batch, frame = batch_and_frame
     rows = [7, 0, 3, 3]
-    picked = py_wire.select(frame, rows)
+    picked = py_wire.take_rows(frame, rows)
     assert picked.num_rows == 4 and picked.schema == QWEN
     assert_batch_equal(py_wire.decode(picked), take(batch, rows), QWEN)
     py_wire.check_contracts(picked)
@@ -37,14 +37,14 @@ def test_select_keeps_shared_segments_shared(batch_and_frame):
     batch, frame = batch_and_frame
     # Rows 0-3 are one GRPO group sharing one pixel tensor.
     assert batch["pixel_values"][0] is batch["pixel_values"][1]
-    picked = safetensors.torch.load(bytes(py_wire.select(frame, [0, 1])))
+    picked = safetensors.torch.load(bytes(py_wire.take_rows(frame, [0, 1])))
     assert picked["pixel_values.seg_shapes"].shape[0] == 1
     assert picked["pixel_values.row_segments"].tolist() == [0, 0]
 
 
 def test_split_shard_and_concat_round_trip(batch_and_frame):
     batch, frame = batch_and_frame
-    parts = py_wire.split(frame, 3)
+    parts = py_wire.chunk(frame, 3)
     assert [p.num_rows for p in parts] == [3, 3, 2]
     assert [p.num_rows for p in py_wire.split(frame, [5, 0, 3])] == [5, 0, 3]
     shards = [py_wire.shard(frame, r, 3) for r in range(3)]
@@ -82,23 +82,23 @@ def test_concat_refuses_other_schemas(batch_and_frame):
 
 def test_bad_rows(batch_and_frame):
     _, frame = batch_and_frame
-    assert py_wire.select(frame, [-1]).num_rows == 1
-    assert py_wire.select(frame, []).num_rows == 0
-    assert py_wire.select(frame, slice(2, 5)).num_rows == 3
+    assert py_wire.take_rows(frame, [-1]).num_rows == 1
+    assert py_wire.take_rows(frame, []).num_rows == 0
+    assert py_wire.take_rows(frame, slice(2, 5)).num_rows == 3
     with pytest.raises(py_wire.WireError, match="row 8 is out of range for 8 rows"):
-        py_wire.select(frame, [8])
+        py_wire.take_rows(frame, [8])
     with pytest.raises(py_wire.WireError, match="row -9 is out of range for 8 rows"):
-        py_wire.select(frame, [-9])
+        py_wire.take_rows(frame, [-9])
     with pytest.raises(py_wire.WireError, match="rank 3"):
         py_wire.shard(frame, 3, 3)
     with pytest.raises(py_wire.WireError, match="do not add up"):
         py_wire.split(frame, [3, 3])
     with pytest.raises(py_wire.WireError, match="between 1 and the 8 rows"):
-        py_wire.split(frame, 9)
+        py_wire.chunk(frame, 9)
     with pytest.raises(py_wire.WireError, match="at least one frame"):
         py_wire.concat([])
     with pytest.raises(py_wire.WireError, match="sequence of ints"):
-        py_wire.select(frame, ["a"])
+        py_wire.take_rows(frame, ["a"])
 
 
 def test_wire_dtype_and_pack_dim_fields_survive():
@@ -106,7 +106,7 @@ def test_wire_dtype_and_pack_dim_fields_survive():
         schema = py_wire.load_schema(name)
         batch = generate(name, 4)
         frame = py_wire.encode(batch, schema)
-        picked = py_wire.select(frame, [2, 1])
+        picked = py_wire.take_rows(frame, [2, 1])
         expected = py_wire.decode(py_wire.encode(take(batch, [2, 1]), schema))
         got = py_wire.decode(picked)
         for field, value in expected.items():
@@ -121,3 +121,14 @@ def test_wire_dtype_and_pack_dim_fields_survive():
                 ), field
             else:
                 assert torch.equal(value, got[field]), field
+
+
+def test_old_names_still_work_and_say_what_replaces_them(batch_and_frame):
+    _, frame = batch_and_frame
+    with pytest.warns(DeprecationWarning, match="take_rows"):
+        old = py_wire.select(frame, [2, 0])
+    assert bytes(old) == bytes(py_wire.take_rows(frame, [2, 0]))
+    with pytest.warns(DeprecationWarning, match="chunk"):
+        parts = py_wire.split(frame, 3)
+    assert [bytes(p) for p in parts] == [bytes(p) for p in py_wire.chunk(frame, 3)]
+    assert [p.num_rows for p in parts] == [3, 3, 2]

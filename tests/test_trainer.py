@@ -64,7 +64,7 @@ def vlm() -> py_wire.Frame:
 @pytest.mark.parametrize(("a", "b"), [(0, 12), (3, 7), (11, 12), (5, 5)])
 def test_row_window_matches_select(vlm: py_wire.Frame, layout: str | None, a: int, b: int) -> None:
     window = py_wire.decode(vlm, rows=range(a, b), layout=layout)
-    picked = py_wire.decode(py_wire.select(vlm, range(a, b)), layout=layout)
+    picked = py_wire.decode(py_wire.take_rows(vlm, range(a, b)), layout=layout)
     _rows_equal(window, picked)
 
 
@@ -98,7 +98,7 @@ def test_row_window_shared_segments_stay_shared() -> None:
     assert out["pixel_values"][0] is None
     # Re-encoding the window sends only its rows.
     again = py_wire.decode(py_wire.encode(out, SCHEMA))
-    _rows_equal(again, py_wire.decode(py_wire.select(frame, range(1, 3))))
+    _rows_equal(again, py_wire.decode(py_wire.take_rows(frame, range(1, 3))))
 
 
 def test_row_window_errors(vlm: py_wire.Frame) -> None:
@@ -243,7 +243,7 @@ def test_row_window_in_order_packed_is_one_view() -> None:
     lo, hi = _frame_span(frame)
     for a, b in [(0, 3), (1, 3), (2, 3), (0, 1), (1, 2)]:
         window = py_wire.decode(frame, rows=range(a, b))
-        _rows_equal(window, py_wire.decode(py_wire.select(frame, range(a, b))))
+        _rows_equal(window, py_wire.decode(py_wire.take_rows(frame, range(a, b))))
         pv = window["pixel_values"].as_tensor()
         expect = [
             t

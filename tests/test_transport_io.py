@@ -51,7 +51,7 @@ def test_frame_in_a_larger_buffer_is_read_by_its_own_length(frame: py_wire.Frame
     shifted[: len(raw)] = segment[: len(raw)]
     assert len(py_wire.Frame.from_buffer(shifted)) == len(raw)
     # Frame ops see the frame only.
-    assert bytes(py_wire.select(inner, range(3))) == bytes(py_wire.select(frame, range(3)))
+    assert bytes(py_wire.take_rows(inner, range(3))) == bytes(py_wire.take_rows(frame, range(3)))
 
 
 def test_strictness_kept_inside_a_larger_buffer(frame: py_wire.Frame) -> None:
