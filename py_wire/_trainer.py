@@ -142,7 +142,7 @@ def pack_sequences(frame: Any, max_tokens: int, *, round_to: int = 1) -> list[Bi
     bin with room, bins of at most ``max_tokens`` tokens (each row's length rounded up to
     ``round_to``, e.g. 2 x context-parallel size). The assignment runs in Rust over the
     sequence offsets; ``cu_seqlens`` and ``position_ids`` are built per bin with vectorised
-    torch ops. Gather a bin's tokens with ``select(frame, bin.rows)`` (one copy of that bin).
+    torch ops. Gather a bin's tokens with ``take_rows(frame, bin.rows)`` (one copy of that bin).
     """
     from py_wire._decode import as_frame
 
