@@ -681,9 +681,9 @@ mod tests {
     }
 
     /// Golden data computed by torch (`scripts/cast_vectors.py` regenerates and checks it).
-    const F32_DATA: &str = include_str!("../tests/data/cast_f32.txt");
-    const F64_DATA: &str = include_str!("../tests/data/cast_f64.txt");
-    const SHA_DATA: &str = include_str!("../tests/data/cast_sha256.txt");
+    const F32_DATA: &str = include_str!("../../tests/data/cast_f32.txt");
+    const F64_DATA: &str = include_str!("../../tests/data/cast_f64.txt");
+    const SHA_DATA: &str = include_str!("../../tests/data/cast_sha256.txt");
 
     /// The rows of a golden data file: hex columns, `#` comments skipped.
     fn rows(data: &str) -> Vec<Vec<u64>> {

@@ -3,6 +3,8 @@
 //! request (before any payload is copied) and a parsed frame (one received from elsewhere),
 //! through `ContractInput`.
 
+pub mod placeholder;
+
 use serde::Deserialize;
 
 use crate::decode::{read_seq_offsets, DecodedField, FrameLayout, PackedTables};

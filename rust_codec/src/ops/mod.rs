@@ -7,6 +7,8 @@
 //! (`decode::PackedTables`, `decode::read_seq_offsets`), re-read at each call: a writable buffer
 //! changed since it was wrapped gives a `FrameError`, never an out-of-bounds index.
 
+pub mod batching;
+
 use std::collections::BTreeMap;
 
 use crate::decode::{read_seq_offsets, DecodedField, FrameLayout, PackedTables};
