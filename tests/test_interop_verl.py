@@ -319,3 +319,24 @@ def test_stand_in_and_plain_mapping_give_the_same_frame() -> None:
     a = pw_verl.to_frame(StandInDataProto(dict(snapshot["batch"]), dict(nt)), "verl/qwen2_5_vl")
     b = pw_verl.to_frame({**snapshot["batch"], **nt}, "verl/qwen2_5_vl")
     assert bytes(a) == bytes(b)
+
+
+def test_empty_response_and_empty_uid_rows() -> None:
+    """A row with no response tokens (an [0] segment) and an empty uid string (an empty
+    segment that starts where the next one does) come back as they went."""
+    _, snapshot = verl_batch(False)
+    b = {k: v.clone() for k, v in snapshot["batch"].items()}
+    b["attention_mask"][1, P:] = 0
+    b["input_ids"][1, P:] = PAD
+    b["responses"][1] = PAD
+    b["response_mask"][1] = 0
+    b["position_ids"] = torch.clamp(torch.cumsum(b["attention_mask"], 1) - 1, min=0)
+    uids = np.array([""] * 4 + ["x"] * 4 + ["yz"] * 4, dtype=object)
+    frame = pw_verl.to_frame(StandInDataProto(b, {"uid": uids}), "verl/text")
+    got, nt, _ = parts(
+        pw_verl.from_frame(bytes(frame), pad_token_id=PAD, prompt_length=P, response_length=R)
+    )
+    assert list(nt["uid"]) == list(uids)
+    for k in ("input_ids", "attention_mask", "responses", "response_mask", "position_ids"):
+        assert torch.equal(got[k], b[k]), k
+    assert not got["advantages"][1].any()

@@ -63,6 +63,22 @@ DERIVED_KEYS = ("attention_mask", "prompts")
 #: ``non_tensor_batch`` key whose per-row dicts become packed media fields.
 MM_KEY = "multi_modal_inputs"
 UID_KEY = "uid"
+#: Response-aligned ``[B, R]`` tensors verl keeps in ``batch``: each becomes one ``[r_i]``
+#: segment per row (a packed field of the schema).
+RESPONSE_KEYS = frozenset(
+    {
+        "responses",
+        "response_mask",
+        "rollout_log_probs",
+        "old_log_probs",
+        "ref_log_prob",
+        "values",
+        "token_level_scores",
+        "token_level_rewards",
+        "advantages",
+        "returns",
+    }
+)
 
 
 def _err(message: str, **context: Any) -> BatchError:
@@ -202,6 +218,12 @@ def _tensor_fields(batch: Mapping[str, Any], sch: Schema) -> dict[str, Any]:
     lengths = mask.sum(1)
     responses = batch["responses"] if "responses" in keys else None
     r_len = 0 if responses is None else int(responses.shape[1])
+    if r_len > total:
+        raise _err(
+            f"batch['responses'] has {r_len} columns but attention_mask only {total}",
+            field="responses",
+            kind="shape",
+        )
     resp_mask = mask[:, total - r_len :]
     r_lengths = resp_mask.sum(1).tolist()
     prompts = batch["prompts"] if "prompts" in keys else None
@@ -222,6 +244,13 @@ def _tensor_fields(batch: Mapping[str, Any], sch: Schema) -> dict[str, Any]:
         elif key == "position_ids":
             out[key] = _position_rows(value, mask, lengths.tolist(), field)
         elif field.tier == "packed":
+            if key not in RESPONSE_KEYS:
+                raise _err(
+                    f"batch[{key!r}] is a packed field of schema {sch.name!r} but not a "
+                    f"response-aligned key verl uses ({sorted(RESPONSE_KEYS)}): py_wire cannot "
+                    "tell how its padding maps to rows",
+                    field=key,
+                )
             _check_shape(key, value, (b, r_len))
             out[key] = _split(value[resp_mask], r_lengths)
         else:
@@ -276,7 +305,7 @@ def _uid_field(value: Any) -> _Shared:
     def utf8(s: Any) -> torch.Tensor:
         if not isinstance(s, str):
             raise _err(f"non_tensor_batch['uid'] holds {type(s).__name__}, not str", field="uid")
-        return torch.frombuffer(bytearray(s.encode()), dtype=torch.uint8)
+        return torch.from_numpy(np.frombuffer(bytearray(s.encode()), dtype=np.uint8))
 
     strings = list(value)
     shared = _shared_rows(strings, lambda s: s)
@@ -296,9 +325,11 @@ def from_frame(
     """The frame as verl holds it (see the module docstring): a ``DataProto`` when ``verl`` is
     importable, else ``{"batch": ..., "non_tensor_batch": ..., "meta_info": ...}``."""
     frame = as_frame(frame)
-    dtypes = {k: DTYPES[f.dtype] for k, f in checked_schema(frame).fields.items()}
+    sch = checked_schema(frame)
+    dtypes = {k: DTYPES[f.dtype] for k, f in sch.fields.items()}
+    shapes = {k: tuple(f.shape) for k, f in sch.fields.items()}
     fields = decode(frame, stage=stage)
-    out = _to_verl(fields, dtypes, pad_token_id, prompt_length, response_length)
+    out = _to_verl(fields, dtypes, shapes, pad_token_id, prompt_length, response_length)
     meta = dict(meta_info or {})
     cls: Any = dataproto_class()
     if cls is None:
@@ -321,6 +352,7 @@ def _row_numel(pt: PackedTensor) -> torch.Tensor:
 def _to_verl(
     fields: dict[str, Any],
     dtypes: dict[str, torch.dtype],
+    shapes: dict[str, tuple[Any, ...]],
     pad_id: int,
     p_len: int | None,
     r_len: int | None,
@@ -352,8 +384,8 @@ def _to_verl(
         if name == UID_KEY:
             non_tensor[name] = _strings(value)
         elif isinstance(value, PackedTensor) and name == "position_ids":
-            batch[name] = _mrope(value, mask)
-        elif isinstance(value, PackedTensor) and name in _RESPONSE_SIDE:
+            batch[name] = _mrope(value, mask, shapes[name])
+        elif isinstance(value, PackedTensor) and name in RESPONSE_KEYS:
             got = _row_numel(value)
             if not torch.equal(got, r):
                 row = int(torch.nonzero(got != r)[0, 0])
@@ -392,23 +424,6 @@ def _to_verl(
     return batch, non_tensor
 
 
-#: Response-aligned ``[B, R]`` tensors verl keeps in ``batch``.
-_RESPONSE_SIDE = frozenset(
-    {
-        "responses",
-        "response_mask",
-        "rollout_log_probs",
-        "old_log_probs",
-        "ref_log_prob",
-        "values",
-        "token_level_scores",
-        "token_level_rewards",
-        "advantages",
-        "returns",
-    }
-)
-
-
 def _width(lengths: torch.Tensor, want: int | None, name: str) -> int:
     longest = int(lengths.max()) if lengths.numel() else 0
     if want is None:
@@ -418,24 +433,25 @@ def _width(lengths: torch.Tensor, want: int | None, name: str) -> int:
     return want
 
 
-def _mrope(value: PackedTensor, mask: torch.Tensor) -> torch.Tensor:
+def _mrope(value: PackedTensor, mask: torch.Tensor, channels: tuple[Any, ...]) -> torch.Tensor:
     flat = value.as_tensor()  # [C, sum L] (pack dim 1)
-    channels = value.tensors[0].shape[0] if value.tensors and value.tensors[0] is not None else 0
-    full = torch.ones((mask.shape[0], channels, mask.shape[1]), dtype=torch.int64)
-    if flat is not None:
-        full.transpose(1, 2)[mask] = flat.t().to(full.dtype)
+    if flat is None:  # no tokens at all: [B, C, L] of the fill
+        lead = next((d for d in channels if isinstance(d, int)), 0)
+        return torch.ones((mask.shape[0], lead, mask.shape[1]), dtype=torch.int64)
+    full = torch.ones((mask.shape[0], flat.shape[0], mask.shape[1]), dtype=flat.dtype)
+    full.transpose(1, 2)[mask] = flat.t()
     return full
 
 
 def _strings(value: PackedTensor) -> np.ndarray:
     out = np.empty(len(value), dtype=object)
-    cache: dict[int, str] = {}
+    cache: dict[tuple[int, int], str] = {}
     for i, row in enumerate(value.rows()):
         seg = row[0] if row else None
         if seg is None:
             out[i] = None
             continue
-        key = seg.data_ptr()
+        key = (seg.data_ptr(), seg.numel())  # an empty segment shares its neighbour's ptr
         if key not in cache:
             cache[key] = bytes(seg.numpy()).decode()
         out[i] = cache[key]
