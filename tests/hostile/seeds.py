@@ -103,12 +103,12 @@ def build_seeds(rows: int = 3) -> list[Seed]:
         n = frame.num_rows
         # frame-op outputs: reordered and repeated rows (shared segments), zero rows, concat
         seeds.append(Seed(f"{label}/select-rev", bundled, schema.stages,
-                          bytes(py_wire.select(frame, [n - 1, 0, 0]))))  # fmt: skip
+                          bytes(py_wire.take_rows(frame, [n - 1, 0, 0]))))  # fmt: skip
         seeds.append(Seed(f"{label}/zero-rows", bundled, schema.stages,
-                          bytes(py_wire.select(frame, []))))  # fmt: skip
+                          bytes(py_wire.take_rows(frame, []))))  # fmt: skip
         if name in ("smolvlm", "text_grpo", "nemotron_omni"):
             seeds.append(Seed(f"{label}/concat", bundled, schema.stages,
-                              bytes(py_wire.concat([frame, py_wire.split(frame, 2)[1]]))))  # fmt: skip  # noqa: E501
+                              bytes(py_wire.concat([frame, py_wire.chunk(frame, 2)[1]]))))  # fmt: skip  # noqa: E501
         # optional packed fields absent (a text-only batch)
         optional = [f for f, d in schema.fields.items() if not d.required and f in batch]
         if optional and name != "gemma3":
