@@ -294,7 +294,7 @@ def _ops(calls: Calls, frame: Any, base: Any, ref: Any, seed_data: bytes) -> Non
     ops: list[tuple[str, Any, list[tuple[Any, list[int]]] | None]] = [
         (f"select(F, {picks})", lambda: [py_wire.take_rows(frame, picks)], [(base, picks)]),
         ("select(F, slice(None))", lambda: [py_wire.take_rows(frame, slice(None))], [(base, list(range(n)))]),  # noqa: E501
-        ("select(F, range)", lambda: [py_wire.take_rows(frame, range(n))], [(base, list(range(n)))]),
+        ("select(F, range)", lambda: [py_wire.take_rows(frame, range(n))], [(base, list(range(n)))]),  # noqa: E501
         (f"split(F, {2 if n >= 2 else 1})", lambda: py_wire.chunk(frame, 2 if n >= 2 else 1), [(base, list(range(n)))]),  # noqa: E501
         (f"split(F, [{n}])", lambda: py_wire.split(frame, [n]), [(base, list(range(n)))]),
         ("shard(F, 1, 2)", lambda: [py_wire.shard(frame, 1, 2)], [(base, list(range(n - n // 2, n)))]),  # noqa: E501
