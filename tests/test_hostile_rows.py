@@ -45,7 +45,7 @@ def test_a_row_count_the_bytes_do_not_back_is_a_frame_error_everywhere(rows):
         "decode stage": lambda: py_wire.decode(data, stage="train"),
         "Frame.from_buffer": lambda: py_wire.Frame.from_buffer(data),
         "concat": lambda: py_wire.concat([data, data]),
-        "select all": lambda: py_wire.select(data, slice(None)),
+        "select all": lambda: py_wire.take_rows(data, slice(None)),
         "split": lambda: py_wire.chunk(data, 2),
         "shard": lambda: py_wire.shard(data, 0, 2),
     }
@@ -118,10 +118,10 @@ def _entry(frame: py_wire.Frame, name: str) -> tuple[int, int]:
 def test_frame_ops_on_a_buffer_written_after_wrapping_raise_frame_error(table, value):
     frame, array = _writable_frame()
     begin, _ = _entry(frame, table)
-    py_wire.select(frame, [0])  # fine before the write
+    py_wire.take_rows(frame, [0])  # fine before the write
     array[begin + 8 : begin + 16] = np.frombuffer(struct.pack("<q", value), np.uint8)
     for call in (
-        lambda: py_wire.select(frame, [0]),
+        lambda: py_wire.take_rows(frame, [0]),
         lambda: py_wire.concat([frame, frame]),
         lambda: py_wire.chunk(frame, 2),
         lambda: py_wire.check_contracts(frame),
@@ -148,7 +148,7 @@ def test_a_thread_writing_during_frame_ops_never_escapes_the_hierarchy():
     try:
         for _ in range(300):
             try:
-                py_wire.select(frame, [0, 1])
+                py_wire.take_rows(frame, [0, 1])
                 outcomes["ok"] += 1
             except py_wire.FrameError:
                 outcomes["FrameError"] += 1

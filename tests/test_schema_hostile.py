@@ -574,7 +574,7 @@ ENTRY_POINTS = {
     "decode": lambda b: py_wire.decode(b),
     "decode_with_schema": lambda b: py_wire.decode(b, "qwen2_5_vl"),
     "check_contracts": lambda b: py_wire.check_contracts(py_wire.Frame.from_buffer(b)),
-    "select_schema": lambda b: py_wire.select(py_wire.Frame.from_buffer(b), [0]).schema,
+    "select_schema": lambda b: py_wire.take_rows(py_wire.Frame.from_buffer(b), [0]).schema,
     "frame_schema": lambda b: py_wire.Frame.from_buffer(b).schema,
 }
 

@@ -1,5 +1,5 @@
-"""Hand-built reproducers for the open bugs issue 7 names (the campaign steps past them with
-PY_WIRE_FUZZ_SKIP_KNOWN=1). Writes regressions/<target>/known-*; no dependencies.
+"""Hand-built reproducers for the bugs issue 7 names (all fixed; `cargo test` replays them from
+regressions/). Writes regressions/<target>/known-*; no dependencies.
 
     python3 rust_codec/fuzz/make_known.py
 """
