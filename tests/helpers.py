@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 import py_wire
+from py_wire.interop.verl import RESPONSE_KEYS
 
 
 def small_text_batch(lengths: tuple[int, ...] = (5, 0, 7)) -> dict[str, object]:
@@ -43,20 +44,7 @@ def small_vlm_batch() -> dict[str, object]:
 
 #: verl's response-aligned tensors ([B, R] in a DataProto) are packed fields in the verl schemas
 #: (one [r_i] segment per row) but not media: each belongs to the stage that computes it.
-VERL_RESPONSE_ALIGNED = frozenset(
-    {
-        "responses",
-        "response_mask",
-        "rollout_log_probs",
-        "old_log_probs",
-        "ref_log_prob",
-        "values",
-        "token_level_scores",
-        "token_level_rewards",
-        "advantages",
-        "returns",
-    }
-)
+VERL_RESPONSE_ALIGNED = RESPONSE_KEYS
 
 
 def media_fields(name: str, schema: py_wire.Schema) -> set[str]:

@@ -425,6 +425,11 @@ pub fn index_values(
     let values = t
         .to_i64_vec()
         .map_err(|e| BatchError::new_err(format!("{}: {}", location(), e.message())))?;
+    non_negative(values, location)
+}
+
+/// The values as u64s; a negative entry is a `BatchError` naming it.
+fn non_negative(values: Vec<i64>, location: &dyn Fn() -> String) -> PyResult<Vec<u64>> {
     values
         .into_iter()
         .enumerate()
@@ -482,15 +487,7 @@ fn int_list(
         let values: Vec<i64> = obj
             .extract()
             .map_err(|_| BatchError::new_err(format!("{}: expected a list of ints", location())))?;
-        values
-            .into_iter()
-            .enumerate()
-            .map(|(i, v)| {
-                u64::try_from(v).map_err(|_| {
-                    BatchError::new_err(format!("{}: entry {i} is negative ({v})", location()))
-                })
-            })
-            .collect()
+        non_negative(values, location)
     } else {
         index_values(obj, keep, location)
     }
