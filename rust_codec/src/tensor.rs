@@ -113,7 +113,8 @@ impl<'a> TensorRef<'a> {
             .ok_or_else(|| Error::batch(format!("tensor shape {shape:?} overflows")))?;
         if extent > bytes.len() as u64 {
             return Err(Error::batch(format!(
-                "tensor of shape {shape:?} and strides {strides:?} spans {extent} bytes but only {} are available",
+                "tensor of shape {shape:?} and strides {strides:?} spans {extent} bytes but \
+                 only {} are available",
                 bytes.len()
             )));
         }

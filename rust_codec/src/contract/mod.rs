@@ -228,7 +228,8 @@ fn not_int_geometry(spec: &FieldSpec, dtype: DType) -> Error {
 fn check_token_dtype(spec: &FieldSpec, stored: DType) -> Result<()> {
     if spec.tier != Tier::PerToken || stored != DType::I64 || !spec.shape.is_empty() {
         return Err(schema_err!(
-            "placeholder contracts need an int64 per-token sequence field of shape []; {:?} is {} {} of shape {}",
+            "placeholder contracts need an int64 per-token sequence field of shape []; {:?} is \
+             {} {} of shape {}",
             spec.name,
             stored.name(),
             spec.tier.name(),

@@ -88,7 +88,8 @@ pub(super) fn check_dims(
             if found != expected {
                 let (expected_shape, found_shape) = shape_values();
                 let err = batch_err!(
-                    "field {:?}{location}: {what} {dims:?} does not match the schema's {} (dim {d}: expected {expected}, found {found})",
+                    "field {:?}{location}: {what} {dims:?} does not match the schema's {} (dim \
+                     {d}: expected {expected}, found {found})",
                     spec.name,
                     pattern_string(pattern)
                 );

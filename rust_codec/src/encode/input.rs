@@ -95,7 +95,8 @@ impl<'a> FieldInput<'a> {
             let count = crate::tensor::checked_numel(shape);
             if b < a || b > numel || count != Some(b - a) {
                 return Err(batch_err!(
-                    "field {name:?}: segment {s} of shape {shape:?} does not fit elements {a}..{b} of {numel}"
+                    "field {name:?}: segment {s} of shape {shape:?} does not fit elements \
+                     {a}..{b} of {numel}"
                 ));
             }
             let bytes = &values.bytes[(a * es) as usize..(b * es) as usize];
@@ -143,7 +144,8 @@ pub(super) fn row_count(field: &FieldData<'_>) -> Result<u64> {
             let rows = padded.shape.first().copied().unwrap_or(0);
             if padded.shape.len() < 2 || lengths.len() as u64 != rows {
                 return Err(batch_err!(
-                    "field {name:?}: a padded tensor must be [B, L, ...] with B lengths; got shape {:?} and {} lengths",
+                    "field {name:?}: a padded tensor must be [B, L, ...] with B lengths; got \
+                     shape {:?} and {} lengths",
                     padded.shape,
                     lengths.len()
                 ));
@@ -203,7 +205,8 @@ pub(super) fn sequence_lengths(field: &FieldData<'_>) -> Result<Vec<u64>> {
             for (row, w) in row_offsets.windows(2).enumerate() {
                 if w[1] - w[0] != 1 {
                     return Err(batch_err!(
-                        "field {:?}, row {row}: a per-token field needs exactly one tensor per row, found {}",
+                        "field {:?}, row {row}: a per-token field needs exactly one tensor per \
+                         row, found {}",
                         field.spec.name,
                         w[1] - w[0]
                     ));
@@ -211,7 +214,8 @@ pub(super) fn sequence_lengths(field: &FieldData<'_>) -> Result<Vec<u64>> {
                 let seg = &segments[w[0] as usize];
                 lengths.push(*seg.shape.first().ok_or_else(|| {
                     batch_err!(
-                        "field {:?}, row {row}: a per-token row needs a sequence dim, got a 0-d tensor",
+                        "field {:?}, row {row}: a per-token row needs a sequence dim, got a \
+                         0-d tensor",
                         field.spec.name
                     )
                 })?);

@@ -217,7 +217,8 @@ fn check_lengths_field(request: &EncodeRequest<'_>, seq_name: &str, lengths: &[u
         .collect();
     if let Some(&row) = bad.first() {
         return Err(batch_err!(
-            "field {name:?}, row {row}: {} but {seq_name:?} has {} tokens in that row ({} rows disagree)",
+            "field {name:?}, row {row}: {} but {seq_name:?} has {} tokens in that row ({} rows \
+             disagree)",
             declared[row],
             lengths[row],
             bad.len()
@@ -312,7 +313,8 @@ fn plan_per_token<'a>(
     values_shape.extend(&trailing);
     let mismatch = |row: usize, found: u64| {
         batch_err!(
-            "field {:?}, row {row}: sequence length {found} but {seq_name:?} has {} tokens in that row",
+            "field {:?}, row {row}: sequence length {found} but {seq_name:?} has {} tokens in \
+             that row",
             spec.name,
             lengths[row]
         )
@@ -331,7 +333,8 @@ fn plan_per_token<'a>(
             for (row, w) in row_offsets.windows(2).enumerate() {
                 if w[1] - w[0] != 1 {
                     return Err(batch_err!(
-                        "field {:?}, row {row}: a per-token field needs exactly one tensor per row, found {}",
+                        "field {:?}, row {row}: a per-token field needs exactly one tensor per \
+                         row, found {}",
                         spec.name,
                         w[1] - w[0]
                     ));
@@ -341,7 +344,8 @@ fn plan_per_token<'a>(
                 check_dtype(spec, t, location)?;
                 if t.shape.is_empty() {
                     return Err(batch_err!(
-                        "field {:?}, row {row}: a per-token row needs a sequence dim, got a 0-d tensor",
+                        "field {:?}, row {row}: a per-token row needs a sequence dim, got a \
+                         0-d tensor",
                         spec.name
                     ));
                 }
@@ -361,7 +365,13 @@ fn plan_per_token<'a>(
                     spec.name
                 ));
             }
-            check_dims(spec, &values.shape[1..], &spec.shape, Where::Field, "trailing dims")?;
+            check_dims(
+                spec,
+                &values.shape[1..],
+                &spec.shape,
+                Where::Field,
+                "trailing dims",
+            )?;
             for (row, w) in offsets.windows(2).enumerate() {
                 if w[1] - w[0] != lengths[row] {
                     return Err(mismatch(row, w[1] - w[0]));
@@ -371,9 +381,18 @@ fn plan_per_token<'a>(
             let last = offsets[offsets.len() - 1];
             vec![values.narrow0(first, last - first)?]
         }
-        FieldInput::Padded { padded, lengths: given } => {
+        FieldInput::Padded {
+            padded,
+            lengths: given,
+        } => {
             check_dtype(spec, padded, Where::Field)?;
-            check_dims(spec, &padded.shape[2..], &spec.shape, Where::Field, "trailing dims")?;
+            check_dims(
+                spec,
+                &padded.shape[2..],
+                &spec.shape,
+                Where::Field,
+                "trailing dims",
+            )?;
             let max_len = padded.shape[1];
             let mut sources = Vec::with_capacity(given.len());
             for (row, &len) in given.iter().enumerate() {
@@ -395,9 +414,18 @@ fn plan_per_token<'a>(
             for t in sources {
                 check_dtype(spec, t, Where::Field)?;
                 if t.shape.is_empty() {
-                    return Err(batch_err!("field {:?}: rows need a sequence dim", spec.name));
+                    return Err(batch_err!(
+                        "field {:?}: rows need a sequence dim",
+                        spec.name
+                    ));
                 }
-                check_dims(spec, &t.shape[1..], &spec.shape, Where::Field, "trailing dims")?;
+                check_dims(
+                    spec,
+                    &t.shape[1..],
+                    &spec.shape,
+                    Where::Field,
+                    "trailing dims",
+                )?;
             }
             for (row, r) in ranges.iter().enumerate() {
                 if r.end - r.start != lengths[row] {
@@ -408,7 +436,8 @@ fn plan_per_token<'a>(
         }
         FieldInput::Dense(_) | FieldInput::Csr { .. } => {
             return Err(batch_err!(
-                "field {:?} is per-token: pass a list of per-row tensors, a jagged nested tensor, or a padded tensor with lengths",
+                "field {:?} is per-token: pass a list of per-row tensors, a jagged nested \
+                 tensor, or a padded tensor with lengths",
                 spec.name
             ))
         }
@@ -454,8 +483,9 @@ fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()>
             },
         ) => (segments, row_offsets),
         _ => {
-        return Err(batch_err!(
-                "field {:?} is packed: pass rows of segments (a PackedTensor or a list of tensors / None / lists of tensors)",
+            return Err(batch_err!(
+                "field {:?} is packed: pass rows of segments (a PackedTensor or a list of \
+                 tensors / None / lists of tensors)",
                 spec.name
             ))
         }

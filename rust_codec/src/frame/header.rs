@@ -172,7 +172,8 @@ fn tiled_len(entries: &[Entry]) -> Result<u64> {
     for entry in entries {
         if entry.begin != cursor {
             return Err(frame_err!(
-                "tensor {:?} starts at {} but the previous tensor ends at {cursor} (gap or overlap)",
+                "tensor {:?} starts at {} but the previous tensor ends at {cursor} (gap or \
+                 overlap)",
                 entry.name,
                 entry.begin
             ));

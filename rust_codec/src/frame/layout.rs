@@ -215,7 +215,8 @@ pub fn parse_frame(buf: &[u8]) -> Result<FrameLayout> {
             .any(|f| Some(f.spec.name.as_str()) == seq && f.spec.tier == Tier::PerToken)
         {
             return Err(frame_err!(
-                "the frame has per-token fields ({:?}, ...) but its sequence field {seq:?} is not one of them",
+                "the frame has per-token fields ({:?}, ...) but its sequence field {seq:?} is \
+                 not one of them",
                 first.spec.name
             ));
         }
@@ -408,7 +409,8 @@ impl PackedTables {
         let num_segments = seg_offsets.len().saturating_sub(1);
         if seg_offsets.is_empty() || seg_shapes.len() != num_segments.saturating_mul(rank) {
             return Err(frame_err!(
-                "field {name:?}: {} segment offsets and {} shape values do not describe the same segments of rank {rank}",
+                "field {name:?}: {} segment offsets and {} shape values do not describe the \
+                 same segments of rank {rank}",
                 seg_offsets.len(),
                 seg_shapes.len()
             ));
@@ -438,7 +440,8 @@ impl PackedTables {
             })?;
             if seg_offsets[s + 1] - seg_offsets[s] != numel {
                 return Err(frame_err!(
-                    "field {name:?}: segment {s} of shape {shape:?} has {numel} elements but its offsets span {}..{}",
+                    "field {name:?}: segment {s} of shape {shape:?} has {numel} elements but \
+                     its offsets span {}..{}",
                     seg_offsets[s],
                     seg_offsets[s + 1]
                 ));

@@ -94,7 +94,8 @@ fn dims(obj: &Bound<'_, PyAny>, what: &str, location: &dyn Fn() -> String) -> Py
     for (slot, item) in out.iter_mut().zip(tuple.iter()) {
         let v: i64 = item.extract().map_err(|_| {
             BatchError::new_err(format!(
-                "{}: {what} {tuple} is not a tuple of ints (a nested tensor where a plain one is expected?)",
+                "{}: {what} {tuple} is not a tuple of ints (a nested tensor where a plain one \
+                 is expected?)",
                 location()
             ))
         })?;
@@ -462,7 +463,8 @@ pub fn rows(
                 let loc = || format!("field {field:?}, row {row}, segment {seg}");
                 if t.is_none() {
                     return Err(BatchError::new_err(format!(
-                        "{}: None inside a row's segment list (use an empty list or None for the whole row)",
+                        "{}: None inside a row's segment list (use an empty list or None for \
+                         the whole row)",
                         loc()
                     )));
                 }
