@@ -24,7 +24,7 @@ from py_wire._native import (
     TensorLoc,
     WireError,
 )
-from py_wire._ops import chunk, concat, select, shard, split, take_rows
+from py_wire._ops import chunk, concat, select, shard, split, take_rows, truncate
 from py_wire._packed import PackedTensor
 from py_wire._schema import FieldDef, PlaceholderContract, Schema, bundled_schemas, load_schema
 from py_wire._trainer import Bin, micro_batches, pack_sequences, shard_rows, to
@@ -65,6 +65,7 @@ __all__ = [
     "shard_rows",
     "split",
     "take_rows",
+    "truncate",
     "to",
 ]
 __version__ = _native.__version__

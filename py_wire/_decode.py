@@ -25,6 +25,19 @@ from py_wire._trainer import ATTENTION_MASK, RowWindow, padded_width
 from py_wire._trainer import attention_mask as make_attention_mask
 
 Layout = Literal["nested", "padded", "list"]
+Writable = Literal["copy"] | None
+
+_ALIGN = 64
+
+
+def private_copy(frame: Frame) -> Frame:
+    """The frame copied once into a fresh, 64-byte-aligned, writable buffer of its own."""
+    src = np.frombuffer(memoryview(frame), dtype=np.uint8)
+    raw = np.empty(src.nbytes + _ALIGN, dtype=np.uint8)
+    start = (-raw.ctypes.data) % _ALIGN
+    buf = raw[start : start + src.nbytes]
+    np.copyto(buf, src)
+    return Frame.from_buffer(buf)
 
 
 def as_frame(data: Any) -> Frame:
@@ -81,6 +94,7 @@ def decode(
     pad_to_multiple_of: int | None = None,
     pad_values: Mapping[str, float | int | bool] | None = None,
     attention_mask: bool = False,
+    writable: Writable = None,
 ) -> dict[str, Any]:
     """Decode a frame into views, per tier: packed → :class:`PackedTensor`, per-token → jagged
     ``torch.nested`` tensor (``layout="padded"``: ``[B, L, ...]`` padded with the field's pad
@@ -99,8 +113,20 @@ def decode(
     length up (``layout="padded"``); ``pad_values={"input_ids": tokenizer.pad_token_id}``
     overrides the schema's pad values; ``attention_mask=True`` adds ``"attention_mask"``, a
     ``[B, L]`` bool tensor (True on real tokens; ``L`` as the padded layout's).
+
+    ``writable=None`` (the default) returns views into ``data`` itself: zero-copy, but a write
+    to a view writes the source (a Ray object shared by other workers, another reader's bytes)
+    and, on a read-only mapping, faults. Do not write to views of a source you do not own.
+    ``writable="copy"`` first copies the frame once into a private, aligned, writable buffer
+    and decodes views into that: in-place ops (``out["reward"].add_(1)``) are then safe and
+    never reach the source. (torch has no read-only tensors, so views of a read-only source
+    cannot refuse writes; :attr:`Frame.readonly_buffer` says whether the source was read-only.)
     """
+    if writable not in (None, "copy"):
+        raise _native.WireError(f"writable must be None or 'copy', not {writable!r}")
     frame = as_frame(data)
+    if writable == "copy":
+        frame = private_copy(frame)
     frame_schema = checked_schema(frame)
     if schema is not None:
         wanted = load_schema(schema)

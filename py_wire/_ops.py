@@ -132,3 +132,39 @@ def shard(
     base, extra = divmod(frame.num_rows, world_size)
     start = rank * base + min(rank, extra)
     return take_rows(frame, range(start, start + base + (rank < extra)))
+
+
+def truncate(frame: Frame, max_len: int) -> Frame:
+    """A new frame whose per-token fields keep at most ``max_len`` tokens per row (the first
+    ones); packed media stay whole (a segment is never cut, on any dim), scalars are unchanged
+    except the schema's lengths field, which becomes each row's truncated length.
+
+    Built in Python over views (``decode``) and one ``encode``: each kept payload byte is
+    copied once, as by any frame operation (there is no Rust path yet). The result is
+    validated like any encode, so a cut that falls inside an image's placeholder run, or drops
+    placeholders whose media stay, raises :class:`ContractError`: choose a longer ``max_len``,
+    or drop those rows first (``take_rows``).
+    """
+    from py_wire._decode import decode
+    from py_wire._encode import encode
+
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
+        raise WireError(f"max_len must be a non-negative int, got {max_len!r}")
+    frame = as_frame(frame)
+    schema = checked_schema(frame)
+    rows = decode(frame, layout="list")
+    packed = decode(frame)  # PackedTensors keep shared segments shared on re-encode
+    batch: dict[str, object] = {}
+    for name, value in rows.items():
+        tier = schema.fields[name].tier
+        if tier == "per_token":
+            batch[name] = [t[:max_len] for t in value]
+        elif tier == "packed":
+            batch[name] = packed[name]
+        else:
+            batch[name] = value
+    key = schema.lengths_field
+    if key is not None and key in batch and schema.sequence_field in rows:
+        lengths = rows[key]
+        batch[key] = lengths.clamp(max=max_len).to(lengths.dtype)
+    return encode(batch, schema)
