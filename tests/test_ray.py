@@ -10,12 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import ray  # requirements-dev.txt installs it: a missing ray is a failure, not a skip
 import torch
 
 import py_wire
 from py_wire.synth import registry
-
-ray = pytest.importorskip("ray")
 
 SCHEMA = "qwen2_5_vl"
 
