@@ -400,15 +400,48 @@ def test_framework_schemas_use_the_frameworks_names_and_dtypes() -> None:
     assert py_wire.load_schema("verl/text").fields["position_ids"].tier == "per_token"
 
 
+NEMO_RL_MEDIA = ["qwen2_5_vl", "qwen3_vl", "gemma3", "nemotron_omni", "smolvlm"]
+NEMO_RL_TRAIN = {"input_ids", "input_lengths", "token_mask", "sample_mask", "generation_logprobs",
+                 "prev_logprobs", "reference_policy_logprobs", "advantages"}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", NEMO_RL_MEDIA)
+def test_nemo_rl_schemas_are_the_neutral_media_with_nemo_rl_train_names(family: str) -> None:
+    """nemo_rl/<family> = the neutral <family>'s media, geometry and contracts (pixels in bf16,
+    as get_multimodal_dict(pixel_dtype=...) casts them) + NeMo-RL's train-data fields."""
+    neutral, nemo = py_wire.load_schema(family), py_wire.load_schema(f"nemo_rl/{family}")
+    neutral_core = {"input_ids", "input_lengths", "token_mask", "loss_multiplier", "reward",
+                    "generation_logprobs", "advantages"}  # fmt: skip
+    extra = set(neutral.fields) - neutral_core  # media, geometry, per-token type ids
+    assert set(nemo.fields) == extra | NEMO_RL_TRAIN
+    assert nemo.contracts == neutral.contracts
+    keys = ("tier", "shape", "pack_dim", "required", "stages")
+    for name in extra:
+        a, b = neutral.fields[name], nemo.fields[name]
+        assert [getattr(a, k) for k in keys] == [getattr(b, k) for k in keys], name
+        want = "bfloat16" if name == "pixel_values" else a.dtype
+        assert (b.dtype, b.wire_dtype, b.lossy, b.accept) == (want, None, False, ()), name
+    reference = py_wire.load_schema("nemo_rl/qwen2_5_vl")
+    for name in NEMO_RL_TRAIN:
+        a, b = reference.fields[name], nemo.fields[name]
+        keys_t = ("tier", "dtype", "shape", "required", "stages")
+        assert [getattr(a, k) for k in keys_t] == [getattr(b, k) for k in keys_t], name
+    assert nemo.fields["input_lengths"].dtype == "int32"
+    assert nemo.fields["token_mask"].dtype == "int64"
+    assert nemo.fields["reference_policy_logprobs"].required is False
+
+
 @pytest.mark.parametrize("name", FRAMEWORK)
 def test_framework_generators_send_the_declared_dtypes(name: str) -> None:
     schema = py_wire.load_schema(name)
     batch = generate(name, 8, seed=1)
     for field, value in batch.items():
         rows = value if isinstance(value, list) else [value]
-        for r in rows:
-            if r is not None:
-                assert str(r.dtype).removeprefix("torch.") == schema.fields[field].dtype, field
+        # a row is None, a tensor, or a list of segments (Nemotron Omni: one per turn)
+        tensors = [t for r in rows for t in (r if isinstance(r, list) else [r]) if t is not None]
+        assert tensors, field
+        for t in tensors:
+            assert str(t.dtype).removeprefix("torch.") == schema.fields[field].dtype, field
 
 
 def test_slash_names_resolve_only_under_the_schema_folder(tmp_path: Path) -> None:

@@ -15,8 +15,13 @@ from py_wire.synth.registry import generate
 from tests import nemo_rl_model
 from tests.nemo_rl_model import PackedTensor as Nemo
 
-PER_TOKEN = ("input_ids", "token_mask", "generation_logprobs", "prev_logprobs",
-             "reference_policy_logprobs", "advantages", "mm_token_type_ids")  # fmt: skip
+#: Every bundled NeMo-RL schema: each goes through the round trip below.
+NEMO_RL = [n for n in py_wire.bundled_schemas() if n.startswith("nemo_rl/")]
+
+
+def test_every_nemo_rl_family_is_bundled() -> None:
+    families = {"qwen2_5_vl", "qwen3_vl", "gemma3", "nemotron_omni", "smolvlm", "text"}
+    assert {f"nemo_rl/{f}" for f in families} <= set(NEMO_RL)
 
 
 @pytest.fixture
@@ -29,55 +34,80 @@ def with_nemo_rl(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "nemo_rl.data.multimodal_utils", nemo_rl_model)
 
 
+def _segments(row: object) -> list[torch.Tensor]:
+    """A generator's row: None, one tensor, or a list of segments (one per processor call)."""
+    if row is None:
+        return []
+    return list(row) if isinstance(row, list) else [row]  # type: ignore[arg-type]
+
+
 def nemo_batch(name: str, n: int, dedup: bool) -> dict:
-    """What grpo.py builds: per-token fields padded to a multiple of 8 (pad id 151643 for ids),
-    media as NeMo-RL PackedTensors (dedup: one physical segment per prompt, CSR rows)."""
+    """What grpo.py builds: per-token fields padded to a multiple of 8 with the schema's pad
+    values, media as NeMo-RL PackedTensors along the schema's pack dim (dedup: one physical
+    segment per prompt's processor call, CSR rows; without: every row its own segments)."""
+    schema = py_wire.load_schema(name)
     b = generate(name, n, seed=2)
     width = -(-max(len(t) for t in b["input_ids"]) // 8) * 8
-    for k in PER_TOKEN:
-        if k in b:
-            pad = 151643 if k == "input_ids" and "pixel_values" in b else 0
-            rows = [torch.nn.functional.pad(t, (0, width - len(t)), value=pad) for t in b[k]]
-            b[k] = torch.stack(rows)
-    for k in ("pixel_values", "image_grid_thw"):
+    for k, field in schema.fields.items():
         if k not in b:
             continue
-        rows = b[k]
-        if not dedup:
-            b[k] = Nemo(list(rows), 0)
-            continue
-        physical: dict[int, int] = {}
-        tensors, indices, offsets = [], [], [0]
-        for r in rows:
-            if r is not None:
-                if id(r) not in physical:
-                    physical[id(r)] = len(tensors)
-                    tensors.append(r)
-                indices.append(physical[id(r)])
-            offsets.append(len(indices))
-        b[k] = Nemo(
-            tensors, 0, _row_offsets=offsets, _segment_indices=indices
-        ).enable_deduplication()
+        if field.tier == "per_token":
+            pad = field.pad_value
+            rows = [torch.nn.functional.pad(t, (0, width - len(t)), value=pad) for t in b[k]]
+            b[k] = torch.stack(rows)
+        elif field.tier == "packed":
+            rows = b[k]
+            if not dedup and all(not isinstance(r, list) for r in rows):
+                b[k] = Nemo([None if r is None else r.clone() for r in rows], field.pack_dim)
+                continue
+            physical: dict[int, int] = {}
+            tensors, indices, offsets = [], [], [0]
+            for r in rows:
+                for seg in _segments(r):
+                    if not dedup:  # a copy per row: nothing shared
+                        seg = seg.clone()
+                    if id(seg) not in physical:
+                        physical[id(seg)] = len(tensors)
+                        tensors.append(seg)
+                    indices.append(physical[id(seg)])
+                offsets.append(len(indices))
+            packed = Nemo(tensors, field.pack_dim, _row_offsets=offsets, _segment_indices=indices)
+            b[k] = packed.enable_deduplication() if dedup else packed
     return b
 
 
-@pytest.mark.parametrize("name", ["nemo_rl/qwen2_5_vl", "nemo_rl/text"])
+@pytest.mark.parametrize("name", NEMO_RL)
 @pytest.mark.parametrize("dedup", [False, True])
 def test_round_trip_bit_exact(with_nemo_rl: None, name: str, dedup: bool) -> None:
     batch = nemo_batch(name, 16, dedup)
+    schema = py_wire.load_schema(name)
+    assert set(batch) == set(schema.fields)  # every field, optional ones included
     frame = nemo_rl.to_frame(batch, name)
     out = nemo_rl.from_frame(bytes(frame), pad_to_multiple=8)
     assert set(out) == set(batch)
+    layouts = {f.name: f for f in frame.layout.fields}
     for k, v in batch.items():
         if isinstance(v, Nemo):
             got = out[k]
             assert type(got) is Nemo  # NeMo-RL's own class, as get_multimodal_dict expects
-            assert [len(r) for r in got.logical_rows()] == [len(r) for r in v.logical_rows()]
-            assert torch.equal(got.as_tensor(), v.as_tensor())
-            layout = {f.name: f for f in frame.layout.fields}[k]
+            assert got.dim_to_pack == v.dim_to_pack == schema.fields[k].pack_dim
+            want_rows, got_rows = v.logical_rows(), got.logical_rows()
+            assert len(got_rows) == len(want_rows) == 16
+            # text-only rows and rows with several items (images, crops, tiles) both present
+            items = [sum(s.shape[v.dim_to_pack] for s in r) for r in want_rows]
+            assert 0 in items and max(items) >= 2, items
+            for want, have in zip(want_rows, got_rows, strict=True):
+                assert len(have) == len(want)
+                for a, c in zip(want, have, strict=True):
+                    assert c.dtype == a.dtype == getattr(torch, schema.fields[k].dtype), k
+                    assert c.shape == a.shape and torch.equal(c, a), k
             if dedup:  # a GRPO group's media: stored once on the wire, shared after decode
-                assert layout.num_segments == len(v.tensors) < layout.num_refs
+                assert layouts[k].num_segments == len(v.tensors) < layouts[k].num_refs
                 assert got._segment_indices == v._segment_indices and got.deduplication_enabled
+                shared = [id(t) for t in got.tensors]
+                assert len(set(shared)) == len(shared) == len(v.tensors)
+            else:
+                assert layouts[k].num_segments == layouts[k].num_refs
         else:
             assert out[k].dtype == v.dtype and torch.equal(out[k], v), k
 

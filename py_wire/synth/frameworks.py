@@ -8,22 +8,32 @@ from typing import Any
 
 import torch
 
+from py_wire.synth.gemma3 import gemma3_batch
+from py_wire.synth.nemotron import nemotron_omni_batch
 from py_wire.synth.qwen import qwen2_5_vl_batch
+from py_wire.synth.qwen3 import qwen3_vl_batch
+from py_wire.synth.smolvlm import smolvlm_batch
 from py_wire.synth.text import text_grpo_batch
+
+#: The neutral generators' non-media keys; every other key (media, geometry, per-token type ids)
+#: passes through to the NeMo-RL batch as the model's processor gives it.
+_NEUTRAL_CORE = frozenset({"input_ids", "input_lengths", "token_mask", "loss_multiplier",
+                           "reward", "generation_logprobs", "advantages"})  # fmt: skip
 
 
 def _shared_cast(rows: list[Any], dtype: torch.dtype) -> list[Any]:
-    """Cast each row's tensor once, keeping a GRPO group's rows the same object."""
-    done: dict[int, torch.Tensor] = {}
-    out: list[torch.Tensor | None] = []
-    for r in rows:
+    """Cast each row's tensor (or each segment of a row's list of segments) once, keeping a GRPO
+    group's rows, and their segments, the same objects."""
+    done: dict[int, Any] = {}
+
+    def cast(r: Any) -> Any:
         if r is None:
-            out.append(None)
-            continue
+            return None
         if id(r) not in done:
-            done[id(r)] = r.to(dtype)
-        out.append(done[id(r)])
-    return out
+            done[id(r)] = [cast(s) for s in r] if isinstance(r, list) else r.to(dtype)
+        return done[id(r)]
+
+    return [cast(r) for r in rows]
 
 
 def _nemo_rl(batch: dict[str, Any], gen: torch.Generator) -> dict[str, Any]:
@@ -42,10 +52,10 @@ def _nemo_rl(batch: dict[str, Any], gen: torch.Generator) -> dict[str, Any]:
         ],
         "advantages": batch["advantages"],
     }
-    if "pixel_values" in batch:
-        out["mm_token_type_ids"] = batch["mm_token_type_ids"]
-        out["pixel_values"] = _shared_cast(batch["pixel_values"], torch.bfloat16)
-        out["image_grid_thw"] = batch["image_grid_thw"]
+    for key, value in batch.items():
+        if key not in _NEUTRAL_CORE:
+            # get_multimodal_dict(pixel_dtype=...) casts pixel_values only; the rest is as is
+            out[key] = _shared_cast(value, torch.bfloat16) if key == "pixel_values" else value
     return out
 
 
@@ -56,6 +66,39 @@ def nemo_rl_qwen2_5_vl_batch(
     gen = torch.Generator().manual_seed(seed + 1)
     base = qwen2_5_vl_batch(num_samples, seed=seed, misalign_row=misalign_row, **kw)
     return _nemo_rl(base, gen)
+
+
+def nemo_rl_qwen3_vl_batch(
+    num_samples: int = 16, *, seed: int = 0, misalign_row: int | None = None, **kw: Any
+) -> dict[str, Any]:
+    """A batch for ``nemo_rl/qwen3_vl`` (keywords as :func:`qwen3_vl_batch`)."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    return _nemo_rl(qwen3_vl_batch(num_samples, seed=seed, misalign_row=misalign_row, **kw), gen)
+
+
+def nemo_rl_gemma3_batch(
+    num_samples: int = 8, *, seed: int = 0, misalign_row: int | None = None, **kw: Any
+) -> dict[str, Any]:
+    """A batch for ``nemo_rl/gemma3`` (keywords as :func:`gemma3_batch`)."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    return _nemo_rl(gemma3_batch(num_samples, seed=seed, misalign_row=misalign_row, **kw), gen)
+
+
+def nemo_rl_nemotron_omni_batch(
+    num_samples: int = 16, *, seed: int = 0, misalign_row: int | None = None, **kw: Any
+) -> dict[str, Any]:
+    """A batch for ``nemo_rl/nemotron_omni`` (keywords as :func:`nemotron_omni_batch`)."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    base = nemotron_omni_batch(num_samples, seed=seed, misalign_row=misalign_row, **kw)
+    return _nemo_rl(base, gen)
+
+
+def nemo_rl_smolvlm_batch(
+    num_samples: int = 8, *, seed: int = 0, misalign_row: int | None = None, **kw: Any
+) -> dict[str, Any]:
+    """A batch for ``nemo_rl/smolvlm`` (keywords as :func:`smolvlm_batch`)."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    return _nemo_rl(smolvlm_batch(num_samples, seed=seed, misalign_row=misalign_row, **kw), gen)
 
 
 def nemo_rl_text_batch(num_samples: int = 64, *, seed: int = 0, **kw: Any) -> dict[str, Any]:

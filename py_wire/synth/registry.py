@@ -6,7 +6,11 @@ import inspect
 from collections.abc import Callable
 
 from py_wire.synth.frameworks import (
+    nemo_rl_gemma3_batch,
+    nemo_rl_nemotron_omni_batch,
     nemo_rl_qwen2_5_vl_batch,
+    nemo_rl_qwen3_vl_batch,
+    nemo_rl_smolvlm_batch,
     nemo_rl_text_batch,
     verl_qwen2_5_vl_batch,
     verl_text_batch,
@@ -28,7 +32,11 @@ GENERATORS: dict[str, Callable[..., dict[str, object]]] = {
     "qwen3_vl": qwen3_vl_batch,
     "smolvlm": smolvlm_batch,
     "text_grpo": text_grpo_batch,
+    "nemo_rl/gemma3": nemo_rl_gemma3_batch,
+    "nemo_rl/nemotron_omni": nemo_rl_nemotron_omni_batch,
     "nemo_rl/qwen2_5_vl": nemo_rl_qwen2_5_vl_batch,
+    "nemo_rl/qwen3_vl": nemo_rl_qwen3_vl_batch,
+    "nemo_rl/smolvlm": nemo_rl_smolvlm_batch,
     "nemo_rl/text": nemo_rl_text_batch,
     "verl/qwen2_5_vl": verl_qwen2_5_vl_batch,
     "verl/text": verl_text_batch,
