@@ -1,0 +1,58 @@
+"""A batch through a file, side by side in one run: py_wire.save / load + decode against
+torch.save / torch.load of the same batch as a dict of tensors and lists of tensors (the pickled
+dict path).
+
+    .venv/bin/python benchmarks/file_transport.py --rows 44 --reps 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import py_wire
+from py_wire.synth.registry import generate
+
+
+def median_ms(fn, reps: int) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=44)
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    batch = generate("qwen2_5_vl", args.rows)
+    schema = py_wire.load_schema("qwen2_5_vl")
+    frame = py_wire.encode(batch, schema)
+    with tempfile.TemporaryDirectory() as tmp:
+        wire, pickled = Path(tmp) / "batch.safetensors", Path(tmp) / "batch.pt"
+        print(
+            f"frame {len(frame) / 1e6:.1f} MB, {args.rows} rows; {os.cpu_count()} cpus, "
+            f"load average {os.getloadavg()[0]:.1f}"
+        )
+        rows = {
+            "py_wire: encode + save": lambda: py_wire.save(py_wire.encode(batch, schema), wire),
+            "py_wire: load + decode": lambda: py_wire.decode(py_wire.load(wire)),
+            "torch.save(dict)": lambda: torch.save(dict(batch), pickled),
+            "torch.load(dict)": lambda: torch.load(pickled, weights_only=False),
+        }
+        for name, fn in rows.items():
+            print(f"{name:<28} {median_ms(fn, args.reps):8.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
