@@ -11,22 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 
 import torch
+from timing import median_ms  # benchmarks/ is sys.path[0] when run as a script
 
 import py_wire
-
-
-def median_ms(fn, reps: int) -> float:
-    fn()  # warm up (first touch of every buffer)
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
 
 
 def main() -> None:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 import warnings
 
 import ray
 import torch
+from timing import median_ms  # benchmarks/ is sys.path[0] when run as a script
 
 import py_wire
 from py_wire.synth.registry import generate
@@ -31,16 +30,6 @@ def consume_frame(frame: py_wire.Frame) -> float:
 @ray.remote
 def consume_dict(batch: dict) -> float:
     return float(batch["reward"].sum())
-
-
-def median_ms(fn, reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
 
 
 def main() -> None:

@@ -14,9 +14,10 @@ from py_wire._decode import as_frame, checked_schema
 from py_wire._native import Frame, SchemaError, WireError
 
 
-def take_rows(frame: Frame, rows: Sequence[int] | range | slice) -> Frame:
+def take_rows(frame: Frame, rows: Sequence[int] | Sequence[range] | range | slice) -> Frame:
     """A new frame with ``rows`` of ``frame``, in that order (repeats allowed; negative indices
-    count from the end). A ``slice`` or ``range`` is resolved in Rust, never row by row here."""
+    count from the end; a list of step-1 ranges takes those spans one after another). A
+    ``slice``, a ``range`` or spans are resolved in Rust, never row by row here."""
     frame = as_frame(frame)
     if isinstance(rows, slice):
         rows = range(frame.num_rows)[rows]
@@ -126,9 +127,7 @@ def shard(
         ranges = shard_rows(
             frame.num_rows, rank, world_size, batch_size=batch_size, allow_uneven=allow_uneven
         )
-        if len(ranges) == 1:
-            return take_rows(frame, ranges[0])
-        return take_rows(frame, [i for r in ranges for i in r])
+        return take_rows(frame, ranges)
     base, extra = divmod(frame.num_rows, world_size)
     start = rank * base + min(rank, extra)
     return take_rows(frame, range(start, start + base + (rank < extra)))

@@ -132,3 +132,13 @@ def test_old_names_still_work_and_say_what_replaces_them(batch_and_frame):
         parts = py_wire.split(frame, 3)
     assert [bytes(p) for p in parts] == [bytes(p) for p in py_wire.chunk(frame, 3)]
     assert [p.num_rows for p in parts] == [3, 3, 2]
+
+
+def test_take_rows_of_spans_is_their_rows_in_order(batch_and_frame):
+    _, frame = batch_and_frame
+    spans = py_wire.take_rows(frame, [range(5, 7), range(0, 2)])
+    assert bytes(spans) == bytes(py_wire.take_rows(frame, [5, 6, 0, 1]))
+    with pytest.raises(py_wire.WireError, match="out of range"):
+        py_wire.take_rows(frame, [range(6, 9)])
+    with pytest.raises(py_wire.WireError, match="step 1"):
+        py_wire.take_rows(frame, [range(0, 4, 2)])

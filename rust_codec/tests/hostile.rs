@@ -184,6 +184,15 @@ fn row_selections_are_checked_without_materialising_claims() {
         Err(Error::Argument(_))
     ));
     assert!(matches!(rows(range(0, 3, 0)), Err(Error::Argument(_))));
+    assert_eq!(rows(Rows::Spans(vec![(2, 3), (0, 2)])), Ok(Some(3)));
+    assert!(matches!(
+        rows(Rows::Spans(vec![(0, 1), (2, 4)])),
+        Err(Error::Argument(_))
+    ));
+    assert!(matches!(
+        rows(Rows::Spans(vec![(2, 1)])),
+        Err(Error::Argument(_))
+    ));
     let parts = split(source, &[1, 0, 2]).unwrap();
     let counts: Vec<_> = parts.iter().map(|p| p.num_rows_hint).collect();
     assert_eq!(counts, [Some(1), Some(0), Some(2)]);

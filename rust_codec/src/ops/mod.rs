@@ -34,6 +34,8 @@ pub enum Rows {
     Range { start: i64, stop: i64, step: i64 },
     /// Explicit row indices; negative ones count from the end, as in Python.
     List(Vec<i64>),
+    /// Consecutive row spans `start..stop`, one after another (e.g. an interleaved shard).
+    Spans(Vec<(u64, u64)>),
 }
 
 impl Rows {
@@ -64,6 +66,18 @@ impl Rows {
                     }
                 }
                 Ok((0..len).map(|i| (start + i * step) as u64).collect())
+            }
+            Rows::Spans(spans) => {
+                let mut out = Vec::new();
+                for &(start, stop) in spans {
+                    if start > stop || stop > total {
+                        return Err(argument_err!(
+                            "row span {start}..{stop} is out of range for {total} rows"
+                        ));
+                    }
+                    out.extend(start..stop);
+                }
+                Ok(out)
             }
             Rows::List(rows) => rows
                 .iter()

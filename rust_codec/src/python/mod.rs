@@ -416,9 +416,35 @@ fn row_selection(rows: Option<&Bound<'_, PyAny>>) -> PyResult<crate::ops::Rows> 
             step: int("step")?,
         });
     }
+    if let Ok(ranges) = rows.extract::<Vec<Bound<'_, pyo3::types::PyRange>>>() {
+        if !ranges.is_empty() {
+            let spans = ranges
+                .iter()
+                .map(|r| -> PyResult<(u64, u64)> {
+                    let (start, stop, step): (u64, u64, i64) = (
+                        r.getattr("start")?.extract()?,
+                        r.getattr("stop")?.extract()?,
+                        r.getattr("step")?.extract()?,
+                    );
+                    if step != 1 {
+                        return Err(errors::WireError::new_err(format!(
+                            "row span {r} must have step 1"
+                        )));
+                    }
+                    Ok((start, stop))
+                })
+                .collect::<PyResult<_>>()
+                .map_err(|_| {
+                    errors::WireError::new_err(
+                        "row spans must be ranges of non-negative rows with step 1",
+                    )
+                })?;
+            return Ok(Rows::Spans(spans));
+        }
+    }
     rows.extract::<Vec<i64>>().map(Rows::List).map_err(|_| {
         errors::WireError::new_err(format!(
-            "rows must be a range, a slice or a sequence of ints, not {}",
+            "rows must be a range, a slice, a list of ranges or a sequence of ints, not {}",
             rows.get_type()
                 .name()
                 .map(|n| n.to_string())
