@@ -25,9 +25,9 @@ batch = {"input_ids": nested, "advantages": floats, "generation_logprobs": float
          "input_lengths": lengths, "loss_multiplier": torch.ones(rows), "reward": torch.ones(rows)}
 frame = py_wire.encode(batch, schema, threads=1)
 ops = {
-    "select": lambda: [py_wire.take_rows(frame, range(rows))],
+    "take_rows": lambda: [py_wire.take_rows(frame, range(rows))],
     "concat": lambda: [py_wire.concat([frame, frame])],
-    "split": lambda: py_wire.chunk(frame, 8),
+    "chunk": lambda: py_wire.chunk(frame, 8),
     "shard": lambda: [py_wire.shard(frame, 1, 2)],
 }
 # Peak memory of the first (cold) call beyond what this process already peaked at; then the
@@ -54,9 +54,9 @@ def main() -> None:
     env = dict(os.environ, PY_WIRE_THREADS="1")
     print(f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")
     extra = "peak beyond output, B/out row"
-    print(f"{'op':<7}{'rows':>9}{'warm ms':>9}{'GB/s':>7}{'out MB':>8}{extra:>31}")
+    print(f"{'op':<10}{'rows':>9}{'warm ms':>9}{'GB/s':>7}{'out MB':>8}{extra:>31}")
     for rows in args.rows:
-        for op in ("select", "concat", "split", "shard"):
+        for op in ("take_rows", "concat", "chunk", "shard"):
             done = subprocess.run(
                 [sys.executable, "-c", CHILD, str(rows), str(args.tokens), op],
                 capture_output=True,
@@ -68,7 +68,7 @@ def main() -> None:
             extra = max(r["peak_growth"] - r["out_bytes"], 0) / max(r["out_rows"], 1)
             gbs = r["out_bytes"] / r["seconds"] / 1e9
             print(
-                f"{op:<7}{rows:>9}{r['seconds'] * 1e3:>9.1f}{gbs:>7.1f}"
+                f"{op:<10}{rows:>9}{r['seconds'] * 1e3:>9.1f}{gbs:>7.1f}"
                 f"{r['out_bytes'] / 1e6:>8.1f}{extra:>31.0f}"
             )
 

@@ -47,8 +47,8 @@ def main() -> None:
         "memcpy -> preallocated": lambda: dst.copy_(src),
         "memcpy -> fresh buffer": lambda: torch.empty(n, dtype=torch.uint8).copy_(src),
         "py_wire.encode": lambda: py_wire.encode(batch, schema, threads=1),
-        "select(all rows)": lambda: py_wire.take_rows(frame, range(args.rows)),
-        "select(all) then split(8), alternating": lambda: (
+        "take_rows(all rows)": lambda: py_wire.take_rows(frame, range(args.rows)),
+        "take_rows(all) then chunk(8), alternating": lambda: (
             py_wire.take_rows(frame, range(args.rows)),
             py_wire.chunk(frame, 8),
         ),
