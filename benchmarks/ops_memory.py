@@ -1,5 +1,7 @@
-"""Frame ops (select, concat, split, shard) against rows: time, GB/s and peak memory beyond the
-output frame, per row. Each case runs in a fresh process so peak RSS is its own.
+"""Frame ops (take_rows, concat, chunk, shard) against rows: time, GB/s, the ratio to a memcpy
+of the same output bytes into a preallocated buffer (same process, warm memory), and peak
+memory beyond the output frame, per row. Each case runs in a fresh process so peak RSS is its
+own.
 
     .venv/bin/python benchmarks/ops_memory.py --rows 1000 65536 262144 1048576
 """
@@ -13,9 +15,10 @@ import subprocess
 import sys
 
 CHILD = r"""
-import json, os, resource, sys, time
+import json, os, resource, statistics, sys, time
 import torch, py_wire
-rows, tokens, op = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+torch.set_num_threads(1)
+rows, tokens, op, reps = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 schema = py_wire.load_schema("text_grpo")
 lengths = torch.full((rows,), tokens, dtype=torch.int64)
 values = torch.arange(rows * tokens, dtype=torch.int64)
@@ -30,19 +33,32 @@ ops = {
     "chunk": lambda: py_wire.chunk(frame, 8),
     "shard": lambda: [py_wire.shard(frame, 1, 2)],
 }
-# Peak memory of the first (cold) call beyond what this process already peaked at; then the
-# time of a warm call (pooled output buffers, warm code).
+# Peak memory of the first (cold) call beyond what this process already peaked at; then warm
+# calls (pooled output buffers, warm code), each beside a memcpy of the same output bytes.
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 out = ops[op]()
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 out_bytes = sum(len(f) for f in out)
 out_rows = sum(f.num_rows for f in out)
+sources = [torch.frombuffer(f, dtype=torch.uint8) for f in out]
+dst = torch.empty(max(len(f) for f in out), dtype=torch.uint8)
+def memcpy():
+    for src in sources:
+        dst[: src.numel()].copy_(src)
+memcpy()
 del out
-t = time.perf_counter()
-ops[op]()
-seconds = time.perf_counter() - t
-print(json.dumps({"seconds": seconds, "out_bytes": out_bytes, "out_rows": out_rows,
-                  "frame_bytes": len(frame), "peak_growth": after - before}))
+op_times, copy_times = [], []
+for _ in range(reps):
+    t = time.perf_counter()
+    ops[op]()
+    op_times.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    memcpy()
+    copy_times.append(time.perf_counter() - t)
+print(json.dumps({"seconds": statistics.median(op_times),
+                  "memcpy_seconds": statistics.median(copy_times), "out_bytes": out_bytes,
+                  "out_rows": out_rows, "frame_bytes": len(frame),
+                  "peak_growth": after - before}))
 """
 
 
@@ -50,15 +66,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1000, 65536, 262144, 1048576])
     parser.add_argument("--tokens", type=int, default=16, help="tokens per row")
+    parser.add_argument("--reps", type=int, default=5, help="warm calls per case (median)")
     args = parser.parse_args()
     env = dict(os.environ, PY_WIRE_THREADS="1")
     print(f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")
     extra = "peak beyond output, B/out row"
-    print(f"{'op':<10}{'rows':>9}{'warm ms':>9}{'GB/s':>7}{'out MB':>8}{extra:>31}")
+    print(
+        f"{'op':<10}{'rows':>9}{'warm ms':>9}{'memcpy ms':>10}{'x memcpy':>9}{'GB/s':>7}"
+        f"{'out MB':>8}{extra:>31}"
+    )
     for rows in args.rows:
         for op in ("take_rows", "concat", "chunk", "shard"):
             done = subprocess.run(
-                [sys.executable, "-c", CHILD, str(rows), str(args.tokens), op],
+                [sys.executable, "-c", CHILD, str(rows), str(args.tokens), op, str(args.reps)],
                 capture_output=True,
                 text=True,
                 env=env,
@@ -67,9 +87,10 @@ def main() -> None:
             r = json.loads(done.stdout)
             extra = max(r["peak_growth"] - r["out_bytes"], 0) / max(r["out_rows"], 1)
             gbs = r["out_bytes"] / r["seconds"] / 1e9
+            ratio = r["seconds"] / r["memcpy_seconds"]
             print(
-                f"{op:<10}{rows:>9}{r['seconds'] * 1e3:>9.1f}{gbs:>7.1f}"
-                f"{r['out_bytes'] / 1e6:>8.1f}{extra:>31.0f}"
+                f"{op:<10}{rows:>9}{r['seconds'] * 1e3:>9.1f}{r['memcpy_seconds'] * 1e3:>10.1f}"
+                f"{ratio:>9.2f}{gbs:>7.1f}{r['out_bytes'] / 1e6:>8.1f}{extra:>31.0f}"
             )
 
 

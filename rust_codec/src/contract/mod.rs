@@ -606,12 +606,12 @@ fn request_input<'r>(request: &'r EncodeRequest<'r>) -> Result<ContractInput<'r>
                 push_row(&row.narrow0(0, len)?)?;
             }
         }
-        FieldInput::Ranges { sources, ranges } => {
-            for r in ranges.iter() {
+        FieldInput::Ranges { sources, spans } => {
+            for (s, start, end) in spans.rows() {
                 let source = sources
-                    .get(r.source as usize)
-                    .ok_or_else(|| internal_err!("row range names source {}", r.source))?;
-                push_row(&source.narrow0(r.start, r.end - r.start)?)?;
+                    .get(s)
+                    .ok_or_else(|| internal_err!("row span names source {s}"))?;
+                push_row(&source.narrow0(start, end - start)?)?;
             }
         }
         FieldInput::Dense(_) | FieldInput::Csr { .. } => {

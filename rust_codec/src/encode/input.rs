@@ -4,7 +4,7 @@
 use crate::error::Result;
 use crate::spec::FieldSpec;
 use crate::tensor::TensorRef;
-use crate::{batch_err, schema_err};
+use crate::{batch_err, internal_err, schema_err};
 
 /// How a producer hands one field to the codec.
 #[derive(Debug, Clone)]
@@ -27,14 +27,12 @@ pub enum FieldInput<'a> {
     },
     /// A scalar field as one `[B, ...]` tensor.
     Dense(TensorRef<'a>),
-    /// Rows as dim-0 ranges of a few source tensors, as frame operations gather per-token and
-    /// scalar rows: 24 bytes per row instead of a view per row, and consecutive ranges of one
-    /// source are copied as one run. Per-token rows are `sources[s][start..end]`; scalar rows
-    /// are one item each (`end == start + 1`).
+    /// Rows as spans of consecutive rows of a few source tensors, as frame operations gather
+    /// per-token and scalar rows: bytes per span, not per row, and each span is copied as one
+    /// run. Every per-token field of one gather shares one `RowSpans`.
     Ranges {
         sources: Vec<TensorRef<'a>>,
-        /// Shared by every field whose rows are the same ranges (all per-token fields).
-        ranges: std::sync::Arc<[RowRange]>,
+        spans: std::sync::Arc<RowSpans>,
     },
     /// A packed field already in CSR form (a decoded `PackedTensor`): contiguous `values` whose
     /// segment `s` holds elements `seg_offsets[s]..seg_offsets[s + 1]` in shape
@@ -48,12 +46,129 @@ pub enum FieldInput<'a> {
     },
 }
 
-/// One row of a `FieldInput::Ranges`: dim-0 items `start..end` of source `source`.
+/// Consecutive rows `start..end` of source `source`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RowRange {
+pub struct RowSpan {
     pub source: u32,
     pub start: u64,
     pub end: u64,
+}
+
+/// How a source's rows map to dim-0 items of its values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowItems {
+    /// Row `r` is item `r` (scalar fields); the source has this many rows.
+    One(u64),
+    /// Row `r` is items `offsets[r]..offsets[r + 1]` (per-token fields: the sequence offsets).
+    Offsets(std::sync::Arc<Vec<u64>>),
+}
+
+impl RowItems {
+    fn num_rows(&self) -> u64 {
+        match self {
+            RowItems::One(rows) => *rows,
+            RowItems::Offsets(offsets) => offsets.len().saturating_sub(1) as u64,
+        }
+    }
+
+    fn item(&self, row: u64) -> u64 {
+        match self {
+            RowItems::One(_) => row,
+            RowItems::Offsets(offsets) => offsets[row as usize],
+        }
+    }
+}
+
+/// The rows of a `FieldInput::Ranges`: spans of rows of each source, in output order.
+/// Validated at construction: every span lies within its source's rows and the offsets under
+/// every span are non-decreasing (O(selected rows)), so the item arithmetic cannot underflow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowSpans {
+    items: Vec<RowItems>,
+    spans: Vec<RowSpan>,
+    num_rows: u64,
+}
+
+impl RowSpans {
+    pub fn new(items: Vec<RowItems>, spans: Vec<RowSpan>) -> Result<RowSpans> {
+        let mut num_rows = 0u64;
+        for span in &spans {
+            let source = items.get(span.source as usize).ok_or_else(|| {
+                internal_err!("row span {span:?} names a source that does not exist")
+            })?;
+            if span.start > span.end || span.end > source.num_rows() {
+                return Err(internal_err!(
+                    "row span {span:?} lies outside its source's {} rows",
+                    source.num_rows()
+                ));
+            }
+            if let RowItems::Offsets(offsets) = source {
+                let under = offsets
+                    .get(span.start as usize..=span.end as usize)
+                    .ok_or_else(|| internal_err!("row span {span:?} has no offsets"))?;
+                if under.windows(2).any(|w| w[1] < w[0]) {
+                    return Err(internal_err!("row span {span:?}: its offsets decrease"));
+                }
+            }
+            num_rows = num_rows
+                .checked_add(span.end - span.start)
+                .ok_or_else(|| batch_err!("row spans add up past 2^64 rows"))?;
+        }
+        Ok(RowSpans {
+            items,
+            spans,
+            num_rows,
+        })
+    }
+
+    pub fn num_rows(&self) -> u64 {
+        self.num_rows
+    }
+
+    /// Each span as `(source, first item, end item)`: what it copies.
+    pub fn item_runs(&self) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
+        self.spans.iter().map(|span| {
+            let items = &self.items[span.source as usize];
+            (
+                span.source as usize,
+                items.item(span.start),
+                items.item(span.end),
+            )
+        })
+    }
+
+    /// Each row as `(source, first item, end item)`, in output order.
+    pub fn rows(&self) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
+        self.spans.iter().flat_map(move |span| {
+            let items = &self.items[span.source as usize];
+            (span.start..span.end)
+                .map(move |r| (span.source as usize, items.item(r), items.item(r + 1)))
+        })
+    }
+
+    /// The output's item offsets (`rows + 1` entries from 0): each span's source offsets,
+    /// rebased. O(rows), one pass.
+    pub fn offsets(&self) -> Result<Vec<u64>> {
+        let mut out = Vec::with_capacity(self.num_rows as usize + 1);
+        out.push(0u64);
+        let mut base = 0u64;
+        for span in &self.spans {
+            match &self.items[span.source as usize] {
+                RowItems::One(_) => {
+                    out.extend((span.start..span.end).map(|r| base + r - span.start + 1))
+                }
+                RowItems::Offsets(offsets) => {
+                    let under = &offsets[span.start as usize..=span.end as usize];
+                    let first = under[0];
+                    base.checked_add(under[under.len() - 1] - first)
+                        .ok_or_else(|| batch_err!("row spans hold more than 2^64 items"))?;
+                    out.extend(under[1..].iter().map(|&o| base + (o - first)));
+                }
+            }
+            base = out[out.len() - 1];
+        }
+        Ok(out)
+    }
 }
 
 impl<'a> FieldInput<'a> {
@@ -156,21 +271,17 @@ pub(super) fn row_count(field: &FieldData<'_>) -> Result<u64> {
             check_offsets(name, "row offsets", row_offsets)?;
             row_offsets.len() as u64 - 1
         }
-        FieldInput::Ranges { sources, ranges } => {
-            if let Some((row, r)) = ranges.iter().enumerate().find(|(_, r)| {
-                r.end < r.start
-                    || sources
-                        .get(r.source as usize)
-                        .is_none_or(|t| t.shape.first().is_none_or(|&n| r.end > n))
+        FieldInput::Ranges { sources, spans } => {
+            if let Some((source, start, end)) = spans.item_runs().find(|&(s, _, end)| {
+                sources
+                    .get(s)
+                    .is_none_or(|t| t.shape.first().is_none_or(|&n| end > n))
             }) {
                 return Err(batch_err!(
-                    "field {name:?}, row {row}: range {}..{} of source {} is out of bounds",
-                    r.start,
-                    r.end,
-                    r.source
+                    "field {name:?}: items {start}..{end} of source {source} are out of bounds"
                 ));
             }
-            ranges.len() as u64
+            spans.num_rows()
         }
         FieldInput::Dense(t) => *t.shape.first().ok_or_else(|| {
             batch_err!("field {name:?}: a scalar field needs a [B, ...] tensor, got a 0-d tensor")
@@ -194,9 +305,43 @@ fn check_offsets(name: &str, what: &str, offsets: &[u64]) -> Result<()> {
     Ok(())
 }
 
-/// Per-row sequence lengths of the sequence field.
-pub(super) fn sequence_lengths(field: &FieldData<'_>) -> Result<Vec<u64>> {
-    Ok(match &field.input {
+/// The batch's sequence offsets: `rows + 1` entries from 0; row `r` holds tokens
+/// `offsets[r]..offsets[r + 1]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct SeqOffsets(pub Vec<u64>);
+
+impl SeqOffsets {
+    fn from_lengths(name: &str, lengths: impl Iterator<Item = u64>) -> Result<SeqOffsets> {
+        let mut offsets = Vec::with_capacity(lengths.size_hint().0 + 1);
+        let mut total = 0u64;
+        offsets.push(0);
+        for n in lengths {
+            total = total
+                .checked_add(n)
+                .ok_or_else(|| batch_err!("field {name:?}: sequence lengths add up past 2^64"))?;
+            offsets.push(total);
+        }
+        Ok(SeqOffsets(offsets))
+    }
+
+    pub(super) fn num_rows(&self) -> usize {
+        self.0.len() - 1
+    }
+
+    /// Tokens in row `row` (< `num_rows()`).
+    pub(super) fn len(&self, row: usize) -> u64 {
+        self.0[row + 1] - self.0[row]
+    }
+
+    pub(super) fn total(&self) -> u64 {
+        self.0[self.0.len() - 1]
+    }
+}
+
+/// The sequence field's offsets, after `row_count` checked its input's own tables.
+pub(super) fn sequence_offsets(field: &FieldData<'_>) -> Result<SeqOffsets> {
+    let name = &field.spec.name;
+    match &field.input {
         FieldInput::Segments {
             segments,
             row_offsets,
@@ -205,33 +350,33 @@ pub(super) fn sequence_lengths(field: &FieldData<'_>) -> Result<Vec<u64>> {
             for (row, w) in row_offsets.windows(2).enumerate() {
                 if w[1] - w[0] != 1 {
                     return Err(batch_err!(
-                        "field {:?}, row {row}: a per-token field needs exactly one tensor per \
-                         row, found {}",
-                        field.spec.name,
+                        "field {name:?}, row {row}: a per-token field needs exactly one tensor \
+                         per row, found {}",
                         w[1] - w[0]
                     ));
                 }
                 let seg = &segments[w[0] as usize];
                 lengths.push(*seg.shape.first().ok_or_else(|| {
                     batch_err!(
-                        "field {:?}, row {row}: a per-token row needs a sequence dim, got a \
-                         0-d tensor",
-                        field.spec.name
+                        "field {name:?}, row {row}: a per-token row needs a sequence dim, got a \
+                         0-d tensor"
                     )
                 })?);
             }
-            lengths
+            SeqOffsets::from_lengths(name, lengths.into_iter())
         }
-        FieldInput::Jagged { offsets, .. } => offsets.windows(2).map(|w| w[1] - w[0]).collect(),
-        FieldInput::Padded { lengths, .. } => lengths.clone(),
-        FieldInput::Ranges { ranges, .. } => ranges.iter().map(|r| r.end - r.start).collect(),
+        FieldInput::Jagged { offsets, .. } => {
+            let first = offsets.first().copied().unwrap_or(0);
+            Ok(SeqOffsets(offsets.iter().map(|&o| o - first).collect()))
+        }
+        FieldInput::Padded { lengths, .. } => {
+            SeqOffsets::from_lengths(name, lengths.iter().copied())
+        }
+        FieldInput::Ranges { spans, .. } => Ok(SeqOffsets(spans.offsets()?)),
         FieldInput::Dense(_) | FieldInput::Csr { .. } => {
-            return Err(schema_err!(
-                "sequence field {:?} must be per-token",
-                field.spec.name
-            ))
+            Err(schema_err!("sequence field {name:?} must be per-token"))
         }
-    })
+    }
 }
 
 #[cfg(test)]
@@ -264,8 +409,8 @@ mod tests {
         };
         assert_eq!(row_count(&data(Tier::PerToken, rows.clone())), Ok(3));
         assert_eq!(
-            sequence_lengths(&data(Tier::PerToken, rows)),
-            Ok(vec![2, 0, 3])
+            sequence_offsets(&data(Tier::PerToken, rows)),
+            Ok(SeqOffsets(vec![0, 2, 2, 5]))
         );
         let jagged = FieldInput::Jagged {
             values: t(&[5]),
@@ -277,8 +422,8 @@ mod tests {
             lengths: vec![6, 1],
         };
         assert_eq!(
-            sequence_lengths(&data(Tier::PerToken, padded)),
-            Ok(vec![6, 1])
+            sequence_offsets(&data(Tier::PerToken, padded)),
+            Ok(SeqOffsets(vec![0, 6, 7]))
         );
         assert_eq!(
             row_count(&data(Tier::Scalar, FieldInput::Dense(t(&[4])))),
@@ -299,12 +444,57 @@ mod tests {
             segments: vec![t.clone(), t],
             row_offsets: vec![0, 2],
         };
-        let err = sequence_lengths(&data(Tier::PerToken, two_per_row)).unwrap_err();
+        let err = sequence_offsets(&data(Tier::PerToken, two_per_row)).unwrap_err();
         assert!(
             err.message().contains("exactly one tensor per row"),
             "{err}"
         );
         let zero_d = FieldInput::Dense(TensorRef::contiguous(DType::I64, &[], &bytes).unwrap());
         assert!(row_count(&data(Tier::Scalar, zero_d)).is_err());
+    }
+
+    #[test]
+    fn row_spans_rebase_their_sources_offsets() {
+        use std::sync::Arc;
+        let a = RowItems::Offsets(Arc::new(vec![0, 2, 5, 5, 9]));
+        let b = RowItems::Offsets(Arc::new(vec![0, 1, 4]));
+        let span = |source, start, end| RowSpan { source, start, end };
+        let spans = RowSpans::new(
+            vec![a, b],
+            vec![span(0, 1, 4), span(1, 0, 2), span(0, 0, 1)],
+        )
+        .unwrap();
+        assert_eq!(spans.num_rows(), 6);
+        assert_eq!(spans.offsets().unwrap(), vec![0, 3, 3, 7, 8, 11, 13]);
+        let runs: Vec<_> = spans.item_runs().collect();
+        assert_eq!(runs, vec![(0, 2, 9), (1, 0, 4), (0, 0, 2)]);
+        let rows: Vec<_> = spans.rows().map(|(s, a, b)| (s, b - a)).collect();
+        assert_eq!(rows, vec![(0, 3), (0, 0), (0, 4), (1, 1), (1, 3), (0, 2)]);
+        let scalars = RowSpans::new(vec![RowItems::One(3)], vec![span(0, 1, 3)]).unwrap();
+        assert_eq!(scalars.offsets().unwrap(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn row_spans_outside_their_source_or_over_decreasing_offsets_are_refused() {
+        use std::sync::Arc;
+        let span = |start, end| RowSpan {
+            source: 0,
+            start,
+            end,
+        };
+        let items = || vec![RowItems::Offsets(Arc::new(vec![0, 4, 2, 6]))];
+        assert!(RowSpans::new(items(), vec![span(0, 4)]).is_err());
+        assert!(RowSpans::new(items(), vec![span(2, 1)]).is_err());
+        assert!(RowSpans::new(items(), vec![span(0, 2)]).is_err());
+        assert!(RowSpans::new(items(), vec![span(2, 3)]).is_ok());
+        let missing = RowSpan {
+            source: 1,
+            start: 0,
+            end: 0,
+        };
+        assert!(RowSpans::new(items(), vec![missing]).is_err());
+        assert!(
+            RowSpans::new(vec![RowItems::Offsets(Arc::new(vec![]))], vec![span(0, 0)]).is_err()
+        );
     }
 }

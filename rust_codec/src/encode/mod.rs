@@ -21,8 +21,8 @@ use crate::tensor::{Dims, TensorRef};
 use crate::{batch_err, internal_err, schema_err};
 
 use check::{check_dims, check_dtype, Where};
-use input::{row_count, sequence_lengths};
-pub use input::{FieldData, FieldInput, RowRange};
+use input::{row_count, sequence_offsets, SeqOffsets};
+pub use input::{FieldData, FieldInput, RowItems, RowSpan, RowSpans};
 use layout::Layout;
 pub use write::{Part, Plan};
 
@@ -117,9 +117,13 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
                 seq_field.spec.tier.name()
             ));
         }
-        let lengths = sequence_lengths(seq_field)?;
-        check_lengths_field(request, seq_name, &lengths)?;
-        Some((seq_name, lengths))
+        let offsets = sequence_offsets(seq_field)?;
+        check_lengths_field(request, seq_name, &offsets)?;
+        let spans = match &seq_field.input {
+            FieldInput::Ranges { spans, .. } => Some(spans),
+            _ => None,
+        };
+        Some((seq_name, offsets, spans))
     } else {
         None
     };
@@ -132,22 +136,21 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
         pads: 0,
     };
     let mut field_table = Vec::with_capacity(request.fields.len());
-    if let Some((_, lengths)) = &seq_lengths {
-        let offsets = prefix_sums(lengths, "sequence lengths")?;
+    if let Some((_, offsets, _)) = &seq_lengths {
         layout.blob_i64(
             names::SEQ_OFFSETS.to_string(),
-            vec![offsets.len() as u64],
-            &offsets,
+            vec![offsets.0.len() as u64],
+            &offsets.0,
         )?;
     }
     for field in &request.fields {
         match field.spec.tier {
             Tier::Scalar => plan_scalar(&mut layout, field, num_rows)?,
             Tier::PerToken => {
-                let (seq_name, lengths) = seq_lengths
+                let (seq_name, offsets, seq_spans) = seq_lengths
                     .as_ref()
                     .ok_or_else(|| internal_err!("per-token field without sequence lengths"))?;
-                plan_per_token(&mut layout, field, seq_name, lengths)?
+                plan_per_token(&mut layout, field, seq_name, offsets, *seq_spans)?
             }
             Tier::Packed => plan_packed(&mut layout, field)?,
         }
@@ -199,7 +202,11 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
 }
 
 /// The declared lengths field, when present, must equal every row's sequence length.
-fn check_lengths_field(request: &EncodeRequest<'_>, seq_name: &str, lengths: &[u64]) -> Result<()> {
+fn check_lengths_field(
+    request: &EncodeRequest<'_>,
+    seq_name: &str,
+    seq: &SeqOffsets,
+) -> Result<()> {
     let Some(name) = request.lengths_field.as_deref() else {
         return Ok(());
     };
@@ -212,21 +219,21 @@ fn check_lengths_field(request: &EncodeRequest<'_>, seq_name: &str, lengths: &[u
     let declared = t
         .to_i64_vec()
         .map_err(|e| batch_err!("field {name:?}: {}", e.message()))?;
-    let bad: Vec<usize> = (0..lengths.len().min(declared.len()))
-        .filter(|&r| declared[r] != lengths[r] as i64)
+    let bad: Vec<usize> = (0..seq.num_rows().min(declared.len()))
+        .filter(|&r| declared[r] != seq.len(r) as i64)
         .collect();
     if let Some(&row) = bad.first() {
         return Err(batch_err!(
             "field {name:?}, row {row}: {} but {seq_name:?} has {} tokens in that row ({} rows \
              disagree)",
             declared[row],
-            lengths[row],
+            seq.len(row),
             bad.len()
         )
         .code("lengths_field")
         .field(name)
         .row(row)
-        .expected(lengths[row])
+        .expected(seq.len(row))
         .found(declared[row]));
     }
     Ok(())
@@ -272,18 +279,18 @@ fn plan_scalar<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>, num_rows: u64
             }
             segments.clone()
         }
-        FieldInput::Ranges { sources, ranges } => {
+        FieldInput::Ranges { sources, spans } => {
             for t in sources {
                 check_dtype(spec, t, Where::Field)?;
                 check_dims(spec, &t.shape[1..], &spec.shape, Where::Field, "row shape")?;
             }
-            if let Some(row) = ranges.iter().position(|r| r.end - r.start != 1) {
+            if let Some(row) = spans.rows().position(|(_, start, end)| end - start != 1) {
                 return Err(batch_err!(
                     "field {:?}, row {row}: a scalar field needs one value per row",
                     spec.name
                 ));
             }
-            coalesced(sources, ranges)?
+            span_views(sources, spans)?
         }
         _ => {
             return Err(batch_err!(
@@ -301,14 +308,12 @@ fn plan_per_token<'a>(
     layout: &mut Layout<'a>,
     field: &FieldData<'a>,
     seq_name: &str,
-    lengths: &[u64],
+    seq: &SeqOffsets,
+    seq_spans: Option<&std::sync::Arc<RowSpans>>,
 ) -> Result<()> {
     let spec = &field.spec;
     let trailing: Vec<u64> = spec.shape.iter().map(|d| d.unwrap_or(0)).collect();
-    let total = lengths
-        .iter()
-        .try_fold(0u64, |acc, &n| acc.checked_add(n))
-        .ok_or_else(|| batch_err!("field {:?}: sequence lengths overflow", spec.name))?;
+    let total = seq.total();
     let mut values_shape = vec![total];
     values_shape.extend(&trailing);
     let mismatch = |row: usize, found: u64| {
@@ -316,12 +321,12 @@ fn plan_per_token<'a>(
             "field {:?}, row {row}: sequence length {found} but {seq_name:?} has {} tokens in \
              that row",
             spec.name,
-            lengths[row]
+            seq.len(row)
         )
         .code("length")
         .field(&spec.name)
         .row(row)
-        .expected(lengths[row])
+        .expected(seq.len(row))
         .found(found)
     };
     let sources = match &field.input {
@@ -350,7 +355,7 @@ fn plan_per_token<'a>(
                     ));
                 }
                 check_dims(spec, &t.shape[1..], &spec.shape, location, "trailing dims")?;
-                if t.shape[0] != lengths[row] {
+                if t.shape[0] != seq.len(row) {
                     return Err(mismatch(row, t.shape[0]));
                 }
                 sources.push(t.clone());
@@ -373,7 +378,7 @@ fn plan_per_token<'a>(
                 "trailing dims",
             )?;
             for (row, w) in offsets.windows(2).enumerate() {
-                if w[1] - w[0] != lengths[row] {
+                if w[1] - w[0] != seq.len(row) {
                     return Err(mismatch(row, w[1] - w[0]));
                 }
             }
@@ -396,7 +401,7 @@ fn plan_per_token<'a>(
             let max_len = padded.shape[1];
             let mut sources = Vec::with_capacity(given.len());
             for (row, &len) in given.iter().enumerate() {
-                if len != lengths[row] {
+                if len != seq.len(row) {
                     return Err(mismatch(row, len));
                 }
                 if len > max_len {
@@ -410,7 +415,7 @@ fn plan_per_token<'a>(
             }
             sources
         }
-        FieldInput::Ranges { sources, ranges } => {
+        FieldInput::Ranges { sources, spans } => {
             for t in sources {
                 check_dtype(spec, t, Where::Field)?;
                 if t.shape.is_empty() {
@@ -427,12 +432,16 @@ fn plan_per_token<'a>(
                     "trailing dims",
                 )?;
             }
-            for (row, r) in ranges.iter().enumerate() {
-                if r.end - r.start != lengths[row] {
-                    return Err(mismatch(row, r.end - r.start));
+            // Every per-token field of a gather shares the sequence field's spans.
+            let shared = seq_spans.is_some_and(|seq| std::sync::Arc::ptr_eq(seq, spans));
+            if !shared {
+                for (row, (_, start, end)) in spans.rows().enumerate() {
+                    if row >= seq.num_rows() || seq.len(row) != end - start {
+                        return Err(mismatch(row, end - start));
+                    }
                 }
             }
-            coalesced(sources, ranges)?
+            span_views(sources, spans)?
         }
         FieldInput::Dense(_) | FieldInput::Csr { .. } => {
             return Err(batch_err!(
@@ -445,21 +454,15 @@ fn plan_per_token<'a>(
     layout.values(spec, values_shape, sources)
 }
 
-/// The views to copy for row ranges, consecutive ranges of one source merged into one run.
-fn coalesced<'a>(sources: &[TensorRef<'a>], ranges: &[RowRange]) -> Result<Vec<TensorRef<'a>>> {
-    let mut runs: Vec<RowRange> = Vec::new();
-    for r in ranges {
-        match runs.last_mut() {
-            Some(last) if last.source == r.source && last.end == r.start => last.end = r.end,
-            _ => runs.push(*r),
-        }
-    }
-    runs.iter()
-        .map(|r| {
+/// The views to copy for row spans: one run per span.
+fn span_views<'a>(sources: &[TensorRef<'a>], spans: &RowSpans) -> Result<Vec<TensorRef<'a>>> {
+    spans
+        .item_runs()
+        .map(|(source, start, end)| {
             let t = sources
-                .get(r.source as usize)
-                .ok_or_else(|| internal_err!("row range names source {}", r.source))?;
-            t.narrow0(r.start, r.end - r.start)
+                .get(source)
+                .ok_or_else(|| internal_err!("row span names source {source}"))?;
+            t.narrow0(start, end - start)
         })
         .collect()
 }

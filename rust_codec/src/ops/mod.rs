@@ -12,7 +12,9 @@ pub mod batching;
 use std::collections::BTreeMap;
 
 use crate::decode::{read_seq_offsets, DecodedField, FrameLayout, PackedTables};
-use crate::encode::{EncodeRequest, FieldData, FieldInput, RowRange};
+use std::sync::Arc;
+
+use crate::encode::{EncodeRequest, FieldData, FieldInput, RowItems, RowSpan, RowSpans};
 use crate::error::Result;
 use crate::spec::{meta, FieldSpec, Tier};
 use crate::tensor::TensorRef;
@@ -39,12 +41,14 @@ pub enum Rows {
 }
 
 impl Rows {
-    /// The resolved global row indices, checked against `total` rows. O(selected rows).
-    fn resolve(&self, total: u64) -> Result<Vec<u64>> {
+    /// The selected global rows as spans `start..end` of consecutive rows, checked against
+    /// `total` rows: O(spans) for ranges of step 1 and spans, O(selected rows) otherwise.
+    fn spans(&self, total: u64) -> Result<Vec<(u64, u64)>> {
         let n = i64::try_from(total).map_err(|_| frame_err!("row count {total} overflows"))?;
         let out_of_range = |r: i64| argument_err!("row {r} is out of range for {total} rows");
+        let mut spans = Spans::default();
         match self {
-            Rows::All => Ok((0..total).collect()),
+            Rows::All => spans.push(0, total),
             Rows::Range { start, stop, step } => {
                 if *step == 0 {
                     return Err(argument_err!("a row range's step must not be 0"));
@@ -56,39 +60,59 @@ impl Rows {
                 } else {
                     (start - stop - step - 1).max(0) / -step
                 };
-                if len == 0 {
-                    return Ok(Vec::new());
-                }
-                let last = start + (len - 1) * step;
-                for r in [start, last] {
-                    if r < 0 || r >= n as i128 {
-                        return Err(out_of_range(r as i64));
+                if len > 0 {
+                    let last = start + (len - 1) * step;
+                    for r in [start, last] {
+                        if r < 0 || r >= n as i128 {
+                            return Err(out_of_range(r as i64));
+                        }
+                    }
+                    if step == 1 {
+                        spans.push(start as u64, (last + 1) as u64);
+                    } else {
+                        for i in 0..len {
+                            let row = (start + i * step) as u64;
+                            spans.push(row, row + 1);
+                        }
                     }
                 }
-                Ok((0..len).map(|i| (start + i * step) as u64).collect())
             }
-            Rows::Spans(spans) => {
-                let mut out = Vec::new();
-                for &(start, stop) in spans {
+            Rows::Spans(given) => {
+                for &(start, stop) in given {
                     if start > stop || stop > total {
                         return Err(argument_err!(
                             "row span {start}..{stop} is out of range for {total} rows"
                         ));
                     }
-                    out.extend(start..stop);
+                    spans.push(start, stop);
                 }
-                Ok(out)
             }
-            Rows::List(rows) => rows
-                .iter()
-                .map(|&r| {
+            Rows::List(rows) => {
+                for &r in rows {
                     let index = if r < 0 { r.checked_add(n) } else { Some(r) };
-                    index
+                    let row = index
                         .filter(|&i| (0..n).contains(&i))
-                        .map(|i| i as u64)
-                        .ok_or_else(|| out_of_range(r))
-                })
-                .collect(),
+                        .ok_or_else(|| out_of_range(r))? as u64;
+                    spans.push(row, row + 1);
+                }
+            }
+        }
+        Ok(spans.0)
+    }
+}
+
+/// Row spans that merge a span starting where the previous one ends.
+#[derive(Default)]
+struct Spans(Vec<(u64, u64)>);
+
+impl Spans {
+    fn push(&mut self, start: u64, end: u64) {
+        if start == end {
+            return;
+        }
+        match self.0.last_mut() {
+            Some(last) if last.1 == start => last.1 = end,
+            _ => self.0.push((start, end)),
         }
     }
 }
@@ -96,7 +120,7 @@ impl Rows {
 /// A source's index tables, copied and validated once per operation.
 struct Tables<'a> {
     source: Source<'a>,
-    seq: Option<Vec<u64>>,
+    seq: Option<Arc<Vec<u64>>>,
     packed: Vec<Option<PackedTables>>,
 }
 
@@ -113,7 +137,7 @@ impl<'a> Tables<'a> {
             .collect::<Result<_>>()?;
         Ok(Tables {
             source,
-            seq: read_seq_offsets(source.bytes, layout)?,
+            seq: read_seq_offsets(source.bytes, layout)?.map(Arc::from),
             packed,
         })
     }
@@ -181,15 +205,21 @@ fn gather_read<'a>(tables: &[Tables<'a>], rows: &Rows) -> Result<EncodeRequest<'
             .checked_add(t.source.layout.num_rows)
             .ok_or_else(|| frame_err!("the frames' row counts add up past 2^64"))?;
     }
-    // Resolve each global row to (source, local row).
-    let picks: Vec<(usize, usize)> = rows
-        .resolve(total)?
-        .into_iter()
-        .map(|g| {
-            let s = starts.partition_point(|&st| st <= g) - 1;
-            (s, (g - starts[s]) as usize)
-        })
-        .collect();
+    // Cut the global spans at source boundaries into spans of each source's rows.
+    let mut picks: Vec<RowSpan> = Vec::new();
+    for (mut start, end) in rows.spans(total)? {
+        while start < end {
+            let s = starts.partition_point(|&st| st <= start) - 1;
+            let source_end = starts.get(s + 1).copied().unwrap_or(total).min(end);
+            picks.push(RowSpan {
+                source: s as u32,
+                start: start - starts[s],
+                end: source_end - starts[s],
+            });
+            start = source_end;
+        }
+    }
+    let num_rows = picks.iter().map(|p| p.end - p.start).sum::<u64>();
     let specs = field_union(tables)?;
     let mut fields = Vec::with_capacity(specs.len());
     // Every per-token field takes the same token ranges, every scalar the same row ranges.
@@ -199,13 +229,13 @@ fn gather_read<'a>(tables: &[Tables<'a>], rows: &Rows) -> Result<EncodeRequest<'
             Tier::Packed => packed_field(tables, &picks, spec)?,
             Tier::PerToken => {
                 if token_ranges.is_none() {
-                    token_ranges = Some(row_ranges_of(tables, &picks, Tier::PerToken)?);
+                    token_ranges = Some(row_spans(tables, &picks, Tier::PerToken)?);
                 }
                 ranges_field(tables, token_ranges.clone(), spec)?
             }
             Tier::Scalar => {
                 if row_ranges.is_none() {
-                    row_ranges = Some(row_ranges_of(tables, &picks, Tier::Scalar)?);
+                    row_ranges = Some(row_spans(tables, &picks, Tier::Scalar)?);
                 }
                 ranges_field(tables, row_ranges.clone(), spec)?
             }
@@ -225,7 +255,7 @@ fn gather_read<'a>(tables: &[Tables<'a>], rows: &Rows) -> Result<EncodeRequest<'
         sequence_field: first.source.layout.sequence_field.clone(),
         lengths_field: None,
         metadata,
-        num_rows_hint: Some(picks.len() as u64),
+        num_rows_hint: Some(num_rows),
     })
 }
 
@@ -233,7 +263,7 @@ fn gather_read<'a>(tables: &[Tables<'a>], rows: &Rows) -> Result<EncodeRequest<'
 /// rows no segments (a text-only batch beside a multimodal one).
 fn packed_field<'a>(
     tables: &[Tables<'a>],
-    picks: &[(usize, usize)],
+    picks: &[RowSpan],
     spec: FieldSpec,
 ) -> Result<FieldData<'a>> {
     let mut per_source = Vec::with_capacity(tables.len());
@@ -252,21 +282,22 @@ fn packed_field<'a>(
         );
     }
     let mut segments = Vec::new();
-    let mut row_offsets = Vec::with_capacity(picks.len() + 1);
-    row_offsets.push(0u64);
-    for &(s, row) in picks {
-        if let Some((values, csr)) = &per_source[s] {
-            let es = values.dtype.size();
-            for &id in csr.row(row) {
-                let elements = csr.elements(id);
-                let bytes = values
-                    .bytes
-                    .get(elements.start * es..elements.end * es)
-                    .ok_or_else(|| frame_err!("segment {id} lies outside its values"))?;
-                segments.push(TensorRef::contiguous(values.dtype, csr.shape(id), bytes)?);
+    let mut row_offsets = vec![0u64];
+    for pick in picks {
+        for row in pick.start as usize..pick.end as usize {
+            if let Some((values, csr)) = &per_source[pick.source as usize] {
+                let es = values.dtype.size();
+                for &id in csr.row(row) {
+                    let elements = csr.elements(id);
+                    let bytes = values
+                        .bytes
+                        .get(elements.start * es..elements.end * es)
+                        .ok_or_else(|| frame_err!("segment {id} lies outside its values"))?;
+                    segments.push(TensorRef::contiguous(values.dtype, csr.shape(id), bytes)?);
+                }
             }
+            row_offsets.push(segments.len() as u64);
         }
-        row_offsets.push(segments.len() as u64);
     }
     Ok(FieldData {
         spec,
@@ -277,43 +308,31 @@ fn packed_field<'a>(
     })
 }
 
-/// The picked rows as dim-0 ranges of their source's values: token ranges for per-token
-/// fields, one item per row for scalars.
-fn row_ranges_of(
-    tables: &[Tables<'_>],
-    picks: &[(usize, usize)],
-    tier: Tier,
-) -> Result<std::sync::Arc<[RowRange]>> {
-    picks
+/// The picked spans over each source's rows: by the sequence offsets for per-token fields, one
+/// item per row for scalars.
+fn row_spans(tables: &[Tables<'_>], picks: &[RowSpan], tier: Tier) -> Result<Arc<RowSpans>> {
+    let items = tables
         .iter()
-        .map(|&(s, row)| {
-            let (start, end) = match tier {
-                Tier::PerToken => {
-                    let seq = tables[s]
-                        .seq
-                        .as_ref()
-                        .ok_or_else(|| internal_err!("per-token rows without sequence offsets"))?;
-                    (seq[row], seq[row + 1])
-                }
-                _ => (row as u64, row as u64 + 1),
-            };
-            Ok(RowRange {
-                source: s as u32,
-                start,
-                end,
-            })
+        .map(|t| match tier {
+            Tier::PerToken => t
+                .seq
+                .clone()
+                .map(RowItems::Offsets)
+                .ok_or_else(|| internal_err!("per-token rows without sequence offsets")),
+            _ => Ok(RowItems::One(t.source.layout.num_rows)),
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok(Arc::new(RowSpans::new(items, picks.to_vec())?))
 }
 
-/// A per-token or scalar field's picked rows as ranges of each source's values (consecutive
-/// rows of one source become one copy).
+/// A per-token or scalar field's picked rows as spans of each source's values (each span is
+/// copied as one run).
 fn ranges_field<'a>(
     tables: &[Tables<'a>],
-    ranges: Option<std::sync::Arc<[RowRange]>>,
+    spans: Option<Arc<RowSpans>>,
     spec: FieldSpec,
 ) -> Result<FieldData<'a>> {
-    let ranges = ranges.ok_or_else(|| internal_err!("no row ranges for {:?}", spec.name))?;
+    let spans = spans.ok_or_else(|| internal_err!("no row spans for {:?}", spec.name))?;
     let mut sources = Vec::with_capacity(tables.len());
     for t in tables {
         let field =
@@ -324,7 +343,7 @@ fn ranges_field<'a>(
     }
     Ok(FieldData {
         spec,
-        input: FieldInput::Ranges { sources, ranges },
+        input: FieldInput::Ranges { sources, spans },
     })
 }
 
