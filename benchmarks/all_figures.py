@@ -158,7 +158,7 @@ def run_step(step: Step, args: argparse.Namespace) -> dict[str, Any]:
         return record
     missing = _missing(step.needs)
     if missing:
-        note = f"missing {', '.join(missing)} (pip install -r benchmarks/requirements.txt)"
+        note = f"missing {', '.join(missing)} (pip install pyarrow tensordict matplotlib)"
         record.update(status="skipped", note=note)
         return record
     argv = step.quick if args.quick else step.full

@@ -259,7 +259,7 @@ def chart(points: list[dict[str, Any]], path: Path, pool: str) -> str:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return f"no chart: matplotlib is not installed (pip install -r {REQS})"
+        return f"no chart: matplotlib is not installed ({REQS})"
     done = [p for p in points if "skipped" not in p]
     if not done:
         return "no chart: no size ran"
@@ -295,7 +295,7 @@ def chart(points: list[dict[str, Any]], path: Path, pool: str) -> str:
     return f"chart: {path}"
 
 
-REQS = "benchmarks/requirements.txt"
+REQS = "pyproject's bench extra"
 
 
 def _pool_budget_bytes(pool: str) -> int | None:
