@@ -124,6 +124,20 @@ def steps(out: Path) -> list[Step]:
             "README Moving frames: save/load against torch.save/torch.load",
         ),
         Step(
+            "grpo_shard",
+            "grpo_shard.py",
+            ["--prompts", "2", "--group", "16", "--reps", "3"],
+            ["--prompts", "1", "--group", "4", "--reps", "2"],
+            "benchmarks/SCALING.md: one GRPO logprob shard, py_wire against the pickled dict",
+        ),
+        Step(
+            "h2d",
+            "h2d.py",
+            ["--mb", "1024", "--reps", "5"],
+            ["--mb", "64", "--reps", "2"],
+            "benchmarks/SCALING.md: a frame to the GPU (prints a note and skips without CUDA)",
+        ),
+        Step(
             "contract_check",
             "contract_check.py",
             ["--tokens", "32768", "--images", "16", "--reps", "200"],
