@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from py_wire import _native
+from py_wire._device import host_shadow
 from py_wire._dtypes import DTYPES
 from py_wire._native import Frame, FrameError, FrameLayout, SchemaError, TensorLoc
 from py_wire._packed import PackedTensor, _FrameRows
@@ -61,9 +62,11 @@ def as_frame(data: Any) -> Frame:
 
 
 class FrameViews:
-    """The frame's tensors as torch views over one uint8 base tensor."""
+    """The frame's tensors as torch views over one uint8 base tensor; field values over
+    ``payload`` instead when the frame's bytes lie elsewhere (a device buffer that ``frame``,
+    its host shadow, validated)."""
 
-    def __init__(self, frame: Frame) -> None:
+    def __init__(self, frame: Frame, payload: torch.Tensor | None = None) -> None:
         self.frame = frame
         self.layout: FrameLayout = frame.layout
         if frame.readonly_buffer:
@@ -74,13 +77,23 @@ class FrameViews:
                 self.base = torch.frombuffer(frame, dtype=torch.uint8)
         else:
             self.base = torch.frombuffer(frame, dtype=torch.uint8)
+        self.payload = self.base if payload is None else payload
         self.fields = {f.name: f for f in self.layout.fields}
         seq = self.layout.seq_offsets
         self.seq_offsets = self.view(seq) if seq is not None else None
 
     def view(self, loc: TensorLoc) -> torch.Tensor:
-        flat = self.base[loc.offset : loc.offset + loc.nbytes]
-        return flat.view(DTYPES[loc.dtype]).view(loc.shape)
+        """An index table (host memory)."""
+        return _view(self.base, loc)
+
+    def values(self, loc: TensorLoc) -> torch.Tensor:
+        """A field's values (where the payload lies)."""
+        return _view(self.payload, loc)
+
+
+def _view(base: torch.Tensor, loc: TensorLoc) -> torch.Tensor:
+    flat = base[loc.offset : loc.offset + loc.nbytes]
+    return flat.view(DTYPES[loc.dtype]).view(loc.shape)
 
 
 def decode(
@@ -114,6 +127,11 @@ def decode(
     overrides the schema's pad values; ``attention_mask=True`` adds ``"attention_mask"``, a
     ``[B, L]`` bool tensor (True on real tokens; ``L`` as the padded layout's).
 
+    ``data`` may be a CUDA (any device) uint8 tensor holding a frame, as
+    :func:`py_wire.distributed.recv` returns under NCCL: its header and index tables (a few
+    bytes per row) are copied to the host and validated, and every field comes back as views
+    of that device buffer; the payload never leaves the device.
+
     ``writable=None`` (the default) returns views into ``data`` itself: zero-copy, but a write
     to a view writes the source (a Ray object shared by other workers, another reader's bytes)
     and, on a read-only mapping, faults. Do not write to views of a source you do not own.
@@ -124,9 +142,16 @@ def decode(
     """
     if writable not in (None, "copy"):
         raise _native.WireError(f"writable must be None or 'copy', not {writable!r}")
-    frame = as_frame(data)
-    if writable == "copy":
-        frame = private_copy(frame)
+    payload: torch.Tensor | None = None
+    if isinstance(data, torch.Tensor) and data.device.type != "cpu":
+        # A frame in device memory: validated on the host from its header and index tables,
+        # decoded as views of the device buffer (the payload is never copied to the host).
+        payload = data.clone() if writable == "copy" else data
+        frame = host_shadow(payload)
+    else:
+        frame = as_frame(data)
+        if writable == "copy":
+            frame = private_copy(frame)
     frame_schema = checked_schema(frame)
     if schema is not None:
         wanted = load_schema(schema)
@@ -139,7 +164,8 @@ def decode(
     if layout not in (None, "nested", "padded", "list"):
         raise _native.WireError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
     keep = set(frame_schema.fields_for(stage)) if stage is not None else None
-    views = FrameViews(frame)
+    views = FrameViews(frame, payload)
+    device = views.payload.device
     window = None if rows is None else RowWindow(views.seq_offsets, frame.num_rows, rows)
     seq_offsets = views.seq_offsets if window is None else window.seq_offsets
     num_rows = frame.num_rows if window is None else window.num_rows
@@ -149,7 +175,7 @@ def decode(
     for name, f in views.fields.items():
         if keep is not None and name not in keep:
             continue
-        values = views.view(f.values)
+        values = views.values(f.values)
         if source_dtype and f.stored_dtype != f.dtype:
             values = values.to(DTYPES[f.dtype])
         tier = f.tier
@@ -176,7 +202,7 @@ def decode(
                 width = padded_width(seq_lengths, pad_to_multiple_of)
                 out[name] = _padded(values, offsets, seq_lengths, pad, width)
             else:
-                out[name] = _jagged(values, offsets)
+                out[name] = _jagged(values, offsets.to(device))
     if keep is not None:
         # A stage's packed field the frame lacks is a column no row had media for: present it as
         # rows without segments, so a consumer sees "no media", never a missing key.
@@ -193,14 +219,14 @@ def decode(
             out.setdefault("lengths", seq_lengths)
         elif key not in out and (keep is None or key in keep):
             # Absent from the frame: derive it, in the dtype the schema declares.
-            out[key] = seq_lengths.to(DTYPES[frame_schema.fields[key].dtype])
+            out[key] = seq_lengths.to(device, DTYPES[frame_schema.fields[key].dtype])
     if attention_mask:
         if seq_offsets is None:
             raise _native.WireError("attention_mask needs per-token fields; this frame has none")
         lengths = torch.diff(seq_offsets)
         out[ATTENTION_MASK] = make_attention_mask(
             lengths, padded_width(lengths, pad_to_multiple_of)
-        )
+        ).to(device)
     return out
 
 
@@ -293,6 +319,16 @@ def _padded(
     rows = lengths.shape[0]
     if width is None:
         width = int(lengths.max()) if rows else 0
+    if values.device.type != "cpu":
+        # Device values: torch pads there (the codec's pad_rows reads host memory).
+        out = torch.full(
+            (rows, width, *values.shape[1:]), pad, dtype=values.dtype, device=values.device
+        )
+        if rows and values.shape[0]:
+            row_ids = torch.repeat_interleave(torch.arange(rows), lengths)
+            columns = torch.arange(values.shape[0]) - offsets[:-1].repeat_interleave(lengths)
+            out[row_ids.to(values.device), columns.to(values.device)] = values
+        return out
     out = torch.empty((rows, width, *values.shape[1:]), dtype=values.dtype)
     pad_bytes = torch.tensor(pad).to(values.dtype).reshape(1).view(torch.uint8).numpy().tobytes()
     _native.pad_rows(values, offsets, out, pad_bytes)

@@ -263,3 +263,37 @@ fn gather_selects_and_concatenates_rows() {
         Err(Error::Argument(_))
     ));
 }
+
+#[test]
+fn validation_reads_only_the_header_and_index_tables() {
+    use py_wire_codec::decode::validation_ranges;
+    let frame = sample_frame();
+    let (len, ranges) = validation_ranges(&frame).unwrap();
+    assert_eq!(len, frame.len());
+    // A copy of the frame that keeps only these ranges validates to the same layout.
+    let mut shadow = vec![0u8; frame.len()];
+    for &(start, n) in &ranges {
+        shadow[start..start + n].copy_from_slice(&frame[start..start + n]);
+    }
+    let (want, got) = (parse_frame(&frame).unwrap(), parse_frame(&shadow).unwrap());
+    assert_eq!(got.num_rows, want.num_rows);
+    for (g, w) in got.fields.iter().zip(&want.fields) {
+        assert_eq!(
+            (g.spec.name.as_str(), g.values.offset),
+            (w.spec.name.as_str(), w.values.offset)
+        );
+        // No field's values are among the ranges.
+        let values = g.values.offset..g.values.offset + g.values.nbytes;
+        assert!(ranges
+            .iter()
+            .all(|&(s, n)| n == 0 || s + n <= values.start || s >= values.end));
+    }
+    // The header alone, without the data section, is enough.
+    let header_len = u64::from_le_bytes(frame[..8].try_into().unwrap()) as usize;
+    assert_eq!(
+        validation_ranges(&frame[..8 + header_len]).unwrap(),
+        (len, ranges)
+    );
+    assert!(validation_ranges(&frame[..8 + header_len - 1]).is_err());
+    assert!(validation_ranges(&frame[..4]).is_err());
+}

@@ -105,6 +105,35 @@ pub fn frame_size(prefix: &[u8]) -> Result<FrameSize> {
     Ok(FrameSize::Known(total))
 }
 
+/// A frame's header read from a prefix of it (`8 + header_len` bytes; the data section is not
+/// needed), validated as `parse_header` does except for the data section's presence.
+pub fn parse_prefix(prefix: &[u8]) -> Result<Header> {
+    let header_len = read_header_len(prefix)?.ok_or_else(|| {
+        frame_err!(
+            "a {}-byte prefix lacks the 8-byte header length",
+            prefix.len()
+        )
+    })?;
+    let data_start = 8 + header_len;
+    if (prefix.len() as u64) < data_start {
+        return Err(frame_err!(
+            "a {}-byte prefix is too short: the header needs {data_start} bytes",
+            prefix.len()
+        ));
+    }
+    let (metadata, entries) = parse_json(&prefix[8..data_start as usize])?;
+    let frame_len = data_start
+        .checked_add(tiled_len(&entries)?)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| frame_err!("frame length overflows"))?;
+    Ok(Header {
+        metadata,
+        entries,
+        data_start: data_start as usize,
+        frame_len,
+    })
+}
+
 /// The header length of `buf`, `None` if it holds fewer than 8 bytes; refused above the cap.
 fn read_header_len(buf: &[u8]) -> Result<Option<u64>> {
     let Some(len_bytes) = buf.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) else {

@@ -6,7 +6,7 @@ use crate::buffer::ALIGNMENT;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::frame_err;
-use crate::header::{parse_header, Entry, Header};
+use crate::header::{parse_header, parse_prefix, Entry, Header};
 use crate::spec::{meta, names, FieldSpec, Tier};
 use crate::tensor::checked_numel;
 
@@ -224,6 +224,35 @@ pub fn parse_frame(buf: &[u8]) -> Result<FrameLayout> {
     layout.fields = fields;
     layout.header = header;
     Ok(layout)
+}
+
+/// What a reader must see of a frame to validate it (`parse_frame`), read from a prefix of it
+/// (`8 + header_len` bytes): the frame's length and the absolute byte ranges `(start, len)` of
+/// its header and of every tensor that is not a field's values (sequence offsets, CSR tables,
+/// padding). A frame that lies where reading is costly (device memory) is validated from a
+/// buffer holding only these bytes; the payload is never read by `parse_frame`.
+pub fn validation_ranges(prefix: &[u8]) -> Result<(usize, Vec<(usize, usize)>)> {
+    let header = parse_prefix(prefix)?;
+    let fields_json = header
+        .metadata
+        .get(meta::FIELDS)
+        .ok_or_else(|| frame_err!("{:?} is missing", meta::FIELDS))?;
+    let specs: Vec<FieldSpec> = serde_json::from_str(fields_json)
+        .map_err(|e| frame_err!("field table is malformed: {e}"))?;
+    let mut ranges = vec![(0, header.data_start)];
+    for entry in &header.entries {
+        if !specs.iter().any(|s| s.name == entry.name) {
+            let start = usize::try_from(entry.begin)
+                .ok()
+                .and_then(|b| b.checked_add(header.data_start));
+            let len = usize::try_from(entry.end - entry.begin).ok();
+            match (start, len) {
+                (Some(start), Some(len)) => ranges.push((start, len)),
+                _ => return Err(frame_err!("tensor {:?} lies past 2^64", entry.name)),
+            }
+        }
+    }
+    Ok((header.frame_len, ranges))
 }
 
 /// Locates a packed field's index tensors and validates their contents.

@@ -566,7 +566,8 @@ mod _native {
     use super::pad_rows;
     #[pymodule_export]
     use super::transport::{
-        encoded_nbytes, frame_nbytes, interleaved_shard_ranges, micro_batch_rows, pack_rows,
+        encoded_nbytes, frame_nbytes, frame_validation_ranges, interleaved_shard_ranges,
+        micro_batch_rows, pack_rows,
     };
     #[pymodule_export]
     use super::{check_frame_contracts, placeholder_runs};

@@ -16,6 +16,23 @@ use crate::header::{frame_size, FrameSize};
 /// how many bytes in all are needed.
 #[pyfunction]
 pub fn frame_nbytes(py: Python<'_>, prefix: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let (len, size) = read_prefix(py, prefix, |bytes| Ok((bytes.len(), frame_size(bytes)?)))?;
+    match size {
+        FrameSize::Known(n) => Ok(n),
+        FrameSize::NeedAtLeast(n) => Err(FrameError::new_err(format!(
+            "a {len}-byte prefix is too short to tell the frame's size: the header needs {n} \
+             bytes, {} more",
+            n - len as u64
+        ))),
+    }
+}
+
+/// Runs `read` over the bytes of a frame prefix (any C-contiguous buffer), without the GIL.
+fn read_prefix<T: Send>(
+    py: Python<'_>,
+    prefix: &Bound<'_, PyAny>,
+    read: impl FnOnce(&[u8]) -> crate::Result<T> + Send,
+) -> PyResult<T> {
     let buffer: PyBuffer<u8> = PyBuffer::get(prefix)
         .map_err(|e| FrameError::new_err(format!("cannot read a frame prefix: {e}")))?;
     if !buffer.is_c_contiguous() {
@@ -28,18 +45,21 @@ pub fn frame_nbytes(py: Python<'_>, prefix: &Bound<'_, PyAny>) -> PyResult<u64> 
         // SAFETY: a C-contiguous export of `len` bytes, pinned by `buffer` for this call.
         unsafe { std::slice::from_raw_parts(ptr, len) }
     };
-    let size = py
-        .detach(|| guarded(OnPanic::Frame, || frame_size(bytes)))
-        .map_err(to_py)?;
+    let out = py
+        .detach(|| guarded(OnPanic::Frame, || read(bytes)))
+        .map_err(to_py);
     drop(buffer);
-    match size {
-        FrameSize::Known(n) => Ok(n),
-        FrameSize::NeedAtLeast(n) => Err(FrameError::new_err(format!(
-            "a {len}-byte prefix is too short to tell the frame's size: the header needs {n} \
-             bytes, {} more",
-            n - len as u64
-        ))),
-    }
+    out
+}
+
+/// `(frame_len, [(start, len), ...])`: the byte ranges of a frame that validation reads (its
+/// header and index tables; see `validation_ranges`), from a prefix of `8 + header_len` bytes.
+#[pyfunction]
+pub fn frame_validation_ranges(
+    py: Python<'_>,
+    prefix: &Bound<'_, PyAny>,
+) -> PyResult<(usize, Vec<(usize, usize)>)> {
+    read_prefix(py, prefix, crate::decode::validation_ranges)
 }
 
 /// The exact size of the frame `encode` would make of these fields (validated and laid out,
