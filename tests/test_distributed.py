@@ -33,7 +33,7 @@ def _addr(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
 
 
-def _check(got: py_wire.Frame, want: py_wire.Frame) -> None:
+def _check(got: py_wire.Frame, want: py_wire.Frame, *, received: bool = True) -> None:
     assert bytes(got) == bytes(want)
     out = py_wire.decode(got)
     ref = py_wire.decode(want)
@@ -41,9 +41,14 @@ def _check(got: py_wire.Frame, want: py_wire.Frame) -> None:
     assert torch.equal(out["reward"], ref["reward"])
     a, b = out["pixel_values"].as_tensor(), ref["pixel_values"].as_tensor()
     assert (a is None and b is None) or torch.equal(a, b)
-    # The decoded views lie in the received buffer (no copy after the receive).
-    base = py_wire._decode.FrameViews(got).base
-    assert _addr(base) <= _addr(out["reward"]) < _addr(base) + len(got)
+    if received:
+        # Received into a pooled, writable buffer: the default ("auto") decodes views into it,
+        # with no copy after the receive.
+        assert not got.readonly_buffer
+        base = py_wire._decode.FrameViews(got).base
+        assert _addr(base) % 64 == 0
+        assert _addr(base) <= _addr(out["reward"]) < _addr(base) + len(got)
+        assert _addr(base) <= _addr(out["input_ids"].values()) < _addr(base) + len(got)
 
 
 def _worker(rank: int, world: int, port: int) -> None:
@@ -65,7 +70,7 @@ def _worker(rank: int, world: int, port: int) -> None:
         # broadcast from the last rank; the source may pass read-only bytes.
         src = world - 1
         got = pwd.broadcast(bytes(full) if rank == src else None, src)
-        _check(got, full)
+        _check(got, full, received=rank != src)
         # scatter: contiguous and NeMo-RL interleaved shards, each rank only its own.
         got = pwd.scatter(full if rank == 0 else None, 0)
         _check(got, py_wire.shard(full, rank, world))
@@ -84,6 +89,48 @@ def _worker(rank: int, world: int, port: int) -> None:
 @pytest.mark.parametrize("world", [2, 3])
 def test_gloo_frames(world: int) -> None:
     mp.spawn(_worker, args=(world, _free_port()), nprocs=world, join=True)
+
+
+def _frame_span(frame: py_wire.Frame) -> tuple[int, int]:
+    base = py_wire._decode.FrameViews(frame).base
+    return _addr(base), _addr(base) + len(frame)
+
+
+def _pooled_receiver(rank: int, port: int) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        # Two frames, then the first again; each above the pool's 4 MiB floor.
+        frames = [_frame(12, seed=0), _frame(12, seed=1)]
+        assert min(len(f) for f in frames) > 4 << 20
+        if rank == 0:
+            for f in (frames[0], frames[1], frames[0]):
+                pwd.send(f, 1)
+            return
+        first = pwd.recv(0)
+        _check(first, frames[0])
+        first_span = _frame_span(first)
+        view = py_wire.decode(first)["reward"]
+        del first
+        # While any view of the first frame lives, its memory is never handed out again.
+        second = pwd.recv(0)
+        _check(second, frames[1])
+        second_span = _frame_span(second)
+        assert second_span[0] >= first_span[1] or second_span[1] <= first_span[0]
+        # Once its last view is gone, the next receive of that size reuses its pages, even
+        # after an allocation of the same size elsewhere (which, without the pool, would
+        # usually be given the freed pages).
+        del view
+        decoy = torch.ones(first_span[1] - first_span[0], dtype=torch.uint8)
+        third = pwd.recv(0)
+        assert _frame_span(third) == first_span
+        _check(third, frames[0])
+        del second, third, decoy
+    finally:
+        dist.destroy_process_group()
+
+
+def test_receives_reuse_pooled_buffers() -> None:
+    mp.spawn(_pooled_receiver, args=(_free_port(),), nprocs=2, join=True)
 
 
 def _bad_peer(rank: int, port: int) -> None:
