@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from timing import median_ms  # benchmarks/ is sys.path[0] when run as a script
+from timing import medians_ms_interleaved  # benchmarks/ is sys.path[0] as a script
 
 import py_wire
 from py_wire.synth.registry import generate
@@ -52,8 +52,8 @@ def main() -> None:
             "torch.save(dict)": lambda: torch.save(dict(batch), pickled),
             "torch.load(dict)": lambda: torch.load(pickled, weights_only=False),
         }
-        for name, fn in rows.items():
-            print(f"{name:<40} {median_ms(fn, args.reps):8.1f} ms")
+        for name, ms in medians_ms_interleaved(rows, args.reps).items():
+            print(f"{name:<40} {ms:8.1f} ms")
         read_only.close()
 
 

@@ -19,7 +19,7 @@ import time
 
 import ray
 import torch
-from timing import median_ms  # benchmarks/ is sys.path[0] when run as a script
+from timing import medians_ms_interleaved  # benchmarks/ is sys.path[0] as a script
 
 import py_wire
 from py_wire.synth.registry import generate
@@ -68,10 +68,10 @@ def main() -> None:
         "py_wire: encode + ray.put + task (get + decode, view)": lambda: frame_path("view"),
         "dict of tensors / lists: ray.put (pickle) + task (get)": dict_path,
     }
-    for name, fn in rows.items():
-        print(f"{name:<64} {median_ms(fn, args.reps):8.1f} ms")
+    for name, ms in medians_ms_interleaved(rows, args.reps).items():
+        print(f"{name:<64} {ms:8.1f} ms")
     for writable, seconds in decode_seconds.items():
-        timed = seconds[1:]  # the first call was median_ms's warm-up
+        timed = seconds[1:]  # the first call was the warm-up
         print(
             f"  in the task, decode(writable={writable!r}) alone: "
             f"{statistics.median(timed) * 1e3:8.2f} ms"

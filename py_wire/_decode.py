@@ -49,7 +49,7 @@ def writable_policy(writable: object) -> Writable:
         raise _native.WireError(
             f"writable must be one of {', '.join(map(repr, WRITABLE_POLICIES))}, not {writable!r}"
         )
-    return writable  # type: ignore[return-value]  # one of WRITABLE_POLICIES
+    return writable
 
 
 def as_frame(data: Any) -> Frame:

@@ -24,6 +24,7 @@ __all__ = [
     "Codec",
     "InternalError",
     "METADATA_KEYS",
+    "ReceiveBuffer",
     "SchemaError",
     "TensorLoc",
     "WireError",

@@ -1,7 +1,8 @@
 """py_wire.distributed over gloo with 2 and 3 processes on localhost: send/recv, broadcast,
 scatter and all_gather of a real multimodal frame, checking bytes and decoded contents.
 
-The NCCL path (device tensors) is not tested here: CI has no GPU."""
+The NCCL path itself is not run here (CI has no GPU); its device-to-host receive branch is
+tested on host tensors, and on a CUDA tensor where a GPU exists."""
 
 from __future__ import annotations
 
@@ -147,3 +148,40 @@ def _bad_peer(rank: int, port: int) -> None:
 
 def test_a_foreign_message_is_a_frame_error() -> None:
     mp.spawn(_bad_peer, args=(_free_port(),), nprocs=2, join=True)
+
+
+def _padded_bytes(frame: py_wire.Frame, extra: int) -> torch.Tensor:
+    return torch.frombuffer(bytearray(bytes(frame) + b"\0" * extra), dtype=torch.uint8)
+
+
+def test_a_device_receive_is_copied_once_into_a_pooled_host_buffer() -> None:
+    # The NCCL path hands _to_frame a device tensor and no host buffer; any tensor takes the
+    # same branch, so it runs here on the host (the CUDA variant below needs a GPU).
+    frame = _frame(2, seed=5)
+    received = _padded_bytes(frame, 100)  # all_gather's buffers are padded to the longest
+    got = pwd._to_frame(received, None, len(frame), "rank 0")
+    assert bytes(got) == bytes(frame)
+    assert not got.readonly_buffer
+    lo, hi = _frame_span(got)
+    assert lo % 64 == 0
+    assert not lo <= received.data_ptr() < hi
+
+
+def test_a_frame_shorter_than_announced_is_a_frame_error() -> None:
+    frame = _frame(2, seed=5)
+    received = _padded_bytes(frame, 128)
+    for host in (None, py_wire.ReceiveBuffer(len(frame) + 128)):
+        if host is not None:
+            torch.frombuffer(host, dtype=torch.uint8).copy_(received)
+            received = torch.frombuffer(host, dtype=torch.uint8)
+        with pytest.raises(py_wire.FrameError, match=rf"rank 3 announced {len(frame) + 128}"):
+            pwd._to_frame(received, host, len(frame) + 128, "rank 3")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_receive_is_copied_into_a_pooled_host_buffer() -> None:  # pragma: no cover
+    frame = _frame(2, seed=5)
+    received = _padded_bytes(frame, 64).cuda()
+    got = pwd._to_frame(received, None, len(frame), "rank 0")
+    assert bytes(got) == bytes(frame)
+    assert not got.readonly_buffer
