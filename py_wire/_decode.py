@@ -29,12 +29,6 @@ Writable = Literal["auto", "view", "copy"]
 WRITABLE_POLICIES: tuple[Writable, ...] = ("auto", "view", "copy")
 
 
-def private_copy(frame: Frame) -> Frame:
-    """The frame copied once (in Rust, without the GIL) into a pooled, 64-byte-aligned,
-    writable buffer of its own."""
-    return frame.copy()
-
-
 def writable_policy(writable: object) -> Writable:
     """``writable`` checked: ``None`` is the deprecated spelling of ``"view"``."""
     if writable is None:
@@ -147,7 +141,7 @@ def decode(
     frame = as_frame(data)
     private = policy == "copy" or (policy == "auto" and frame.readonly_buffer)
     if private and rows is None:
-        frame = private_copy(frame)
+        frame = frame.copy()  # one copy, in Rust, into a pooled aligned buffer
     frame_schema = checked_schema(frame)
     if schema is not None:
         wanted = load_schema(schema)
