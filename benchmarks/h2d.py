@@ -1,7 +1,9 @@
 """A frame from host memory to the GPU, side by side in one run: the copy engine's ceiling
 (a pinned buffer), a frame encoded straight into pinned memory (``encode(out=pinned)``) then
-moved in one transfer, the same frame from pageable memory, ``py_wire.to`` of the decoded
-batch (one transfer per field, pageable or pinned first), and the per-row moves a dict of
+moved in one transfer, the same frame from pageable memory, a decode of a frame already on
+the GPU (as an NCCL receive leaves it) against moving it back to the host first,
+``py_wire.to`` of the decoded batch (one transfer per field, pageable or pinned first), and
+the per-row moves a dict of
 per-row tensors makes (NeMo-RL's ``BatchedDataDict.to``). Needs CUDA; prints a note and exits 0
 without it. Medians in ms and GB/s of frame (or payload) bytes.
 
@@ -55,6 +57,7 @@ def main() -> None:
     pageable = torch.frombuffer(memoryview(frame), dtype=torch.uint8)
     device_buf = torch.empty(n, dtype=torch.uint8, device="cuda")
     decoded = py_wire.decode(frame)
+    on_device = torch.frombuffer(memoryview(frame), dtype=torch.uint8).cuda()
     rows = [t for t in batch["pixel_values"] if t is not None]
     name = torch.cuda.get_device_name()
     print(
@@ -78,6 +81,14 @@ def main() -> None:
         ),
         "py_wire.to(decode(frame), cuda, pin_memory=True)": (
             lambda: py_wire.to(decoded, "cuda", pin_memory=True),
+            n,
+        ),
+        "decode(frame already on the GPU): views there": (
+            lambda: py_wire.decode(on_device),
+            n,
+        ),
+        "frame on the GPU -> host, decode, py_wire.to(cuda)": (
+            lambda: py_wire.to(py_wire.decode(on_device.cpu()), "cuda"),
             n,
         ),
         "per-row pixel tensors .to(cuda) (BatchedDataDict.to)": (

@@ -142,10 +142,14 @@ def _parts(profile: Profile) -> Codec:
     )
 
 
-def _decode_as(layout: str | None, wire_bytes: bool = False) -> Callable[[Profile], Codec]:
+def _decode_as(
+    layout: str | None, wire_bytes: bool = False, writable: str | None = None
+) -> Callable[[Profile], Codec]:
     def make(profile: Profile) -> Codec:
         schema = _schema(profile)
         kwargs = {} if layout is None else {"layout": layout}
+        if writable is not None:
+            kwargs["writable"] = writable
 
         def encode() -> Any:
             frame = py_wire.encode(profile.batch, schema)
@@ -169,5 +173,15 @@ WIRE_PEERS = [
     Peer("py_wire encode_parts (scatter/gather)", _parts, timed=("encode",)),
     Peer("py_wire decode(layout=padded) → padded", _decode_as("padded"), timed=("decode",)),
     Peer("py_wire decode(layout=list) → rows", _decode_as("list"), timed=("decode",)),
-    Peer("py_wire decode(bytes(frame)) → nested", _decode_as(None, True), timed=("decode",)),
+    # bytes are read-only: the default ("auto") decodes a private copy, "view" views them.
+    Peer(
+        "py_wire decode(bytes(frame)) → nested (auto: a private copy)",
+        _decode_as(None, True),
+        timed=("decode",),
+    ),
+    Peer(
+        "py_wire decode(bytes(frame), writable=view) → nested",
+        _decode_as(None, True, "view"),
+        timed=("decode",),
+    ),
 ]

@@ -26,19 +26,25 @@ from py_wire._trainer import ATTENTION_MASK, RowWindow, padded_width
 from py_wire._trainer import attention_mask as make_attention_mask
 
 Layout = Literal["nested", "padded", "list"]
-Writable = Literal["copy"] | None
+Writable = Literal["auto", "view", "copy"]
+WRITABLE_POLICIES: tuple[Writable, ...] = ("auto", "view", "copy")
 
-_ALIGN = 64
 
-
-def private_copy(frame: Frame) -> Frame:
-    """The frame copied once into a fresh, 64-byte-aligned, writable buffer of its own."""
-    src = np.frombuffer(memoryview(frame), dtype=np.uint8)
-    raw = np.empty(src.nbytes + _ALIGN, dtype=np.uint8)
-    start = (-raw.ctypes.data) % _ALIGN
-    buf = raw[start : start + src.nbytes]
-    np.copyto(buf, src)
-    return Frame.from_buffer(buf)
+def writable_policy(writable: object) -> Writable:
+    """``writable`` checked: ``None`` is the deprecated spelling of ``"view"``."""
+    if writable is None:
+        warnings.warn(
+            "decode(..., writable=None) is deprecated: pass writable='view' for zero-copy views "
+            "you promise not to write, or leave the default 'auto'",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return "view"
+    if not isinstance(writable, str) or writable not in WRITABLE_POLICIES:
+        raise _native.WireError(
+            f"writable must be one of {', '.join(map(repr, WRITABLE_POLICIES))}, not {writable!r}"
+        )
+    return writable
 
 
 def as_frame(data: Any) -> Frame:
@@ -107,7 +113,7 @@ def decode(
     pad_to_multiple_of: int | None = None,
     pad_values: Mapping[str, float | int | bool] | None = None,
     attention_mask: bool = False,
-    writable: Writable = None,
+    writable: Writable | None = "auto",
 ) -> dict[str, Any]:
     """Decode a frame into views, per tier: packed → :class:`PackedTensor`, per-token → jagged
     ``torch.nested`` tensor (``layout="padded"``: ``[B, L, ...]`` padded with the field's pad
@@ -117,8 +123,8 @@ def decode(
     Fields with a wire dtype decode as stored; ``source_dtype=True`` casts them back to the
     schema's declared dtype (a copy of those fields only).
 
-    No payload byte is copied (except by ``layout="padded"`` and ``source_dtype``); every view
-    keeps the frame alive.
+    No payload byte is copied (except by ``layout="padded"``, ``source_dtype`` and the
+    ``writable`` policy below); every view keeps its memory alive.
 
     ``rows=range(a, b)`` (or a step-1 slice) decodes only those rows, as views, at O(fields)
     cost: per-token values narrowed by the sequence offsets (offsets rebased), scalars sliced,
@@ -132,26 +138,36 @@ def decode(
     bytes per row) are copied to the host and validated, and every field comes back as views
     of that device buffer; the payload never leaves the device.
 
-    ``writable=None`` (the default) returns views into ``data`` itself: zero-copy, but a write
-    to a view writes the source (a Ray object shared by other workers, another reader's bytes)
-    and, on a read-only mapping, faults. Do not write to views of a source you do not own.
-    ``writable="copy"`` first copies the frame once into a private, aligned, writable buffer
-    and decodes views into that: in-place ops (``out["reward"].add_(1)``) are then safe and
-    never reach the source. (torch has no read-only tensors, so views of a read-only source
-    cannot refuse writes; :attr:`Frame.readonly_buffer` says whether the source was read-only.)
+    ``writable`` decides whether an in-place write to a decoded tensor can reach the source
+    (torch has no read-only tensors, so a view cannot refuse a write):
+
+    - ``"auto"`` (default): views into ``data`` when its buffer is writable (a ``bytearray``, a
+      numpy array, a frame py_wire made, :func:`py_wire.load`'s copy-on-write mapping, a frame
+      received by :mod:`py_wire.distributed`); when it is read-only (``bytes``, a read-only
+      ``mmap``, a Ray object-store buffer: :attr:`Frame.readonly_buffer`), the frame is first
+      copied once into a private, pooled, 64-byte-aligned buffer (with ``rows=``, only the
+      window's tensors are copied). A write then never corrupts a shared object or faults on
+      a read-only mapping.
+    - ``"view"``: always views into ``data``, zero-copy; you promise not to write to them (a
+      write would change a shared Ray object or another reader's bytes, or crash on a
+      read-only mapping).
+    - ``"copy"``: always a private copy, as ``"auto"`` does for read-only sources.
+
+    ``writable=None`` is a deprecated spelling of ``"view"`` (it warns).
     """
-    if writable not in (None, "copy"):
-        raise _native.WireError(f"writable must be None or 'copy', not {writable!r}")
+    policy = writable_policy(writable)
     payload: torch.Tensor | None = None
+    private = False
     if isinstance(data, torch.Tensor) and data.device.type != "cpu":
         # A frame in device memory: validated on the host from its header and index tables,
         # decoded as views of the device buffer (the payload is never copied to the host).
-        payload = data.clone() if writable == "copy" else data
+        payload = data.clone() if policy == "copy" else data
         frame = host_shadow(payload)
     else:
         frame = as_frame(data)
-        if writable == "copy":
-            frame = private_copy(frame)
+        private = policy == "copy" or (policy == "auto" and frame.readonly_buffer)
+        if private and rows is None:
+            frame = frame.copy()  # one copy, in Rust, into a pooled aligned buffer
     frame_schema = checked_schema(frame)
     if schema is not None:
         wanted = load_schema(schema)
@@ -169,6 +185,8 @@ def decode(
     window = None if rows is None else RowWindow(views.seq_offsets, frame.num_rows, rows)
     seq_offsets = views.seq_offsets if window is None else window.seq_offsets
     num_rows = frame.num_rows if window is None else window.num_rows
+    # A private window copies only what the window's tensors cover, not the whole frame.
+    clone = private and window is not None
     _check_trainer_options(frame_schema, layout, pad_to_multiple_of, pad_values, attention_mask)
     out: dict[str, Any] = {}
     seq_lengths: torch.Tensor | None = None
@@ -176,16 +194,18 @@ def decode(
         if keep is not None and name not in keep:
             continue
         values = views.values(f.values)
-        if source_dtype and f.stored_dtype != f.dtype:
-            values = values.to(DTYPES[f.dtype])
+        cast = DTYPES[f.dtype] if source_dtype and f.stored_dtype != f.dtype else None
         tier = f.tier
         if tier == "scalar":
-            out[name] = values if window is None else window.scalar(values)
+            out[name] = _owned(values if window is None else window.scalar(values), cast, clone)
         elif tier == "packed":
             tables = {k: views.view(getattr(f, k)) for k in _CSR}
             in_order = f.in_order
             if window is not None:
                 values, tables, in_order = window.packed(values, tables, in_order)
+            if clone:
+                tables = {k: t.clone() for k, t in tables.items()}
+            values = _owned(values, cast, clone)
             packed = PackedTensor._from_frame(_FrameRows(values, tables, in_order), f.pack_dim)
             out[name] = packed.rows() if layout == "list" else packed
         else:
@@ -194,15 +214,17 @@ def decode(
             if window is not None:
                 values = window.per_token(values)
             if layout == "list":
+                values = _owned(values, cast, clone)
                 out[name] = list(torch.split(values, torch.diff(offsets).tolist()))
             elif layout == "padded":
+                values = _owned(values, cast, clone=False)  # padding copies anyway
                 if seq_lengths is None:
                     seq_lengths = torch.diff(offsets)
                 pad = (pad_values or {}).get(name, frame_schema.fields[name].pad_value)
                 width = padded_width(seq_lengths, pad_to_multiple_of)
                 out[name] = _padded(values, offsets, seq_lengths, pad, width)
             else:
-                out[name] = _jagged(values, offsets.to(device))
+                out[name] = _jagged(_owned(values, cast, clone), offsets.to(device))
     if keep is not None:
         # A stage's packed field the frame lacks is a column no row had media for: present it as
         # rows without segments, so a consumer sees "no media", never a missing key.
@@ -303,6 +325,13 @@ def _drop_fx_notice(record: logging.LogRecord) -> bool:
 logging.getLogger("torch.fx._symbolic_trace").addFilter(_drop_fx_notice)
 
 _CSR = ("seg_shapes", "seg_offsets", "row_offsets", "row_segments")
+
+
+def _owned(values: torch.Tensor, cast: torch.dtype | None, clone: bool) -> torch.Tensor:
+    """``values`` cast to ``cast`` (a copy), else cloned when ``clone``, else as they are."""
+    if cast is not None:
+        return values.to(cast)
+    return values.clone() if clone else values
 
 
 def _jagged(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,7 @@ __all__ = [
     "Codec",
     "InternalError",
     "METADATA_KEYS",
+    "ReceiveBuffer",
     "SchemaError",
     "TensorLoc",
     "WireError",
@@ -153,6 +154,8 @@ class Frame:
 
     @staticmethod
     def from_buffer(data: _BufferLike) -> Frame: ...
+    def copy(self) -> Frame:
+        """A private, writable copy in a pooled, 64-byte-aligned buffer (validated)."""
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
     @property
@@ -180,6 +183,17 @@ class BorrowedBytes:
 
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
+
+@final  # a #[pyclass] without `subclass`: not subclassable at runtime
+class ReceiveBuffer:
+    """A writable, 64-byte-aligned buffer from the frame pool, for a receiver to fill and then
+    wrap with ``Frame.from_buffer`` without copying."""
+
+    def __new__(cls, nbytes: int) -> ReceiveBuffer: ...
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    @property
+    def address(self) -> int: ...
 
 def register_torch(
     tensor_type: type[torch.Tensor],

@@ -151,8 +151,9 @@ def truncate(frame: Frame, max_len: int) -> Frame:
         raise WireError(f"max_len must be a non-negative int, got {max_len!r}")
     frame = as_frame(frame)
     schema = checked_schema(frame)
-    rows = decode(frame, layout="list")
-    packed = decode(frame)  # PackedTensors keep shared segments shared on re-encode
+    # Read only, then copied once by encode: views even of a read-only source.
+    rows = decode(frame, layout="list", writable="view")
+    packed = decode(frame, writable="view")  # PackedTensors keep shared segments shared
     batch: dict[str, object] = {}
     for name, value in rows.items():
         tier = schema.fields[name].tier

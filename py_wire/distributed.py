@@ -1,13 +1,18 @@
 """Frames over ``torch.distributed``: a small fixed header (magic, format version, byte
 length), then the frame's bytes as one uint8 tensor. No payload is pickled; the receiver
-allocates exactly the announced size and validates the bytes as any frame.
+takes a buffer of exactly the announced size from py_wire's frame pool (64-byte aligned, the
+warm pages of a dropped frame when one fits), receives into it and wraps it as a validated
+:class:`Frame` without copying. The frame is writable, so ``decode`` gives views into it
+(``writable="auto"``), and its memory goes back to the pool once the frame and every view are
+dropped.
 
 Works with any backend whose collectives take uint8 tensors. With ``gloo`` the bytes move as
 host tensors (the sender's tensor is a view of the frame, no copy). With ``nccl`` (GPUs) the
 bytes must travel as device tensors: the sender copies the frame to its current CUDA device
-once, the receiver receives into a device buffer and copies it to host memory to validate and
-decode it (``Frame`` lives in host memory; a device-side decode is not provided). The NCCL path
-is written but has not been run: this project's CI has no GPU.
+once, and a receiver gets the frame as a validated CUDA uint8 tensor (its header and index
+tables, a few bytes per row, are copied to the host and checked; the payload stays on the
+device). ``py_wire.decode`` of that tensor gives views on the device. CI has no GPU; the NCCL
+path runs in ``tests/test_device.py`` where one is lent.
 
 Every call must be made by every rank of ``group`` involved, as for ``torch.distributed``.
 """
@@ -15,13 +20,15 @@ Every call must be made by every rank of ``group`` involved, as for ``torch.dist
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from py_wire._decode import as_frame
-from py_wire._native import Frame, FrameError, WireError
+from py_wire._device import host_shadow
+from py_wire._native import Frame, FrameError, ReceiveBuffer, WireError
 from py_wire._ops import shard
 
 #: "PYWIREFR" as a little-endian int64: the first word of every announcement.
@@ -29,6 +36,10 @@ MAGIC = int.from_bytes(b"PYWIREFR", "little") & 0x7FFF_FFFF_FFFF_FFFF
 #: The announcement's layout version (bumped if the header grows).
 VERSION = 1
 _HEADER_WORDS = 3  # magic, version, frame length in bytes
+
+#: What a receive returns: a host frame, or under NCCL the frame's bytes as a validated device
+#: tensor (decode it with ``py_wire.decode``: views on the device).
+Received = Frame | torch.Tensor
 
 
 def _device(group: Any) -> torch.device:
@@ -70,16 +81,41 @@ def _payload(frame: Frame, device: torch.device) -> torch.Tensor:
     return host if device.type == "cpu" else host.to(device)
 
 
-def _buffer(nbytes: int, device: torch.device) -> torch.Tensor:
-    """A receive buffer; torch's host allocations are 64-byte aligned, so the frame's views
-    need no realignment copy."""
-    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+def _receive_buffer(nbytes: int, device: torch.device) -> tuple[torch.Tensor, ReceiveBuffer | None]:
+    """Where a receive of ``nbytes`` lands: on the host, a tensor over a pooled
+    :class:`ReceiveBuffer` (which then becomes the frame, no copy); for NCCL, a device tensor."""
+    if device.type != "cpu":
+        return torch.empty(nbytes, dtype=torch.uint8, device=device), None
+    host = ReceiveBuffer(nbytes)
+    return torch.frombuffer(host, dtype=torch.uint8), host
 
 
-def _to_frame(buf: torch.Tensor) -> Frame:
-    if buf.device.type != "cpu":
-        buf = buf.cpu()
-    return as_frame(buf)
+def _to_frame(
+    received: torch.Tensor, host: ReceiveBuffer | None, nbytes: int, peer: str
+) -> Received:
+    """The first ``nbytes`` received, validated as a frame of exactly that size."""
+    if host is None:  # a device tensor: validated from its header and index tables, kept there
+        device_frame = received[:nbytes]
+        shadow = host_shadow(device_frame)
+        if len(shadow) != nbytes:
+            raise FrameError(f"{peer} announced {nbytes} bytes but sent a {len(shadow)}-byte frame")
+        return device_frame
+    frame = Frame.from_buffer(memoryview(host)[:nbytes])
+    if len(frame) != nbytes:
+        raise FrameError(f"{peer} announced {nbytes} bytes but sent a {len(frame)}-byte frame")
+    return frame
+
+
+def _receive(
+    src: int, header: torch.Tensor, device: torch.device, fill: Callable[[torch.Tensor], object]
+) -> Received:
+    """Reads the announcement in ``header``, then ``fill(tensor)`` receives into a buffer of
+    that size."""
+    peer = f"rank {src}"
+    nbytes = _length(header, peer)
+    received, host = _receive_buffer(nbytes, device)
+    fill(received)
+    return _to_frame(received, host, nbytes, peer)
 
 
 def send(frame: Any, dst: int, group: Any = None, tag: int = 0) -> None:
@@ -90,17 +126,15 @@ def send(frame: Any, dst: int, group: Any = None, tag: int = 0) -> None:
     dist.send(_payload(frame, device), dst, group=group, tag=tag)
 
 
-def recv(src: int, group: Any = None, tag: int = 0) -> Frame:
+def recv(src: int, group: Any = None, tag: int = 0) -> Received:
     """Receive a frame that rank ``src`` sent with :func:`send` (validated)."""
     device = _device(group)
     header = _empty_header(device)
     dist.recv(header, src, group=group, tag=tag)
-    buf = _buffer(_length(header, f"rank {src}"), device)
-    dist.recv(buf, src, group=group, tag=tag)
-    return _to_frame(buf)
+    return _receive(src, header, device, lambda t: dist.recv(t, src, group=group, tag=tag))
 
 
-def broadcast(frame: Any | None, src: int, group: Any = None) -> Frame:
+def broadcast(frame: Any | None, src: int, group: Any = None) -> Received:
     """Rank ``src`` passes its frame, every other rank ``None``; all get the frame."""
     device = _device(group)
     me = dist.get_rank()
@@ -113,9 +147,7 @@ def broadcast(frame: Any | None, src: int, group: Any = None) -> Frame:
         return frame
     header = _empty_header(device)
     dist.broadcast(header, src, group=group)
-    buf = _buffer(_length(header, f"rank {src}"), device)
-    dist.broadcast(buf, src, group=group)
-    return _to_frame(buf)
+    return _receive(src, header, device, lambda t: dist.broadcast(t, src, group=group))
 
 
 def scatter(
@@ -125,7 +157,7 @@ def scatter(
     *,
     batch_size: int | None = None,
     allow_uneven: bool = False,
-) -> Frame:
+) -> Received:
     """Rank ``src`` passes a frame; each rank receives only its data-parallel shard, cut on
     ``src`` by :func:`py_wire.shard` without decoding (``batch_size`` / ``allow_uneven``:
     NeMo-RL's chunk-interleaved sharding). Ranks are the group's ranks."""
@@ -155,16 +187,14 @@ def scatter(
         return shards[me]
     header = _empty_header(device)
     dist.scatter(header, None, src=src, group=group)
-    buf = _buffer(_length(header, f"rank {src}"), device)
-    dist.recv(buf, src, group=group)
-    return _to_frame(buf)
+    return _receive(src, header, device, lambda t: dist.recv(t, src, group=group))
 
 
 def _global(group: Any, rank: int) -> int:
     return rank if group is None else dist.get_global_rank(group, rank)
 
 
-def all_gather(frame: Any, group: Any = None) -> list[Frame]:
+def all_gather(frame: Any, group: Any = None) -> list[Received]:
     """Every rank passes its frame; every rank gets all of them, in rank order.
 
     Lengths are gathered first; frames then travel in one ``all_gather`` of buffers of the
@@ -177,10 +207,14 @@ def all_gather(frame: Any, group: Any = None) -> list[Frame]:
     dist.all_gather(headers, _header(len(frame), device), group=group)
     lengths = [_length(h, f"rank {r}") for r, h in enumerate(headers)]
     width = max(lengths)
-    mine = _buffer(width, device)
+    mine, _ = _receive_buffer(width, device)
     mine[: len(frame)].copy_(_payload(frame, device))
     mine[len(frame) :].zero_()
-    bufs = [_buffer(width, device) for _ in range(world)]
-    dist.all_gather(bufs, mine, group=group)
+    received = [_receive_buffer(width, device) for _ in range(world)]
+    dist.all_gather([t for t, _ in received], mine, group=group)
+    del mine
     me = dist.get_rank(group)
-    return [frame if r == me else _to_frame(b[: lengths[r]]) for r, b in enumerate(bufs)]
+    return [
+        frame if r == me else _to_frame(t, host, lengths[r], f"rank {r}")
+        for r, (t, host) in enumerate(received)
+    ]

@@ -1,7 +1,8 @@
 """py_wire.distributed over gloo with 2 and 3 processes on localhost: send/recv, broadcast,
 scatter and all_gather of a real multimodal frame, checking bytes and decoded contents.
 
-The NCCL path (device tensors) is not tested here: CI has no GPU."""
+The NCCL path itself is not run here (CI has no GPU); its receive branch (validate, keep the
+bytes where they landed) is tested on host tensors here and on a GPU in tests/test_device.py."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _addr(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
 
 
-def _check(got: py_wire.Frame, want: py_wire.Frame) -> None:
+def _check(got: py_wire.Frame, want: py_wire.Frame, *, received: bool = True) -> None:
     assert bytes(got) == bytes(want)
     out = py_wire.decode(got)
     ref = py_wire.decode(want)
@@ -41,9 +42,14 @@ def _check(got: py_wire.Frame, want: py_wire.Frame) -> None:
     assert torch.equal(out["reward"], ref["reward"])
     a, b = out["pixel_values"].as_tensor(), ref["pixel_values"].as_tensor()
     assert (a is None and b is None) or torch.equal(a, b)
-    # The decoded views lie in the received buffer (no copy after the receive).
-    base = py_wire._decode.FrameViews(got).base
-    assert _addr(base) <= _addr(out["reward"]) < _addr(base) + len(got)
+    if received:
+        # Received into a pooled, writable buffer: the default ("auto") decodes views into it,
+        # with no copy after the receive.
+        assert not got.readonly_buffer
+        base = py_wire._decode.FrameViews(got).base
+        assert _addr(base) % 64 == 0
+        assert _addr(base) <= _addr(out["reward"]) < _addr(base) + len(got)
+        assert _addr(base) <= _addr(out["input_ids"].values()) < _addr(base) + len(got)
 
 
 def _worker(rank: int, world: int, port: int) -> None:
@@ -65,7 +71,7 @@ def _worker(rank: int, world: int, port: int) -> None:
         # broadcast from the last rank; the source may pass read-only bytes.
         src = world - 1
         got = pwd.broadcast(bytes(full) if rank == src else None, src)
-        _check(got, full)
+        _check(got, full, received=rank != src)
         # scatter: contiguous and NeMo-RL interleaved shards, each rank only its own.
         got = pwd.scatter(full if rank == 0 else None, 0)
         _check(got, py_wire.shard(full, rank, world))
@@ -86,6 +92,48 @@ def test_gloo_frames(world: int) -> None:
     mp.spawn(_worker, args=(world, _free_port()), nprocs=world, join=True)
 
 
+def _frame_span(frame: py_wire.Frame) -> tuple[int, int]:
+    base = py_wire._decode.FrameViews(frame).base
+    return _addr(base), _addr(base) + len(frame)
+
+
+def _pooled_receiver(rank: int, port: int) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        # Two frames, then the first again; each above the pool's 4 MiB floor.
+        frames = [_frame(12, seed=0), _frame(12, seed=1)]
+        assert min(len(f) for f in frames) > 4 << 20
+        if rank == 0:
+            for f in (frames[0], frames[1], frames[0]):
+                pwd.send(f, 1)
+            return
+        first = pwd.recv(0)
+        _check(first, frames[0])
+        first_span = _frame_span(first)
+        view = py_wire.decode(first)["reward"]
+        del first
+        # While any view of the first frame lives, its memory is never handed out again.
+        second = pwd.recv(0)
+        _check(second, frames[1])
+        second_span = _frame_span(second)
+        assert second_span[0] >= first_span[1] or second_span[1] <= first_span[0]
+        # Once its last view is gone, the next receive of that size reuses its pages, even
+        # after an allocation of the same size elsewhere (which, without the pool, would
+        # usually be given the freed pages).
+        del view
+        decoy = torch.ones(first_span[1] - first_span[0], dtype=torch.uint8)
+        third = pwd.recv(0)
+        assert _frame_span(third) == first_span
+        _check(third, frames[0])
+        del second, third, decoy
+    finally:
+        dist.destroy_process_group()
+
+
+def test_receives_reuse_pooled_buffers() -> None:
+    mp.spawn(_pooled_receiver, args=(_free_port(),), nprocs=2, join=True)
+
+
 def _bad_peer(rank: int, port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
@@ -100,3 +148,35 @@ def _bad_peer(rank: int, port: int) -> None:
 
 def test_a_foreign_message_is_a_frame_error() -> None:
     mp.spawn(_bad_peer, args=(_free_port(),), nprocs=2, join=True)
+
+
+def _padded_bytes(frame: py_wire.Frame, extra: int) -> torch.Tensor:
+    return torch.frombuffer(bytearray(bytes(frame) + b"\0" * extra), dtype=torch.uint8)
+
+
+def test_a_device_receive_is_validated_and_kept_where_it_landed() -> None:
+    # The NCCL path hands _to_frame a device tensor and no host buffer; any tensor takes the
+    # same branch, so it runs here on the host (tests/test_device.py runs it on a GPU).
+    frame = _frame(2, seed=5)
+    received = _padded_bytes(frame, 100)  # all_gather's buffers are padded to the longest
+    got = pwd._to_frame(received, None, len(frame), "rank 0")
+    assert isinstance(got, torch.Tensor)
+    assert got.data_ptr() == received.data_ptr() and got.numel() == len(frame)
+    assert bytes(got.numpy()) == bytes(frame)
+    damaged = received.clone()
+    seq = frame.layout.seq_offsets
+    assert seq is not None
+    damaged[seq.offset : seq.offset + 8] = 0xFF
+    with pytest.raises(py_wire.FrameError):
+        pwd._to_frame(damaged, None, len(frame), "rank 0")
+
+
+def test_a_frame_shorter_than_announced_is_a_frame_error() -> None:
+    frame = _frame(2, seed=5)
+    received = _padded_bytes(frame, 128)
+    for host in (None, py_wire.ReceiveBuffer(len(frame) + 128)):
+        if host is not None:
+            torch.frombuffer(host, dtype=torch.uint8).copy_(received)
+            received = torch.frombuffer(host, dtype=torch.uint8)
+        with pytest.raises(py_wire.FrameError, match=rf"rank 3 announced {len(frame) + 128}"):
+            pwd._to_frame(received, host, len(frame) + 128, "rank 3")

@@ -134,7 +134,8 @@ def test_decode_from_mmap_is_zero_copy(vlm, tmp_path):
     path.write_bytes(bytes(frame))
     with open(path, "rb") as fh:
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        decoded = py_wire.decode(mm)
+        # A read-only mapping: zero-copy is what "view" asks for (the default would copy it).
+        decoded = py_wire.decode(mm, writable="view")
         assert torch.equal(decoded["reward"], batch["reward"])
         base = np.frombuffer(mm, dtype=np.uint8).ctypes.data
         for name in ("reward", "input_ids"):
@@ -165,6 +166,7 @@ def test_misaligned_base_is_copied_once(vlm):
 def test_readonly_input_gives_no_warning(vlm, recwarn):
     _, frame = vlm
     py_wire.decode(bytes(frame))
+    py_wire.decode(bytes(frame), writable="view")
     assert not [w for w in recwarn if "writable" in str(w.message)]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import types
 
+import numpy as np
 import pytest
 import torch
 
@@ -125,3 +126,20 @@ def test_unknown_key_is_never_dropped() -> None:
     batch["loss_multiplier"] = torch.ones(4)
     with pytest.raises(py_wire.BatchError, match="loss_multiplier"):
         nemo_rl.to_frame(batch, "nemo_rl/text")
+
+
+@pytest.mark.parametrize("writable", ["auto", "view"])
+def test_from_frame_of_read_only_bytes_follows_the_writable_policy(writable: str) -> None:
+    """Packed fields and scalars come back as views: of the read-only source only with
+    "view"; the default gives views of a private copy, safe to write in place."""
+    frame = nemo_rl.to_frame(nemo_batch("nemo_rl/qwen2_5_vl", 8, False), "nemo_rl/qwen2_5_vl")
+    raw = bytes(frame)
+    lo = np.frombuffer(raw, dtype=np.uint8).ctypes.data
+    out = nemo_rl.from_frame(raw, writable=writable)  # type: ignore[arg-type]
+    pixels = out["pixel_values"].as_tensor()
+    assert pixels is not None
+    assert (lo <= pixels.data_ptr() < lo + len(raw)) == (writable == "view")
+    if writable == "auto":
+        pixels.zero_()
+        out["sample_mask"].add_(1)
+        assert raw == bytes(frame)

@@ -340,3 +340,19 @@ def test_empty_response_and_empty_uid_rows() -> None:
     for k in ("input_ids", "attention_mask", "responses", "response_mask", "position_ids"):
         assert torch.equal(got[k], b[k]), k
     assert not got["advantages"][1].any()
+
+
+@pytest.mark.parametrize("writable", ["auto", "view"])
+def test_from_frame_of_read_only_bytes_follows_the_writable_policy(writable: str) -> None:
+    """Media tensors come back as views: of the read-only source only with "view"; the default
+    gives views of a private copy, so an in-place write never reaches the source."""
+    dp, _ = verl_batch(True, n=4)
+    raw = bytes(pw_verl.to_frame(dp, "verl/qwen2_5_vl", drop_meta_info=True))
+    lo = np.frombuffer(raw, dtype=np.uint8).ctypes.data
+    back = pw_verl.from_frame(raw, pad_token_id=PAD, writable=writable)  # type: ignore[arg-type]
+    pixels = parts(back)[1]["multi_modal_inputs"][0]["pixel_values"]
+    inside = lo <= pixels.data_ptr() < lo + len(raw)
+    assert inside == (writable == "view")
+    if writable == "auto":
+        pixels.zero_()
+        assert raw == bytes(pw_verl.to_frame(dp, "verl/qwen2_5_vl", drop_meta_info=True))

@@ -1,6 +1,9 @@
 """A real multimodal frame through Ray: the object store, task arguments, actor calls and
 ``ray.wait``. Workers decode it and report facts (a digest of the bytes, a checksum of a field,
-and where the views lie), checked here for equality and zero-copy."""
+and where the views lie), checked here for equality and zero-copy.
+
+A store object is read-only and shared, so zero-copy is what ``writable="view"`` asks for; the
+default (``"auto"``) decodes a private copy, which an in-place write cannot get past."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import ray  # requirements-dev.txt installs it: a missing ray is a failure, not 
 import torch
 
 import py_wire
+from py_wire._decode import Writable
 from py_wire.synth import registry
 
 SCHEMA = "qwen2_5_vl"
@@ -34,10 +38,10 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
             yield from _tensors(v)
 
 
-def facts(frame: py_wire.Frame, *, writable: str | None = None) -> dict[str, Any]:
+def facts(frame: py_wire.Frame, *, writable: Writable) -> dict[str, Any]:
     """What a worker reports about a frame it received: its bytes and where its views lie."""
     lo, hi = _span(frame)
-    out = py_wire.decode(frame, SCHEMA, layout="list", writable=writable)  # type: ignore[arg-type]
+    out = py_wire.decode(frame, SCHEMA, layout="list", writable=writable)
     inside = all(
         lo <= t.data_ptr() and t.data_ptr() + t.numel() * t.element_size() <= hi
         for v in out.values()
@@ -77,14 +81,17 @@ def frame() -> py_wire.Frame:
 
 @pytest.fixture(scope="module")
 def expected(frame: py_wire.Frame) -> dict[str, Any]:
-    return facts(frame)
+    return facts(frame, writable="view")
 
 
-def _check(got: dict[str, Any], expected: dict[str, Any]) -> None:
+def _check(got: dict[str, Any], expected: dict[str, Any], *, zero_copy: bool = True) -> None:
     assert got["sha"] == expected["sha"]
     assert got["pixels"] == expected["pixels"]
     assert got["reward"] == expected["reward"]
-    assert got["inside"], "a decoded view lies outside the received frame's buffer"
+    if zero_copy:
+        assert got["inside"], "a decoded view lies outside the received frame's buffer"
+    else:
+        assert not got["inside"], "a default decode of a store object viewed the shared bytes"
 
 
 def test_frame_through_ray(
@@ -95,13 +102,14 @@ def test_frame_through_ray(
     # put/get in the driver: the object comes back zero-copy, read-only, from the store, and
     # two gets of one object map the same bytes (neither is a private copy).
     a, b = ray.get(ref), ray.get(ref)
-    _check(facts(a), expected)
+    _check(facts(a, writable="view"), expected)
+    _check(facts(a, writable="auto"), expected, zero_copy=False)
     assert a.readonly_buffer and _span(a) == _span(b) != _span(frame)
 
     @ray.remote
     def as_argument(f: py_wire.Frame, refs: list[Any]) -> tuple[dict[str, Any], tuple[int, int]]:
         # The argument and a get of the same object inside the worker: the same store bytes.
-        return facts(f), _span(ray.get(refs[0]))
+        return facts(f, writable="view"), _span(ray.get(refs[0]))
 
     got, span = ray.get(as_argument.remote(ref, [ref]))
     _check(got, expected)
@@ -110,20 +118,34 @@ def test_frame_through_ray(
     @ray.remote
     class Consumer:
         def take(self, f: py_wire.Frame) -> dict[str, Any]:
-            return facts(f)
+            return facts(f, writable="view")
 
-        def write(self, f: py_wire.Frame) -> tuple[torch.Tensor, torch.Tensor]:
-            # writable="copy": an in-place op is private to this worker.
-            out = py_wire.decode(f, SCHEMA, writable="copy")
+        def write(self, f: py_wire.Frame, writable: Writable) -> tuple[torch.Tensor, ...]:
+            # The default ("auto") or "copy": an in-place op is private to this worker.
+            assert f.readonly_buffer
+            out = py_wire.decode(f, SCHEMA, writable=writable)
             before = out["reward"].clone()
             out["reward"].add_(100)
-            return before, out["reward"].clone()
+            out["pixel_values"][0][0].zero_()
+            again = py_wire.decode(f, SCHEMA, writable="view")  # the store object, re-read here
+            return before, out["reward"].clone(), again["reward"].clone()
+
+        def write_default(self, f: py_wire.Frame) -> tuple[torch.Tensor, ...]:
+            out = py_wire.decode(f, SCHEMA)
+            before = out["reward"].clone()
+            out["reward"].add_(100)
+            out["pixel_values"][0][0].zero_()
+            again = py_wire.decode(f, SCHEMA, writable="view")
+            return before, out["reward"].clone(), again["reward"].clone()
 
     actor = Consumer.remote()  # type: ignore[attr-defined]
     _check(ray.get(actor.take.remote(ref)), expected)
-    before, after = ray.get(actor.write.remote(ref))
-    assert torch.equal(after, before + 100)
-    _check(facts(ray.get(ref)), expected)  # the shared object is untouched
+    for call in (actor.write_default.remote(ref), actor.write.remote(ref, "copy")):
+        before, after, shared = ray.get(call)
+        assert torch.equal(after, before + 100)
+        assert torch.equal(shared, before), "the write reached the shared object in the worker"
+        # The shared object is untouched, byte for byte, for the driver too.
+        _check(facts(ray.get(ref), writable="view"), expected)
 
     # A stream of results, collected as they finish.
     @ray.remote
@@ -135,6 +157,8 @@ def test_frame_through_ray(
     while pending:
         done, pending = ray.wait(pending, num_returns=1)
         result = ray.get(done[0])
-        _check(facts(result) if isinstance(result, py_wire.Frame) else result, expected)
+        if isinstance(result, py_wire.Frame):
+            result = facts(result, writable="view")
+        _check(result, expected)
         seen += 1
     assert seen == 4

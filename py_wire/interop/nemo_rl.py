@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from py_wire._decode import decode
+from py_wire._decode import Writable, decode
 from py_wire._encode import encode
 from py_wire._native import Frame
 from py_wire._packed import PackedTensor
@@ -41,10 +41,24 @@ def to_frame(
     return encode(dict(batched_data_dict), schema, stage=stage)
 
 
-def from_frame(frame: Any, stage: str | None = None, *, pad_to_multiple: int = 1) -> dict[str, Any]:
+def from_frame(
+    frame: Any,
+    stage: str | None = None,
+    *,
+    pad_to_multiple: int = 1,
+    writable: Writable = "auto",
+) -> dict[str, Any]:
     """The frame's fields as NeMo-RL holds them (see the module docstring). Wrap the result
-    in ``BatchedDataDict(...)`` on the NeMo-RL side."""
-    out = decode(frame, stage=stage, layout="padded", pad_to_multiple_of=pad_to_multiple)
+    in ``BatchedDataDict(...)`` on the NeMo-RL side. Padded per-token fields are new tensors;
+    packed and scalar fields are views, under :func:`py_wire.decode`'s ``writable`` policy
+    (the default copies a read-only source, such as a Ray object, once)."""
+    out = decode(
+        frame,
+        stage=stage,
+        layout="padded",
+        pad_to_multiple_of=pad_to_multiple,
+        writable=writable,
+    )
     nemo = nemo_packed_class()
     for name, value in out.items():
         if isinstance(value, PackedTensor) and nemo is not None:

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from py_wire._decode import as_frame, checked_schema, decode
+from py_wire._decode import Writable, as_frame, checked_schema, decode
 from py_wire._dtypes import DTYPES
 from py_wire._encode import encode
 from py_wire._errors import with_context
@@ -321,14 +321,17 @@ def from_frame(
     pad_token_id: int = 0,
     prompt_length: int | None = None,
     response_length: int | None = None,
+    writable: Writable = "auto",
 ) -> Any:
     """The frame as verl holds it (see the module docstring): a ``DataProto`` when ``verl`` is
-    importable, else ``{"batch": ..., "non_tensor_batch": ..., "meta_info": ...}``."""
+    importable, else ``{"batch": ..., "non_tensor_batch": ..., "meta_info": ...}``. Padded
+    tensors are new; media tensors and scalars are views, under :func:`py_wire.decode`'s
+    ``writable`` policy (the default copies a read-only source, such as a Ray object, once)."""
     frame = as_frame(frame)
     sch = checked_schema(frame)
     dtypes = {k: DTYPES[f.dtype] for k, f in sch.fields.items()}
     shapes = {k: tuple(f.shape) for k, f in sch.fields.items()}
-    fields = decode(frame, stage=stage)
+    fields = decode(frame, stage=stage, writable=writable)
     out = _to_verl(fields, dtypes, shapes, pad_token_id, prompt_length, response_length)
     meta = dict(meta_info or {})
     cls: Any = dataproto_class()

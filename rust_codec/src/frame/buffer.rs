@@ -130,6 +130,12 @@ impl AlignedBuf {
         self.ptr.as_ptr()
     }
 
+    /// The start of the buffer, with write provenance: for handing the memory to a writer
+    /// outside Rust (a Python buffer export) without deriving it from a shared slice.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: ptr is valid for len initialised bytes for the lifetime of self.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }

@@ -179,6 +179,29 @@ impl Frame {
         })
     }
 
+    /// A private copy: the frame's bytes copied once, without the GIL, into a writable,
+    /// 64-byte-aligned buffer of its own (from the frame pool when one fits), validated again.
+    /// Writing to views of the copy never reaches this frame's source.
+    fn copy(&self, py: Python<'_>) -> PyResult<Frame> {
+        let bytes = self.bytes();
+        let (owned, layout) = py
+            .detach(|| {
+                guarded(OnPanic::Frame, || {
+                    let owned = AlignedBuf::from_slice(bytes).ok_or_else(|| {
+                        crate::Error::frame(format!(
+                            "cannot allocate {} bytes for a private copy",
+                            bytes.len()
+                        ))
+                    })?;
+                    // Validated again: a writable source may have changed since it was wrapped.
+                    let layout = parse_frame(owned.as_slice())?;
+                    Ok((owned, layout))
+                })
+            })
+            .map_err(to_py)?;
+        Ok(Frame::from_owned(owned, layout))
+    }
+
     fn __len__(&self) -> usize {
         self.bytes().len()
     }
@@ -278,9 +301,14 @@ impl Frame {
         flags: c_int,
     ) -> PyResult<()> {
         let this = slf.get();
-        // SAFETY: the bytes belong to `slf`, which the export keeps alive; a frame never moves
-        // or frees its bytes while it lives.
-        unsafe { export(slf.as_any(), view, this.bytes(), this.readonly(), flags) }
+        let (ptr, len) = match &this.storage {
+            Storage::Owned(b) => (b.as_mut_ptr(), b.len()),
+            Storage::Borrowed { ptr, len, .. } => (*ptr as *mut u8, *len),
+        };
+        // SAFETY: the bytes belong to `slf` (owned, or pinned by the buffer export it holds),
+        // which the export keeps alive; a frame never moves or frees its bytes while it lives.
+        // A writable export is over owned memory or a writable source buffer.
+        unsafe { export(slf.as_any(), view, ptr, len, this.readonly(), flags) }
     }
 
     /// # Safety
@@ -288,26 +316,28 @@ impl Frame {
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
 }
 
-/// Fills `view` with `bytes`, owned by `owner`.
+/// Fills `view` with the `len` bytes at `ptr`, owned by `owner`.
 ///
 /// # Safety
-/// `view` must be CPython's buffer to fill, and `bytes` must stay valid and unmoved for as long
-/// as `owner` lives (PyBuffer_FillInfo stores a new reference to `owner` in the view).
+/// `view` must be CPython's buffer to fill, and `[ptr, ptr + len)` must stay valid and unmoved
+/// for as long as `owner` lives (PyBuffer_FillInfo stores a new reference to `owner` in the
+/// view); when `readonly` is false, the memory must be writable by the export's holders.
 unsafe fn export(
     owner: &Bound<'_, PyAny>,
     view: *mut ffi::Py_buffer,
-    bytes: &[u8],
+    ptr: *mut u8,
+    len: usize,
     readonly: bool,
     flags: c_int,
 ) -> PyResult<()> {
-    let len = isize::try_from(bytes.len())
-        .map_err(|_| PyBufferError::new_err("buffer too large to export"))?;
+    let len =
+        isize::try_from(len).map_err(|_| PyBufferError::new_err("buffer too large to export"))?;
     // SAFETY: guaranteed by the caller, as documented above.
     let rc = unsafe {
         ffi::PyBuffer_FillInfo(
             view,
             owner.as_ptr(),
-            bytes.as_ptr() as *mut c_void,
+            ptr.cast::<c_void>(),
             len,
             c_int::from(readonly),
             flags,
@@ -359,13 +389,82 @@ impl BorrowedBytes {
         let this = slf.get();
         // SAFETY: [ptr, ptr+len) lies in an allocation owned by a storage or buffer export in
         // `_owners` (checked when it was extracted), which keeps it alive for as long as `slf`
-        // lives; the export holds a reference to `slf`.
-        let bytes = unsafe { std::slice::from_raw_parts(this.ptr as *const u8, this.len) };
-        // SAFETY: as above; the export is read-only.
-        unsafe { export(slf.as_any(), view, bytes, true, flags) }
+        // lives; the export holds a reference to `slf`, and is read-only, so nothing writes
+        // through the pointer.
+        unsafe {
+            export(
+                slf.as_any(),
+                view,
+                this.ptr as *mut u8,
+                this.len,
+                true,
+                flags,
+            )
+        }
     }
 
     /// # Safety
     /// Nothing to release.
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+}
+
+/// A writable, 64-byte-aligned buffer of `nbytes` taken from the frame pool (a dropped frame's
+/// warm pages when one fits), for a receiver to fill (`torch.frombuffer(buf, dtype=torch.uint8)`)
+/// and then wrap, validated and without a copy, with `Frame.from_buffer(buf)`. The memory goes
+/// back to the pool when the buffer, every Frame over it and every view are dropped. Contents
+/// before the fill are unspecified (zeros, or a dropped frame's bytes).
+#[pyclass(module = "py_wire", frozen)]
+pub struct ReceiveBuffer {
+    buf: AlignedBuf,
+}
+
+#[pymethods]
+impl ReceiveBuffer {
+    #[new]
+    fn new(py: Python<'_>, nbytes: i64) -> PyResult<ReceiveBuffer> {
+        let wire_error = |m: String| super::errors::WireError::new_err(m);
+        let len = usize::try_from(nbytes)
+            .map_err(|_| wire_error(format!("a receive buffer needs nbytes >= 0, not {nbytes}")))?;
+        let buf = py
+            .detach(|| AlignedBuf::recycled(len))
+            .ok_or_else(|| wire_error(format!("cannot allocate a {len}-byte receive buffer")))?;
+        Ok(ReceiveBuffer { buf })
+    }
+
+    fn __len__(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The address of the first byte (64-byte aligned).
+    #[getter]
+    fn address(&self) -> usize {
+        self.buf.as_ptr() as usize
+    }
+
+    /// # Safety
+    /// Called by CPython with a valid `Py_buffer` to fill.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let buf = &slf.get().buf;
+        // SAFETY: `buf` is owned by `slf`, which the export keeps alive, and never moves or
+        // frees its memory while it lives; Rust never reads or writes these bytes through the
+        // buffer itself, so writers through the export alias no Rust reference.
+        unsafe {
+            export(
+                slf.as_any(),
+                view,
+                buf.as_mut_ptr(),
+                buf.len(),
+                false,
+                flags,
+            )
+        }
+    }
+
+    /// # Safety
+    /// Nothing to release: the buffer owns its memory.
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
 }

@@ -559,7 +559,7 @@ mod _native {
     #[pymodule_export]
     use super::extract::register_torch;
     #[pymodule_export]
-    use super::frame::{BorrowedBytes, Frame};
+    use super::frame::{BorrowedBytes, Frame, ReceiveBuffer};
     #[pymodule_export]
     use super::layout::{PyFieldLayout, PyFrameLayout, PyTensorLoc};
     #[pymodule_export]
