@@ -147,30 +147,46 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@needs_cuda
-def test_nccl_collectives_move_a_frame_as_one_device_buffer() -> None:
-    # One GPU: a one-rank NCCL group runs the device path end to end (header, payload as one
-    # device tensor, validation from the host shadow, decode on the device).
+def _nccl_pair(rank: int, port: int, shared: bool) -> None:
     import torch.distributed as dist
 
     from py_wire import distributed as pwd
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    torch.cuda.set_device(0)
-    dist.init_process_group("nccl", rank=0, world_size=1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(0 if shared else rank)
+    dist.init_process_group("nccl", rank=rank, world_size=2)
     try:
-        frame = _frame(rows=8)
-        got = pwd.broadcast(frame, src=0)
-        gathered = pwd.all_gather(frame)
-        shard = pwd.scatter(frame, src=0)
-        for received in [got, gathered[0], shard]:
-            assert isinstance(received, torch.Tensor) and received.is_cuda
-            assert bytes(received.cpu().numpy()) == bytes(frame)
-            out = py_wire.decode(received)
-            assert out["pixel_values"].as_tensor().is_cuda
-            assert torch.equal(
-                out["pixel_values"].as_tensor().cpu(),
-                py_wire.decode(frame)["pixel_values"].as_tensor(),
-            )
+        frames = [_frame(rows=4, seed=5), _frame(rows=5, seed=1)]
+        mine = frames[rank]
+        if rank == 0:
+            pwd.send(mine, dst=1)
+        else:
+            got = pwd.recv(src=0)
+            assert isinstance(got, torch.Tensor) and got.is_cuda
+            assert bytes(got.cpu().numpy()) == bytes(frames[0])
+        gathered = pwd.all_gather(mine)
+        other = gathered[1 - rank]
+        assert isinstance(other, torch.Tensor) and other.is_cuda
+        assert bytes(other.cpu().numpy()) == bytes(frames[1 - rank])
+        out = py_wire.decode(other)
+        want = py_wire.decode(frames[1 - rank])
+        assert torch.equal(out["input_ids"].values().cpu(), want["input_ids"].values())
+        assert torch.equal(out["pixel_values"].as_tensor().cpu(), want["pixel_values"].as_tensor())
+        shard = pwd.scatter(frames[0] if rank == 0 else None, src=0)
+        expected = py_wire.shard(frames[0], rank, 2)
+        assert bytes(shard.cpu().numpy() if isinstance(shard, torch.Tensor) else shard) == bytes(
+            expected
+        )
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2 and os.environ.get("PY_WIRE_NCCL_SHARE_GPU") != "1",
+    reason="needs two CUDA devices (or PY_WIRE_NCCL_SHARE_GPU=1 to try two ranks on one)",
+)
+def test_nccl_between_two_ranks() -> None:
+    import torch.multiprocessing as mp
+
+    shared = torch.cuda.device_count() < 2
+    mp.spawn(_nccl_pair, args=(_free_port(), shared), nprocs=2, join=True)
