@@ -3,7 +3,7 @@ of the same output bytes into a preallocated buffer (same process, warm memory),
 memory beyond the output frame, per row. Each case runs in a fresh process so peak RSS is its
 own.
 
-    .venv/bin/python benchmarks/ops_memory.py --rows 1000 65536 262144 1048576
+    .venv/bin/python benchmarks/ops_memory.py --rows 1000 65536 262144 1048576 --chart out.png
 """
 
 from __future__ import annotations
@@ -13,6 +13,10 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
+
+OPS = ("take_rows", "concat", "chunk", "shard")
 
 CHILD = r"""
 import json, os, resource, statistics, sys, time
@@ -67,6 +71,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[1000, 65536, 262144, 1048576])
     parser.add_argument("--tokens", type=int, default=16, help="tokens per row")
     parser.add_argument("--reps", type=int, default=5, help="warm calls per case (median)")
+    parser.add_argument("--chart", type=Path, help="write a PNG of time and memory against rows")
     args = parser.parse_args()
     env = dict(os.environ, PY_WIRE_THREADS="1")
     print(f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")
@@ -75,8 +80,9 @@ def main() -> None:
         f"{'op':<10}{'rows':>9}{'warm ms':>9}{'memcpy ms':>10}{'x memcpy':>9}{'GB/s':>7}"
         f"{'out MB':>8}{extra:>31}"
     )
+    results: dict[str, list[tuple[int, float, float]]] = {op: [] for op in OPS}
     for rows in args.rows:
-        for op in ("take_rows", "concat", "chunk", "shard"):
+        for op in OPS:
             done = subprocess.run(
                 [sys.executable, "-c", CHILD, str(rows), str(args.tokens), op, str(args.reps)],
                 capture_output=True,
@@ -92,6 +98,37 @@ def main() -> None:
                 f"{op:<10}{rows:>9}{r['seconds'] * 1e3:>9.1f}{r['memcpy_seconds'] * 1e3:>10.1f}"
                 f"{ratio:>9.2f}{gbs:>7.1f}{r['out_bytes'] / 1e6:>8.1f}{extra:>31.0f}"
             )
+            results[op].append((rows, ratio, extra))
+    if args.chart:
+        chart(results, args.chart)
+
+
+def chart(results: dict[str, list[tuple[int, float, float]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for op, points in results.items():
+        rows = [p[0] for p in points]
+        left.plot(rows, [p[1] for p in points], marker="o", label=op)
+        right.plot(rows, [p[2] for p in points], marker="o", label=op)
+    left.axhline(1.0, color="k", linewidth=0.8)
+    right.axhline(64, color="red", linestyle="--", linewidth=1, label="64 B/row target")
+    axes: list[Any] = [left, right]
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("rows")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    left.set_ylabel("x memcpy of the same output (median, warm)")
+    left.set_title("frame ops: time against a memcpy")
+    right.set_ylabel("peak RSS beyond the output, bytes per row")
+    right.set_title("frame ops: memory")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"chart: {path}")
 
 
 if __name__ == "__main__":
