@@ -55,9 +55,9 @@ def encode(
     """
     schema = load_schema(schema)
     _check_int("threads", threads, 1, MAX_THREADS)
-    frame = _native.encode(
-        schema._codec_for(stage), _fields(batch, schema, stage), threads, None, out
-    )
+    fields = _fields(batch, schema, stage)
+    with plain_tensors():
+        frame = _native.encode(schema._codec_for(stage), fields, threads, None, out)
     frame.schema = schema
     return frame
 
@@ -86,11 +86,16 @@ def encode_parts(
     schema = load_schema(schema)
     _check_int("min_borrow", min_borrow, 0, 2**63 - 1)
     fields = _fields(batch, schema, stage)
-    return _native.encode_parts(schema._codec_for(stage), fields, min_borrow)
+    with plain_tensors():
+        return _native.encode_parts(schema._codec_for(stage), fields, min_borrow)
 
 
 #: The most copy threads ``encode`` accepts.
 MAX_THREADS = 1024
+
+#: The codec reads tensors as they are: inside this context no torch function mode (or a
+#: subclass's ``__torch_function__``) answers for ``data_ptr()``, ``shape`` or ``dtype``.
+plain_tensors = torch._C.DisableTorchFunction
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> None:
@@ -200,7 +205,7 @@ def _classify(name: str, field: FieldDef, value: Any, lengths: Any) -> tuple[str
         )
     if field.tier == "per_token":
         if isinstance(value, list | tuple):
-            return "rows", list(value), None
+            return "rows", value if type(value) is list else list(value), None
         if isinstance(value, torch.Tensor) and value.is_nested:
             if value.layout != torch.jagged or as_jagged(value).lengths() is not None:
                 # Strided nested tensors, and jagged ones with holes (narrowed rows), are not
