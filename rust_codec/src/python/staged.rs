@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple, PyType};
+use pyo3::types::{PyBool, PyList, PyTuple, PyType};
 
 use super::extract::{held_view, rows, KeepAlive, Registry};
 use crate::dtype::DType;
@@ -55,15 +55,26 @@ struct Getter {
 /// (through its MRO, as attribute lookup finds them).
 pub struct FastReader {
     dtype: Getter,
-    layout: Getter,
     is_cpu: Getter,
+    is_nested: Getter,
     ndim: Getter,
     nbytes: Getter,
     shape: Getter,
-    is_neg: Py<PyAny>,
-    is_conj: Py<PyAny>,
-    is_contiguous: Py<PyAny>,
-    data_ptr: Py<PyAny>,
+    is_neg: Method,
+    is_contiguous: Method,
+    data_ptr: Method,
+    /// `()`, the arguments of a METH_VARARGS call without arguments.
+    no_args: Py<PyTuple>,
+}
+
+/// A method of `torch.Tensor` implemented in C: its function and calling convention, taken
+/// from a bound method with `PyCFunction_GetFunction` (stable ABI), so that a call is the C
+/// function itself, as the method descriptor would call it after checking `self`'s type.
+/// `descr` is the unbound method, the fallback for any other calling convention.
+struct Method {
+    func: usize,
+    flags: std::ffi::c_int,
+    descr: Py<PyAny>,
 }
 
 /// The attribute `name` as `torch.Tensor`'s MRO defines it (not bound to an instance).
@@ -97,16 +108,30 @@ fn getter(ty: &Bound<'_, PyAny>, name: &str) -> PyResult<Getter> {
     })
 }
 
-fn method(ty: &Bound<'_, PyAny>, name: &str) -> PyResult<Py<PyAny>> {
+fn method(ty: &Bound<'_, PyAny>, sample: &Bound<'_, PyAny>, name: &str) -> PyResult<Method> {
     let found = type_attr(ty, name)?;
     // Called as `method(tensor)`: only plain functions and C method descriptors bind that way.
-    let kind = found.get_type().name()?.to_string();
+    let kind = found.get_type().name()?;
     if kind != "method_descriptor" && kind != "function" {
         return Err(pyo3::exceptions::PyTypeError::new_err(format!(
             "torch.Tensor.{name} is a {kind}"
         )));
     }
-    Ok(found.unbind())
+    let bound = sample.getattr(name)?;
+    let (mut func, mut flags) = (0usize, 0);
+    if bound.get_type().name()? == "builtin_function_or_method" {
+        // SAFETY: `bound` is a live builtin method object (checked just above), which is what
+        // PyCFunction_GetFunction and PyCFunction_GetFlags read.
+        unsafe {
+            func = ffi::PyCFunction_GetFunction(bound.as_ptr()).map_or(0, |f| f as usize);
+            flags = ffi::PyCFunction_GetFlags(bound.as_ptr());
+        }
+    }
+    Ok(Method {
+        func,
+        flags,
+        descr: found.unbind(),
+    })
 }
 
 impl FastReader {
@@ -115,17 +140,18 @@ impl FastReader {
     pub fn new(tensor_type: &Bound<'_, PyAny>) -> Option<FastReader> {
         let t = tensor_type;
         let read = || -> PyResult<FastReader> {
+            let sample = t.call0()?;
             Ok(FastReader {
                 dtype: getter(t, "dtype")?,
-                layout: getter(t, "layout")?,
                 is_cpu: getter(t, "is_cpu")?,
+                is_nested: getter(t, "is_nested")?,
                 ndim: getter(t, "ndim")?,
                 nbytes: getter(t, "nbytes")?,
                 shape: getter(t, "shape")?,
-                is_neg: method(t, "is_neg")?,
-                is_conj: method(t, "is_conj")?,
-                is_contiguous: method(t, "is_contiguous")?,
-                data_ptr: method(t, "data_ptr")?,
+                is_neg: method(t, &sample, "is_neg")?,
+                is_contiguous: method(t, &sample, "is_contiguous")?,
+                data_ptr: method(t, &sample, "data_ptr")?,
+                no_args: PyTuple::empty(t.py()).unbind(),
             })
         };
         read().ok()
@@ -148,17 +174,44 @@ fn get<'py>(
     }
 }
 
-/// `method(obj)`.
-fn call<'py>(method: &Py<PyAny>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+/// `method(obj)`, `obj` being exactly a `torch.Tensor`.
+fn call<'py>(
+    method: &Method,
+    no_args: &Py<PyTuple>,
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
     let py = obj.py();
-    // SAFETY: calls a live callable with one live argument and the NULL terminator the
-    // variadic signature requires; returns a new reference or NULL with an exception set.
+    let (o, args) = (obj.as_ptr(), no_args.as_ptr());
+    let flags = method.flags & !(ffi::METH_CLASS | ffi::METH_STATIC | ffi::METH_COEXIST);
+    // SAFETY: `func` is the C function of this method of `torch.Tensor` and `flags` its
+    // calling convention, both read from a bound method of a `torch.Tensor` instance; `obj`'s
+    // type is exactly `torch.Tensor` (checked by the caller), which is the check the method
+    // descriptor makes before calling the same function the same way. A zero `func` or another
+    // convention falls back to calling the unbound method. Each branch returns a new
+    // reference or NULL with an exception set.
     unsafe {
-        let out = ffi::PyObject_CallFunctionObjArgs(
-            method.as_ptr(),
-            obj.as_ptr(),
-            std::ptr::null_mut::<ffi::PyObject>(),
-        );
+        let out = if method.func == 0 {
+            ffi::PyObject_CallFunctionObjArgs(
+                method.descr.as_ptr(),
+                o,
+                std::ptr::null_mut::<ffi::PyObject>(),
+            )
+        } else if flags == ffi::METH_NOARGS {
+            let f: ffi::PyCFunction = std::mem::transmute(method.func);
+            f(o, std::ptr::null_mut())
+        } else if flags == ffi::METH_VARARGS {
+            let f: ffi::PyCFunction = std::mem::transmute(method.func);
+            f(o, args)
+        } else if flags == ffi::METH_VARARGS | ffi::METH_KEYWORDS {
+            let f: ffi::PyCFunctionWithKeywords = std::mem::transmute(method.func);
+            f(o, args, std::ptr::null_mut())
+        } else {
+            ffi::PyObject_CallFunctionObjArgs(
+                method.descr.as_ptr(),
+                o,
+                std::ptr::null_mut::<ffi::PyObject>(),
+            )
+        };
         Bound::from_owned_ptr_or_err(py, out)
     }
 }
@@ -197,7 +250,6 @@ struct Reader<'a, 'py> {
     reg: &'a Registry,
     fast: &'a FastReader,
     ty: Bound<'py, PyType>,
-    strided: Bound<'py, PyAny>,
     last_dtype: Option<(usize, DType)>,
 }
 
@@ -212,7 +264,6 @@ impl<'a, 'py> Reader<'a, 'py> {
                 .cast::<PyType>()
                 .map_err(|_| NotFast)?
                 .clone(),
-            strided: reg.strided.as_ref().ok_or(NotFast)?.bind(py).clone(),
             last_dtype: None,
         })
     }
@@ -235,24 +286,43 @@ impl<'a, 'py> Reader<'a, 'py> {
         Ok(d)
     }
 
-    /// The row's dtype, shape and data pointer, read in this order (the pointer last, so that
-    /// nothing runs between reading it and copying from it). Every call is a C getter or method
-    /// of `torch.Tensor` that keeps the GIL and runs no Python code (the caller has checked
-    /// that no torch function mode is active, and the type is exactly `torch.Tensor`).
+    /// The row's dtype, shape and data pointer. `is_neg()` comes first: it is the one call
+    /// here that releases the GIL (torch's generated binding does), so another thread may run
+    /// during it (and `set_()`, `resize_()` or reassign `.data`); everything the copy relies on
+    /// is read after it, by C getters and methods of `torch.Tensor` that keep the GIL and run
+    /// no Python code (the caller has checked that no torch function mode is active, and the
+    /// type is exactly `torch.Tensor`), the data pointer last.
+    ///
+    /// Checked: the negative bit (bool tensors cannot carry it: torch implements no negation
+    /// for bool, so a bool row skips that call and its GIL release), the dtype (a registered,
+    /// non-complex one: a complex row's conjugate bit is left to the full reader), `is_cpu`,
+    /// not nested (a strided nested tensor is a plain `torch.Tensor` whose `ndim` and `nbytes`
+    /// look like a tensor's), the rank, the shape, `is_contiguous()` and a non-null data
+    /// pointer. The layout needs no call of its own: every non-strided layout fails
+    /// `is_contiguous()` (sparse) or `data_ptr()` (sparse compressed, mkldnn: no storage).
     fn read(&mut self, obj: &Bound<'py, PyAny>, rank: usize) -> Result<FastRow, NotFast> {
-        let fast = self.fast;
+        let (fast, py) = (self.fast, obj.py());
         if !obj.get_type().is(&self.ty) {
+            return Err(NotFast);
+        }
+        let no = |v: Bound<'_, PyAny>| v.is(PyBool::new(py, false));
+        let yes = |v: Bound<'_, PyAny>| v.is(PyBool::new(py, true));
+        // The previous row's dtype predicts this one's (a field's rows share one, or the field
+        // is not staged); a bool row that was predicted skips the negative bit.
+        let bool_expected = self.last_dtype.is_some_and(|(_, d)| d == DType::Bool);
+        if !bool_expected && !no(call(&fast.is_neg, &fast.no_args, obj)?) {
             return Err(NotFast);
         }
         let dt = get(&fast.dtype, obj, &self.ty)?;
         let dtype = self.dtype(&dt)?;
-        let ty = &self.ty;
-        let py = obj.py();
-        let yes = |v: Bound<'_, PyAny>| v.is(pyo3::types::PyBool::new(py, true));
-        if !get(&fast.layout, obj, ty)?.is(&self.strided) || !yes(get(&fast.is_cpu, obj, ty)?) {
+        if (bool_expected && dtype != DType::Bool) || matches!(dtype, DType::C64 | DType::C128) {
             return Err(NotFast);
         }
-        if as_usize(&get(&fast.ndim, obj, ty)?)? != rank {
+        let ty = &self.ty;
+        if !yes(get(&fast.is_cpu, obj, ty)?)
+            || !no(get(&fast.is_nested, obj, ty)?)
+            || as_usize(&get(&fast.ndim, obj, ty)?)? != rank
+        {
             return Err(NotFast);
         }
         let es = dtype.size();
@@ -278,17 +348,10 @@ impl<'a, 'py> Reader<'a, 'py> {
             .and_then(|n| usize::try_from(n).ok())
             .and_then(|n| n.checked_mul(es))
             .ok_or(NotFast)?;
-        if !yes(call(&fast.is_contiguous, obj)?)
-            || !call(&fast.is_neg, obj)?.is(pyo3::types::PyBool::new(py, false))
-        {
+        if !yes(call(&fast.is_contiguous, &fast.no_args, obj)?) {
             return Err(NotFast);
         }
-        if matches!(dtype, DType::C64 | DType::C128)
-            && !call(&fast.is_conj, obj)?.is(pyo3::types::PyBool::new(py, false))
-        {
-            return Err(NotFast);
-        }
-        let ptr = as_usize(&call(&fast.data_ptr, obj)?)?;
+        let ptr = as_usize(&call(&fast.data_ptr, &fast.no_args, obj)?)?;
         if ptr == 0 && nbytes > 0 {
             return Err(NotFast);
         }
