@@ -45,13 +45,18 @@ def encode(
     written again. No input may overlap ``out`` (a view decoded from it, say): that raises
     :class:`BatchError`.
 
-    Inputs in flight: encode reads the inputs with the GIL released, so other threads run
+    Inputs in flight: encode copies the inputs with the GIL released, so other threads run
     meanwhile. It holds what owns each input's bytes (a tensor's untyped storage, a buffer
     export for numpy), so dropping an input, ``t.set_()`` or shrinking ``t.resize_()`` in
-    another thread is safe. Writing to an input while it is encoded gives torn data (each row
-    holds bytes that were in memory at some moment of the copy); growing an input's storage in
-    place (``t.resize_()`` past its capacity, ``t.untyped_storage().resize_()``) frees the old
-    allocation under the reader and is not allowed.
+    another thread is safe. Per-token rows of up to 4 KiB given as lists of plain CPU tensors
+    are instead copied while their metadata is read, with the GIL held from reading a row's
+    data pointer to the end of its copy (holding a storage object per row costs more than
+    copying the row twice; their bytes then go into the frame with the rest). Writing to an
+    input while it is encoded gives torn data (each row holds bytes that were in memory at some
+    moment of the copy); growing an input's storage in place (``t.resize_()`` past its
+    capacity, ``t.untyped_storage().resize_()``) frees the old allocation under the reader and
+    is not allowed. Tensors are read as they are: no torch function mode (or subclass
+    ``__torch_function__``) answers for their dtype, shape or data pointer.
     """
     schema = load_schema(schema)
     _check_int("threads", threads, 1, MAX_THREADS)

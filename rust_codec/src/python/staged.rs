@@ -1,24 +1,24 @@
 //! Per-token rows of many small tensors, read at the per-tensor floor.
 //!
 //! The full reader (`extract::tensor_ref`) makes about ten Python calls per tensor and holds
-//! each tensor's untyped storage, which creates a storage object per tensor (GC-tracked, and
-//! kept alive by torch after we drop it): on a batch of fresh tiny tensors that is ~1 µs per
-//! tensor, several times what copying the tensor costs. This module reads a row with the fewest
-//! calls there are (direct calls of `torch.Tensor`'s own getters and methods: no attribute
-//! lookup, no bound method, nothing an instance `__dict__` can shadow, no object allocated
-//! that the GC tracks) and copies a small row's bytes into a staging buffer at once, with the
-//! GIL still held since its data pointer was read: no Python code runs in between, so no
-//! thread can free or swap the memory, and no storage needs holding. A row larger than
-//! [`STAGE_MAX_ROW_BYTES`] is not staged: its storage is held and it is copied once, with the
-//! GIL released, as before.
+//! each tensor's untyped storage. Holding it creates a storage object per tensor, which the GC
+//! tracks and torch keeps alive with the tensor: on a batch of fresh tiny tensors that is
+//! ~1 µs per tensor, several times what copying one costs. This module reads a row with as few
+//! calls as torch's Python API allows, each a direct call of `torch.Tensor`'s own getter or C
+//! method (no attribute lookup, no bound method, nothing an instance `__dict__` can shadow, no
+//! object the GC tracks), and copies a small row's bytes into a staging buffer right after
+//! reading its data pointer, with the GIL held from that read to the end of the copy: no
+//! Python code runs in between, so no other thread can free or swap the memory, and no storage
+//! needs holding. A row larger than [`STAGE_MAX_ROW_BYTES`] is not staged: its storage is held
+//! and it is copied once, with the GIL released, as every other input is.
 //!
 //! A field whose rows are all plain, contiguous CPU tensors of one registered dtype and of
-//! the schema's rank becomes `FieldInput::Jagged` (staging + row offsets: per encode, bytes
-//! proportional to the payload plus 8 per row) or, when some rows are large,
-//! `FieldInput::Ranges` (staging and the large rows as sources). Anything else about any row
-//! (another type or dtype, a lazy flag, a non-contiguous row, a `None` or a list, a row that
-//! overlaps `out`) hands the whole field to the full reader, which refuses or accepts it with
-//! the errors it always gave; the staged bytes are dropped.
+//! the schema's rank becomes `FieldInput::Jagged` (the staging buffer and row offsets: per
+//! encode, the payload's bytes plus 8 per row) or, when some rows are large,
+//! `FieldInput::Ranges` (the staging buffer and the large rows as sources). Anything else about
+//! any row (another type or dtype, a lazy flag, a non-contiguous row, a `None` or a list, a row
+//! that overlaps `out`) hands the whole field to the full reader, which accepts or refuses it
+//! with the errors it always gave; the staged bytes are dropped.
 
 use std::sync::Arc;
 
@@ -56,12 +56,10 @@ struct Getter {
 pub struct FastReader {
     dtype: Getter,
     is_cpu: Getter,
-    is_nested: Getter,
-    ndim: Getter,
     nbytes: Getter,
     shape: Getter,
     is_neg: Method,
-    is_contiguous: Method,
+    stride: Method,
     data_ptr: Method,
     /// `()`, the arguments of a METH_VARARGS call without arguments.
     no_args: Py<PyTuple>,
@@ -144,12 +142,10 @@ impl FastReader {
             Ok(FastReader {
                 dtype: getter(t, "dtype")?,
                 is_cpu: getter(t, "is_cpu")?,
-                is_nested: getter(t, "is_nested")?,
-                ndim: getter(t, "ndim")?,
                 nbytes: getter(t, "nbytes")?,
                 shape: getter(t, "shape")?,
                 is_neg: method(t, &sample, "is_neg")?,
-                is_contiguous: method(t, &sample, "is_contiguous")?,
+                stride: method(t, &sample, "stride")?,
                 data_ptr: method(t, &sample, "data_ptr")?,
                 no_args: PyTuple::empty(t.py()).unbind(),
             })
@@ -245,6 +241,47 @@ fn as_usize(v: &Bound<'_, PyAny>) -> Result<usize, NotFast> {
     Ok(n)
 }
 
+/// A tuple of `rank` non-negative ints (a shape or strides).
+fn dims_of(obj: &Bound<'_, PyAny>, rank: usize) -> Result<Dims, NotFast> {
+    let tuple = obj.cast::<PyTuple>().map_err(|_| NotFast)?;
+    if tuple.len() != rank || rank > MAX_RANK {
+        return Err(NotFast);
+    }
+    let mut dims = [0u64; MAX_RANK];
+    for (i, slot) in dims.iter_mut().take(rank).enumerate() {
+        // SAFETY: `tuple` is a live tuple of `rank` items (checked above) and `i < rank`;
+        // PyTuple_GetItem returns a borrowed reference that the tuple keeps alive.
+        let item = unsafe { ffi::PyTuple_GetItem(tuple.as_ptr(), i as ffi::Py_ssize_t) };
+        if item.is_null() {
+            return Err(NotFast);
+        }
+        // SAFETY: `item` is a live object (borrowed from the tuple); PyLong_AsSize_t returns
+        // (size_t)-1 with an exception set for anything but a non-negative int that fits.
+        let v = unsafe { ffi::PyLong_AsSize_t(item) };
+        if v == usize::MAX && PyErr::take(obj.py()).is_some() {
+            return Err(NotFast);
+        }
+        *slot = v as u64;
+    }
+    Dims::new(&dims[..rank]).map_err(|_| NotFast)
+}
+
+/// Whether elements lie in C order without gaps, as torch's `is_contiguous()` defines it:
+/// dims of size 1 may have any stride, and a tensor with no elements is contiguous.
+fn c_contiguous(shape: &[u64], strides: &[u64]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut expected = 1u64;
+    for (&dim, &stride) in shape.iter().zip(strides).rev() {
+        if dim != 1 && stride != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(dim);
+    }
+    true
+}
+
 /// Per-row state of the fast reader: the tensor type and the dtype last seen.
 struct Reader<'a, 'py> {
     reg: &'a Registry,
@@ -296,13 +333,14 @@ impl<'a, 'py> Reader<'a, 'py> {
     /// Checked: the negative bit (bool tensors cannot carry it: torch implements no negation
     /// for bool, so a bool row skips that call and its GIL release), the dtype (a registered,
     /// non-complex one: a complex row's conjugate bit is left to the full reader), `is_cpu`,
-    /// not nested (a strided nested tensor is a plain `torch.Tensor` whose `ndim` and `nbytes`
-    /// look like a tensor's), the rank, the shape, `is_contiguous()` and a non-null data
-    /// pointer. The layout needs no call of its own: every non-strided layout fails
-    /// `is_contiguous()` (sparse) or `data_ptr()` (sparse compressed, mkldnn: no storage).
+    /// the rank and C-contiguity (from `stride()`, which raises for nested and sparse
+    /// compressed tensors), the shape (`nbytes` for rank 1) and a non-null data pointer. The
+    /// layout needs no call of its own: every non-strided layout fails `stride()` or
+    /// `data_ptr()` (sparse COO, mkldnn: no storage).
     fn read(&mut self, obj: &Bound<'py, PyAny>, rank: usize) -> Result<FastRow, NotFast> {
         let (fast, py) = (self.fast, obj.py());
-        if !obj.get_type().is(&self.ty) {
+        // SAFETY: Py_TYPE reads the type pointer of a live object (`obj` is a strong reference).
+        if unsafe { ffi::Py_TYPE(obj.as_ptr()) } != self.ty.as_ptr().cast() {
             return Err(NotFast);
         }
         let no = |v: Bound<'_, PyAny>| v.is(PyBool::new(py, false));
@@ -319,12 +357,12 @@ impl<'a, 'py> Reader<'a, 'py> {
             return Err(NotFast);
         }
         let ty = &self.ty;
-        if !yes(get(&fast.is_cpu, obj, ty)?)
-            || !no(get(&fast.is_nested, obj, ty)?)
-            || as_usize(&get(&fast.ndim, obj, ty)?)? != rank
-        {
+        if !yes(get(&fast.is_cpu, obj, ty)?) {
             return Err(NotFast);
         }
+        // `stride()` gives the rank and raises for a nested tensor (a plain `torch.Tensor`
+        // whose `nbytes` looks like a tensor's) and for sparse compressed layouts.
+        let strides = dims_of(&call(&fast.stride, &fast.no_args, obj)?, rank)?;
         let es = dtype.size();
         let shape = if rank == 1 {
             let nbytes = as_usize(&get(&fast.nbytes, obj, ty)?)?;
@@ -333,22 +371,13 @@ impl<'a, 'py> Reader<'a, 'py> {
             }
             Dims::new(&[(nbytes / es) as u64]).map_err(|_| NotFast)?
         } else {
-            let shape = get(&fast.shape, obj, ty)?;
-            let tuple = shape.cast::<PyTuple>().map_err(|_| NotFast)?;
-            if tuple.len() != rank || rank > MAX_RANK {
-                return Err(NotFast);
-            }
-            let mut dims = [0u64; MAX_RANK];
-            for (slot, d) in dims.iter_mut().zip(tuple.iter()) {
-                *slot = as_usize(&d)? as u64;
-            }
-            Dims::new(&dims[..rank]).map_err(|_| NotFast)?
+            dims_of(&get(&fast.shape, obj, ty)?, rank)?
         };
         let nbytes = crate::tensor::checked_numel(&shape)
             .and_then(|n| usize::try_from(n).ok())
             .and_then(|n| n.checked_mul(es))
             .ok_or(NotFast)?;
-        if !yes(call(&fast.is_contiguous, &fast.no_args, obj)?) {
+        if !c_contiguous(&shape, &strides) {
             return Err(NotFast);
         }
         let ptr = as_usize(&call(&fast.data_ptr, &fast.no_args, obj)?)?;
@@ -378,6 +407,9 @@ impl StageLimits {
         out: None,
     };
 }
+
+/// Rows read before the staging buffer is sized for the rest.
+const ESTIMATE_ROWS: usize = 64;
 
 /// A large row: its full view (storage held) and where it sits among the rows.
 struct Large {
@@ -452,10 +484,16 @@ fn stage(
             }
         }
         if r.nbytes <= limits.max_row_bytes {
+            if row == ESTIMATE_ROWS {
+                // Size the staging buffer once from the rows seen so far, rather than
+                // doubling it (and copying what it holds) a dozen times.
+                let rest = list.len().saturating_sub(row);
+                staging.reserve((staging.len() / ESTIMATE_ROWS).saturating_mul(rest) / 8 * 9);
+            }
             if r.nbytes > 0 {
                 // SAFETY: torch reports a contiguous CPU tensor of `nbytes` bytes starting at
-                // `ptr` (non-null, checked in read_row). The GIL has been held since `ptr` was
-                // read and no Python code ran since (read_row calls nothing after data_ptr),
+                // `ptr` (non-null, checked in `read`). The GIL has been held since `ptr` was
+                // read and no Python code ran since (`read` calls nothing after data_ptr),
                 // so no thread has freed or swapped the tensor's storage, and the list (held
                 // by the caller) keeps the tensor alive.
                 let bytes = unsafe { std::slice::from_raw_parts(r.ptr as *const u8, r.nbytes) };
