@@ -16,5 +16,8 @@ DTYPES: dict[str, torch.dtype] = {
 NAMES: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
 
 _native.register_torch(
-    torch.Tensor, [(dtype, name) for name, dtype in DTYPES.items()], strided=torch.strided
+    torch.Tensor,
+    [(dtype, name) for name, dtype in DTYPES.items()],
+    strided=torch.strided,
+    mode_enabled=torch._C._is_torch_function_mode_enabled,
 )

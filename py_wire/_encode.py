@@ -45,19 +45,24 @@ def encode(
     written again. No input may overlap ``out`` (a view decoded from it, say): that raises
     :class:`BatchError`.
 
-    Inputs in flight: encode reads the inputs with the GIL released, so other threads run
+    Inputs in flight: encode copies the inputs with the GIL released, so other threads run
     meanwhile. It holds what owns each input's bytes (a tensor's untyped storage, a buffer
     export for numpy), so dropping an input, ``t.set_()`` or shrinking ``t.resize_()`` in
-    another thread is safe. Writing to an input while it is encoded gives torn data (each row
-    holds bytes that were in memory at some moment of the copy); growing an input's storage in
-    place (``t.resize_()`` past its capacity, ``t.untyped_storage().resize_()``) frees the old
-    allocation under the reader and is not allowed.
+    another thread is safe. Per-token rows of up to 4 KiB given as lists of plain CPU tensors
+    are instead copied while their metadata is read, with the GIL held from reading a row's
+    data pointer to the end of its copy (holding a storage object per row costs more than
+    copying the row twice; their bytes then go into the frame with the rest). Writing to an
+    input while it is encoded gives torn data (each row holds bytes that were in memory at some
+    moment of the copy); growing an input's storage in place (``t.resize_()`` past its
+    capacity, ``t.untyped_storage().resize_()``) frees the old allocation under the reader and
+    is not allowed. Tensors are read as they are: no torch function mode (or subclass
+    ``__torch_function__``) answers for their dtype, shape or data pointer.
     """
     schema = load_schema(schema)
     _check_int("threads", threads, 1, MAX_THREADS)
-    frame = _native.encode(
-        schema._codec_for(stage), _fields(batch, schema, stage), threads, None, out
-    )
+    fields = _fields(batch, schema, stage)
+    with plain_tensors():
+        frame = _native.encode(schema._codec_for(stage), fields, threads, None, out)
     frame.schema = schema
     return frame
 
@@ -86,11 +91,16 @@ def encode_parts(
     schema = load_schema(schema)
     _check_int("min_borrow", min_borrow, 0, 2**63 - 1)
     fields = _fields(batch, schema, stage)
-    return _native.encode_parts(schema._codec_for(stage), fields, min_borrow)
+    with plain_tensors():
+        return _native.encode_parts(schema._codec_for(stage), fields, min_borrow)
 
 
 #: The most copy threads ``encode`` accepts.
 MAX_THREADS = 1024
+
+#: The codec reads tensors as they are: inside this context no torch function mode (or a
+#: subclass's ``__torch_function__``) answers for ``data_ptr()``, ``shape`` or ``dtype``.
+plain_tensors = torch._C.DisableTorchFunction
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> None:
@@ -200,7 +210,7 @@ def _classify(name: str, field: FieldDef, value: Any, lengths: Any) -> tuple[str
         )
     if field.tier == "per_token":
         if isinstance(value, list | tuple):
-            return "rows", list(value), None
+            return "rows", value if type(value) is list else list(value), None
         if isinstance(value, torch.Tensor) and value.is_nested:
             if value.layout != torch.jagged or as_jagged(value).lengths() is not None:
                 # Strided nested tensors, and jagged ones with holes (narrowed rows), are not

@@ -12,7 +12,7 @@ from typing import Any
 
 from py_wire import _native
 from py_wire._decode import as_frame
-from py_wire._encode import _fields
+from py_wire._encode import _fields, plain_tensors
 from py_wire._native import Frame, FrameError
 from py_wire._schema import Schema, load_schema
 
@@ -38,7 +38,9 @@ def encoded_nbytes(
     """The exact size of ``encode(batch, schema, stage=stage)``, to size an ``out=`` buffer.
     Validates the batch and its contracts as ``encode`` does (same errors), copies nothing."""
     schema = load_schema(schema)
-    return _native.encoded_nbytes(schema._codec_for(stage), _fields(batch, schema, stage))
+    fields = _fields(batch, schema, stage)
+    with plain_tensors():
+        return _native.encoded_nbytes(schema._codec_for(stage), fields)
 
 
 def save(frame: Any, path: str | os.PathLike[str]) -> None:

@@ -199,6 +199,7 @@ def register_torch(
     tensor_type: type[torch.Tensor],
     dtypes: Sequence[tuple[torch.dtype, str]],
     strided: torch.layout | None = None,
+    mode_enabled: Callable[[], bool] | None = None,
 ) -> None: ...
 
 # One field as the facade hands it over: (field name, input kind, first, second). What `first`

@@ -11,30 +11,38 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
 
 use super::errors::BatchError;
+use super::staged::FastReader;
 use crate::dtype::DType;
 use crate::tensor::{extent_bytes, Dims, TensorRef, MAX_RANK};
 
-struct Registry {
-    tensor_type: Py<PyAny>,
+pub(super) struct Registry {
+    pub(super) tensor_type: Py<PyAny>,
     /// `torch.Tensor.__torch_dispatch__`: a subclass that overrides it (FakeTensor,
     /// FunctionalTensor, DTensor, jagged NestedTensor, other wrapper subclasses) does not hold
     /// its data in its own storage.
     tensor_dispatch: Py<PyAny>,
     /// `torch.strided`, compared by identity: one attribute read per tensor.
-    strided: Option<Py<PyAny>>,
-    dtypes: Vec<(Py<PyAny>, DType)>,
+    pub(super) strided: Option<Py<PyAny>>,
+    pub(super) dtypes: Vec<(Py<PyAny>, DType)>,
+    /// `torch._C._is_torch_function_mode_enabled`: under a torch function mode every tensor
+    /// getter runs the mode's Python code, so only the full reader (which holds storages) is
+    /// used.
+    mode_enabled: Option<Py<PyAny>>,
+    /// Direct calls of `torch.Tensor`'s getters, for per-token rows of small tensors.
+    pub(super) fast: Option<FastReader>,
 }
 
 static REGISTRY: OnceLock<Registry> = OnceLock::new();
 
-/// Called once by `py_wire` with `torch.Tensor`, `[(torch.float32, "float32"), ...]` and
-/// `torch.strided`.
+/// Called once by `py_wire` with `torch.Tensor`, `[(torch.float32, "float32"), ...]`,
+/// `torch.strided` and `torch._C._is_torch_function_mode_enabled`.
 #[pyfunction]
-#[pyo3(signature = (tensor_type, dtypes, strided=None))]
+#[pyo3(signature = (tensor_type, dtypes, strided=None, mode_enabled=None))]
 pub fn register_torch(
     tensor_type: Bound<'_, PyAny>,
     dtypes: Vec<(Bound<'_, PyAny>, String)>,
     strided: Option<Bound<'_, PyAny>>,
+    mode_enabled: Option<Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let mut table = Vec::with_capacity(dtypes.len());
     for (obj, name) in dtypes {
@@ -44,19 +52,42 @@ pub fn register_torch(
     let tensor_dispatch = tensor_type
         .getattr(intern!(tensor_type.py(), "__torch_dispatch__"))?
         .unbind();
+    // The fast reader needs both: identity checks against torch.strided, and a way to tell
+    // that no torch function mode is active.
+    let fast = match (&strided, &mode_enabled) {
+        (Some(_), Some(_)) => FastReader::new(&tensor_type),
+        _ => None,
+    };
     let _ = REGISTRY.set(Registry {
         tensor_type: tensor_type.unbind(),
         tensor_dispatch,
         strided: strided.map(Bound::unbind),
         dtypes: table,
+        mode_enabled: mode_enabled.map(Bound::unbind),
+        fast,
     });
     Ok(())
 }
 
-fn registry() -> PyResult<&'static Registry> {
+pub(super) fn registry() -> PyResult<&'static Registry> {
     REGISTRY
         .get()
         .ok_or_else(|| BatchError::new_err("py_wire is not initialised (import py_wire first)"))
+}
+
+impl Registry {
+    /// Whether a torch function mode is active (or it cannot be told): then tensor getters run
+    /// Python code and nothing read from them may be trusted without holding storages.
+    pub(super) fn torch_function_mode(&self, py: Python<'_>) -> bool {
+        let Some(check) = &self.mode_enabled else {
+            return true;
+        };
+        check
+            .bind(py)
+            .call0()
+            .and_then(|v| v.is_truthy())
+            .unwrap_or(true)
+    }
 }
 
 /// What owns the bytes an extracted view borrows.
@@ -67,6 +98,8 @@ pub enum Owner {
     /// A buffer-protocol export (numpy and other exporters): it keeps the exporter alive, and
     /// numpy refuses to resize an array while an export is held.
     Buffer { _export: PyUntypedBuffer },
+    /// Bytes copied out of small tensors while their metadata was read (see `staged`).
+    Staged { _bytes: Vec<u8> },
 }
 
 /// The owners of the memory the extracted views borrow; held for as long as the views (for
@@ -77,6 +110,19 @@ pub struct KeepAlive {
     /// The last torch storage seen, its base address and byte length: tensors split from one
     /// allocation share one storage object, which is then held and measured once.
     last_storage: Option<(usize, usize, usize)>,
+}
+
+impl KeepAlive {
+    /// Keeps `bytes` for as long as the views; returns them with that lifetime.
+    pub(super) fn stage(&mut self, bytes: Vec<u8>) -> &'static [u8] {
+        // SAFETY: the Vec's heap buffer does not move when the Vec is moved into `owners`,
+        // and nothing mutates or drops it before `self` is dropped; every view made from the
+        // returned slice is dropped with (or before) `self`, like all views `KeepAlive` backs.
+        let view: &'static [u8] =
+            unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) };
+        self.owners.push(Owner::Staged { _bytes: bytes });
+        view
+    }
 }
 
 fn dims(obj: &Bound<'_, PyAny>, what: &str, location: &dyn Fn() -> String) -> PyResult<Dims> {
@@ -244,6 +290,26 @@ fn torch_ref<'py>(
         .map_err(|e| torch_failed(obj, "shape", e, location))?;
     let shape = dims(&shape_obj, "shape", location)?;
     let strides = dims(&call(intern!(py, "stride"), "strides")?, "stride", location)?;
+    held_view(obj, dtype, &shape, &strides, keep, location)
+}
+
+/// The view of a torch tensor whose dtype, shape and strides have been read: its untyped
+/// storage is held by `keep` (so dropping the tensor, `set_()` or a shrinking `resize_()` in
+/// another thread cannot free the bytes), then its data pointer is read and checked to lie
+/// inside that storage.
+pub(super) fn held_view<'py>(
+    obj: &Bound<'py, PyAny>,
+    dtype: DType,
+    shape: &[u64],
+    strides: &[u64],
+    keep: &mut KeepAlive,
+    location: &dyn Fn() -> String,
+) -> PyResult<TensorRef<'static>> {
+    let py = obj.py();
+    let call = |name: &Bound<'py, PyString>, what: &str| {
+        obj.call_method0(name)
+            .map_err(|e| torch_failed(obj, what, e, location))
+    };
     // The storage first, then the pointer: if another thread swaps the tensor's storage in
     // between, the pointer no longer lies inside the storage held, and the check below refuses.
     let storage = call(intern!(py, "untyped_storage"), "storage")?;
@@ -267,7 +333,7 @@ fn torch_ref<'py>(
             (base, len)
         }
     };
-    let extent = extent_bytes(&shape, &strides, dtype.size())
+    let extent = extent_bytes(shape, strides, dtype.size())
         .ok_or_else(|| BatchError::new_err(format!("{}: shape {shape:?} overflows", location())))?;
     let bytes: &'static [u8] = if extent == 0 {
         &[]
@@ -292,7 +358,7 @@ fn torch_ref<'py>(
         // reallocates it.
         unsafe { std::slice::from_raw_parts(ptr as *const u8, extent as usize) }
     };
-    TensorRef::strided(dtype, &shape, &strides, bytes)
+    TensorRef::strided(dtype, shape, strides, bytes)
         .map_err(|e| BatchError::new_err(format!("{}: {}", location(), e.message())))
 }
 

@@ -6,6 +6,7 @@ mod errors;
 mod extract;
 mod frame;
 mod layout;
+mod staged;
 mod transport;
 
 use pyo3::prelude::*;
@@ -17,6 +18,7 @@ use codec::Codec;
 use errors::{guarded, to_py, BatchError, OnPanic, SchemaError};
 use extract::{index_values, logical_rows, rows, tensor_ref, KeepAlive};
 use frame::Frame;
+use staged::{StageLimits, STAGE_MAX_ROW_BYTES};
 
 /// One field as the Python layer hands it over: (name, kind, first, second).
 type RawField<'py> = (String, String, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
@@ -27,6 +29,7 @@ fn field_input(
     first: &Bound<'_, PyAny>,
     second: Option<&Bound<'_, PyAny>>,
     keep: &mut KeepAlive,
+    limits: StageLimits,
 ) -> PyResult<FieldInput<'static>> {
     let name = spec.name.as_str();
     let here = || format!("field {name:?}");
@@ -36,6 +39,9 @@ fn field_input(
         })
     };
     Ok(match kind {
+        "rows" if spec.tier == crate::Tier::PerToken => {
+            staged::per_token_rows(spec, first, keep, limits)?
+        }
         "rows" => {
             let (segments, row_offsets) = rows(name, first, keep)?;
             FieldInput::Segments {
@@ -105,6 +111,7 @@ fn prepare(
     fields: Vec<RawField<'_>>,
     threads: Option<usize>,
     parallel_threshold: Option<usize>,
+    limits: StageLimits,
 ) -> PyResult<Prepared> {
     let mut keep = KeepAlive::default();
     let mut request = EncodeRequest {
@@ -116,7 +123,7 @@ fn prepare(
     };
     for (name, kind, first, second) in &fields {
         let spec = codec.spec(name)?.clone();
-        let input = field_input(&spec, kind, first, second.as_ref(), &mut keep)?;
+        let input = field_input(&spec, kind, first, second.as_ref(), &mut keep, limits)?;
         request.fields.push(FieldData { spec, input });
     }
     let mut options = EncodeOptions::default();
@@ -191,6 +198,12 @@ fn check_no_overlap(request: &EncodeRequest<'_>, start: usize, len: usize) -> Py
     Ok(())
 }
 
+/// The address range of a buffer-protocol object, if it exports one.
+fn buffer_range(obj: &Bound<'_, PyAny>) -> Option<(usize, usize)> {
+    let buffer = pyo3::buffer::PyUntypedBuffer::get(obj).ok()?;
+    Some((buffer.buf_ptr() as usize, buffer.len_bytes()))
+}
+
 /// Encodes a batch into a new frame, or into `out` (a writable buffer, reused across calls;
 /// the frame then borrows it and is valid until `out` is overwritten).
 #[pyfunction]
@@ -203,7 +216,11 @@ fn encode(
     parallel_threshold: Option<usize>,
     out: Option<Bound<'_, PyAny>>,
 ) -> PyResult<Frame> {
-    let prepared = prepare(codec.get(), fields, threads, parallel_threshold)?;
+    let limits = StageLimits {
+        max_row_bytes: STAGE_MAX_ROW_BYTES,
+        out: out.as_ref().and_then(buffer_range),
+    };
+    let prepared = prepare(codec.get(), fields, threads, parallel_threshold, limits)?;
     let frame = match out {
         None => {
             let (buf, layout) = py
@@ -247,7 +264,12 @@ fn encode_parts(
     fields: Vec<RawField<'_>>,
     min_borrow: usize,
 ) -> PyResult<Vec<Py<PyAny>>> {
-    let prepared = prepare(codec.get(), fields, None, None)?;
+    // A staged row is a copy; rows under `min_borrow` bytes are copied into owned parts anyway.
+    let limits = StageLimits {
+        max_row_bytes: STAGE_MAX_ROW_BYTES.min(min_borrow.saturating_sub(1)),
+        out: None,
+    };
+    let prepared = prepare(codec.get(), fields, None, None, limits)?;
     let parts = py
         .detach(|| {
             guarded(OnPanic::Internal, || {

@@ -70,7 +70,13 @@ pub fn encoded_nbytes(
     codec: &Bound<'_, super::codec::Codec>,
     fields: Vec<RawField<'_>>,
 ) -> PyResult<usize> {
-    let prepared = super::prepare(codec.get(), fields, None, None)?;
+    let prepared = super::prepare(
+        codec.get(),
+        fields,
+        None,
+        None,
+        super::staged::StageLimits::NONE,
+    )?;
     let n = py
         .detach(|| {
             guarded(OnPanic::Internal, || {

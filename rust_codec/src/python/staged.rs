@@ -1,0 +1,551 @@
+//! Per-token rows of many small tensors, read at the per-tensor floor.
+//!
+//! The full reader (`extract::tensor_ref`) makes about ten Python calls per tensor and holds
+//! each tensor's untyped storage. Holding it creates a storage object per tensor, which the GC
+//! tracks and torch keeps alive with the tensor: on a batch of fresh tiny tensors that is
+//! ~1 µs per tensor, several times what copying one costs. This module reads a row with as few
+//! calls as torch's Python API allows, each a direct call of `torch.Tensor`'s own getter or C
+//! method (no attribute lookup, no bound method, nothing an instance `__dict__` can shadow, no
+//! object the GC tracks), and copies a small row's bytes into a staging buffer right after
+//! reading its data pointer, with the GIL held from that read to the end of the copy: no
+//! Python code runs in between, so no other thread can free or swap the memory, and no storage
+//! needs holding. A row larger than [`STAGE_MAX_ROW_BYTES`] is not staged: its storage is held
+//! and it is copied once, with the GIL released, as every other input is.
+//!
+//! A field whose rows are all plain, contiguous CPU tensors of one registered dtype and of
+//! the schema's rank becomes `FieldInput::Jagged` (the staging buffer and row offsets: per
+//! encode, the payload's bytes plus 8 per row) or, when some rows are large,
+//! `FieldInput::Ranges` (the staging buffer and the large rows as sources). Anything else about
+//! any row (another type or dtype, a lazy flag, a non-contiguous row, a `None` or a list, a row
+//! that overlaps `out`) hands the whole field to the full reader, which accepts or refuses it
+//! with the errors it always gave; the staged bytes are dropped.
+
+use std::sync::Arc;
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyList, PyTuple, PyType};
+
+use super::extract::{held_view, rows, KeepAlive, Registry};
+use crate::dtype::DType;
+use crate::encode::{FieldInput, RowRange};
+use crate::spec::FieldSpec;
+use crate::tensor::{Dims, TensorRef, MAX_RANK};
+
+/// Rows up to this many bytes are copied into the staging buffer while their metadata is read
+/// (GIL held). Copying 4 KiB costs about what reading a tensor's metadata does, so the GIL is
+/// held at most about twice as long as reading alone would hold it; holding a larger row's
+/// storage instead costs less than copying it twice.
+pub const STAGE_MAX_ROW_BYTES: usize = 4096;
+
+/// `tp_descr_get`: what `descr.__get__(obj, type)` calls.
+type DescrGet = unsafe extern "C" fn(
+    *mut ffi::PyObject,
+    *mut ffi::PyObject,
+    *mut ffi::PyObject,
+) -> *mut ffi::PyObject;
+
+/// A data descriptor of `torch.Tensor` (a getter such as `dtype`), called without a lookup.
+struct Getter {
+    descr: Py<PyAny>,
+    get: DescrGet,
+}
+
+/// `torch.Tensor`'s getters and methods that the fast reader calls, found once on the type
+/// (through its MRO, as attribute lookup finds them).
+pub struct FastReader {
+    dtype: Getter,
+    is_cpu: Getter,
+    nbytes: Getter,
+    shape: Getter,
+    is_neg: Method,
+    stride: Method,
+    data_ptr: Method,
+    /// `()`, the arguments of a METH_VARARGS call without arguments.
+    no_args: Py<PyTuple>,
+}
+
+/// A method of `torch.Tensor` implemented in C: its function and calling convention, taken
+/// from a bound method with `PyCFunction_GetFunction` (stable ABI), so that a call is the C
+/// function itself, as the method descriptor would call it after checking `self`'s type.
+/// `descr` is the unbound method, the fallback for any other calling convention.
+struct Method {
+    func: usize,
+    flags: std::ffi::c_int,
+    descr: Py<PyAny>,
+}
+
+/// The attribute `name` as `torch.Tensor`'s MRO defines it (not bound to an instance).
+fn type_attr<'py>(ty: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    for class in ty.getattr("__mro__")?.try_iter()? {
+        if let Ok(found) = class?.getattr("__dict__")?.get_item(name) {
+            return Ok(found);
+        }
+    }
+    Err(pyo3::exceptions::PyAttributeError::new_err(
+        name.to_string(),
+    ))
+}
+
+fn getter(ty: &Bound<'_, PyAny>, name: &str) -> PyResult<Getter> {
+    let descr = type_attr(ty, name)?;
+    // SAFETY: PyType_GetSlot reads a slot of a live type object (getset_descriptor and
+    // property are static types, readable since Python 3.10); a null slot is checked below.
+    let slot =
+        unsafe { ffi::PyType_GetSlot(descr.get_type().as_ptr().cast(), ffi::Py_tp_descr_get) };
+    if slot.is_null() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "torch.Tensor.{name} is not a descriptor"
+        )));
+    }
+    // SAFETY: a non-null Py_tp_descr_get slot holds a `descrgetfunc`, which is `DescrGet`.
+    let get = unsafe { std::mem::transmute::<*mut std::ffi::c_void, DescrGet>(slot) };
+    Ok(Getter {
+        descr: descr.unbind(),
+        get,
+    })
+}
+
+fn method(ty: &Bound<'_, PyAny>, sample: &Bound<'_, PyAny>, name: &str) -> PyResult<Method> {
+    let found = type_attr(ty, name)?;
+    // Called as `method(tensor)`: only plain functions and C method descriptors bind that way.
+    let kind = found.get_type().name()?;
+    if kind != "method_descriptor" && kind != "function" {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "torch.Tensor.{name} is a {kind}"
+        )));
+    }
+    let bound = sample.getattr(name)?;
+    let (mut func, mut flags) = (0usize, 0);
+    if bound.get_type().name()? == "builtin_function_or_method" {
+        // SAFETY: `bound` is a live builtin method object (checked just above), which is what
+        // PyCFunction_GetFunction and PyCFunction_GetFlags read.
+        unsafe {
+            func = ffi::PyCFunction_GetFunction(bound.as_ptr()).map_or(0, |f| f as usize);
+            flags = ffi::PyCFunction_GetFlags(bound.as_ptr());
+        }
+    }
+    Ok(Method {
+        func,
+        flags,
+        descr: found.unbind(),
+    })
+}
+
+impl FastReader {
+    /// `None` when this torch lays its tensor type out differently: encode then uses the full
+    /// reader for every row.
+    pub fn new(tensor_type: &Bound<'_, PyAny>) -> Option<FastReader> {
+        let t = tensor_type;
+        let read = || -> PyResult<FastReader> {
+            let sample = t.call0()?;
+            Ok(FastReader {
+                dtype: getter(t, "dtype")?,
+                is_cpu: getter(t, "is_cpu")?,
+                nbytes: getter(t, "nbytes")?,
+                shape: getter(t, "shape")?,
+                is_neg: method(t, &sample, "is_neg")?,
+                stride: method(t, &sample, "stride")?,
+                data_ptr: method(t, &sample, "data_ptr")?,
+                no_args: PyTuple::empty(t.py()).unbind(),
+            })
+        };
+        read().ok()
+    }
+}
+
+/// `getter.__get__(obj, ty)`.
+fn get<'py>(
+    getter: &Getter,
+    obj: &Bound<'py, PyAny>,
+    ty: &Bound<'py, PyType>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    // SAFETY: `get` is the tp_descr_get slot of the descriptor's type, called as the descriptor
+    // protocol calls it (descriptor, instance, type), with live objects; it returns a new
+    // reference, or NULL with an exception set, which from_owned_ptr_or_err turns into Err.
+    unsafe {
+        let out = (getter.get)(getter.descr.as_ptr(), obj.as_ptr(), ty.as_ptr());
+        Bound::from_owned_ptr_or_err(py, out)
+    }
+}
+
+/// `method(obj)`, `obj` being exactly a `torch.Tensor`.
+fn call<'py>(
+    method: &Method,
+    no_args: &Py<PyTuple>,
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    let (o, args) = (obj.as_ptr(), no_args.as_ptr());
+    let flags = method.flags & !(ffi::METH_CLASS | ffi::METH_STATIC | ffi::METH_COEXIST);
+    // SAFETY: `func` is the C function of this method of `torch.Tensor` and `flags` its
+    // calling convention, both read from a bound method of a `torch.Tensor` instance; `obj`'s
+    // type is exactly `torch.Tensor` (checked by the caller), which is the check the method
+    // descriptor makes before calling the same function the same way. A zero `func` or another
+    // convention falls back to calling the unbound method. Each branch returns a new
+    // reference or NULL with an exception set.
+    unsafe {
+        let out = if method.func == 0 {
+            ffi::PyObject_CallFunctionObjArgs(
+                method.descr.as_ptr(),
+                o,
+                std::ptr::null_mut::<ffi::PyObject>(),
+            )
+        } else if flags == ffi::METH_NOARGS {
+            let f: ffi::PyCFunction = std::mem::transmute(method.func);
+            f(o, std::ptr::null_mut())
+        } else if flags == ffi::METH_VARARGS {
+            let f: ffi::PyCFunction = std::mem::transmute(method.func);
+            f(o, args)
+        } else if flags == ffi::METH_VARARGS | ffi::METH_KEYWORDS {
+            let f: ffi::PyCFunctionWithKeywords = std::mem::transmute(method.func);
+            f(o, args, std::ptr::null_mut())
+        } else {
+            ffi::PyObject_CallFunctionObjArgs(
+                method.descr.as_ptr(),
+                o,
+                std::ptr::null_mut::<ffi::PyObject>(),
+            )
+        };
+        Bound::from_owned_ptr_or_err(py, out)
+    }
+}
+
+/// One row as the fast reader sees it: a plain, contiguous CPU tensor with no lazy flag.
+struct FastRow {
+    dtype: DType,
+    shape: Dims,
+    ptr: usize,
+    nbytes: usize,
+}
+
+/// What stops a row from being read fast. Not an error: the full reader then reads the field
+/// and says what, if anything, is wrong.
+struct NotFast;
+
+impl From<PyErr> for NotFast {
+    fn from(_: PyErr) -> NotFast {
+        NotFast
+    }
+}
+
+/// A Python int as a usize (an error for negative or huge values).
+fn as_usize(v: &Bound<'_, PyAny>) -> Result<usize, NotFast> {
+    // SAFETY: `v` is a live object; PyLong_AsSize_t returns (size_t)-1 with an exception set
+    // for anything that is not a non-negative int that fits.
+    let n = unsafe { ffi::PyLong_AsSize_t(v.as_ptr()) };
+    if n == usize::MAX && PyErr::take(v.py()).is_some() {
+        return Err(NotFast);
+    }
+    Ok(n)
+}
+
+/// A tuple of `rank` non-negative ints (a shape or strides).
+fn dims_of(obj: &Bound<'_, PyAny>, rank: usize) -> Result<Dims, NotFast> {
+    let tuple = obj.cast::<PyTuple>().map_err(|_| NotFast)?;
+    if tuple.len() != rank || rank > MAX_RANK {
+        return Err(NotFast);
+    }
+    let mut dims = [0u64; MAX_RANK];
+    for (i, slot) in dims.iter_mut().take(rank).enumerate() {
+        // SAFETY: `tuple` is a live tuple of `rank` items (checked above) and `i < rank`;
+        // PyTuple_GetItem returns a borrowed reference that the tuple keeps alive.
+        let item = unsafe { ffi::PyTuple_GetItem(tuple.as_ptr(), i as ffi::Py_ssize_t) };
+        if item.is_null() {
+            return Err(NotFast);
+        }
+        // SAFETY: `item` is a live object (borrowed from the tuple); PyLong_AsSize_t returns
+        // (size_t)-1 with an exception set for anything but a non-negative int that fits.
+        let v = unsafe { ffi::PyLong_AsSize_t(item) };
+        if v == usize::MAX && PyErr::take(obj.py()).is_some() {
+            return Err(NotFast);
+        }
+        *slot = v as u64;
+    }
+    Dims::new(&dims[..rank]).map_err(|_| NotFast)
+}
+
+/// Whether elements lie in C order without gaps, as torch's `is_contiguous()` defines it:
+/// dims of size 1 may have any stride, and a tensor with no elements is contiguous.
+fn c_contiguous(shape: &[u64], strides: &[u64]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut expected = 1u64;
+    for (&dim, &stride) in shape.iter().zip(strides).rev() {
+        if dim != 1 && stride != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(dim);
+    }
+    true
+}
+
+/// Per-row state of the fast reader: the tensor type and the dtype last seen.
+struct Reader<'a, 'py> {
+    reg: &'a Registry,
+    fast: &'a FastReader,
+    ty: Bound<'py, PyType>,
+    last_dtype: Option<(usize, DType)>,
+}
+
+impl<'a, 'py> Reader<'a, 'py> {
+    fn new(py: Python<'py>, reg: &'a Registry, fast: &'a FastReader) -> Result<Self, NotFast> {
+        Ok(Reader {
+            reg,
+            fast,
+            ty: reg
+                .tensor_type
+                .bind(py)
+                .cast::<PyType>()
+                .map_err(|_| NotFast)?
+                .clone(),
+            last_dtype: None,
+        })
+    }
+
+    fn dtype(&mut self, dt: &Bound<'_, PyAny>) -> Result<DType, NotFast> {
+        let key = dt.as_ptr() as usize;
+        if let Some((k, d)) = self.last_dtype {
+            if k == key {
+                return Ok(d);
+            }
+        }
+        let d = self
+            .reg
+            .dtypes
+            .iter()
+            .find(|(o, _)| o.as_ptr() as usize == key)
+            .map(|(_, d)| *d)
+            .ok_or(NotFast)?;
+        self.last_dtype = Some((key, d));
+        Ok(d)
+    }
+
+    /// The row's dtype, shape and data pointer. `is_neg()` comes first: it is the one call
+    /// here that releases the GIL (torch's generated binding does), so another thread may run
+    /// during it (and `set_()`, `resize_()` or reassign `.data`); everything the copy relies on
+    /// is read after it, by C getters and methods of `torch.Tensor` that keep the GIL and run
+    /// no Python code (the caller has checked that no torch function mode is active, and the
+    /// type is exactly `torch.Tensor`), the data pointer last.
+    ///
+    /// Checked: the negative bit (bool tensors cannot carry it: torch implements no negation
+    /// for bool, so a bool row skips that call and its GIL release), the dtype (a registered,
+    /// non-complex one: a complex row's conjugate bit is left to the full reader), `is_cpu`,
+    /// the rank and C-contiguity (from `stride()`, which raises for nested and sparse
+    /// compressed tensors), the shape (`nbytes` for rank 1) and a non-null data pointer. The
+    /// layout needs no call of its own: every non-strided layout fails `stride()` or
+    /// `data_ptr()` (sparse COO, mkldnn: no storage).
+    fn read(&mut self, obj: &Bound<'py, PyAny>, rank: usize) -> Result<FastRow, NotFast> {
+        let (fast, py) = (self.fast, obj.py());
+        // SAFETY: Py_TYPE reads the type pointer of a live object (`obj` is a strong reference).
+        if unsafe { ffi::Py_TYPE(obj.as_ptr()) } != self.ty.as_ptr().cast() {
+            return Err(NotFast);
+        }
+        let no = |v: Bound<'_, PyAny>| v.is(PyBool::new(py, false));
+        let yes = |v: Bound<'_, PyAny>| v.is(PyBool::new(py, true));
+        // The previous row's dtype predicts this one's (a field's rows share one, or the field
+        // is not staged); a bool row that was predicted skips the negative bit.
+        let bool_expected = self.last_dtype.is_some_and(|(_, d)| d == DType::Bool);
+        if !bool_expected && !no(call(&fast.is_neg, &fast.no_args, obj)?) {
+            return Err(NotFast);
+        }
+        let dt = get(&fast.dtype, obj, &self.ty)?;
+        let dtype = self.dtype(&dt)?;
+        if (bool_expected && dtype != DType::Bool) || matches!(dtype, DType::C64 | DType::C128) {
+            return Err(NotFast);
+        }
+        let ty = &self.ty;
+        if !yes(get(&fast.is_cpu, obj, ty)?) {
+            return Err(NotFast);
+        }
+        // `stride()` gives the rank and raises for a nested tensor (a plain `torch.Tensor`
+        // whose `nbytes` looks like a tensor's) and for sparse compressed layouts.
+        let strides = dims_of(&call(&fast.stride, &fast.no_args, obj)?, rank)?;
+        let es = dtype.size();
+        let shape = if rank == 1 {
+            let nbytes = as_usize(&get(&fast.nbytes, obj, ty)?)?;
+            if nbytes % es != 0 {
+                return Err(NotFast);
+            }
+            Dims::new(&[(nbytes / es) as u64]).map_err(|_| NotFast)?
+        } else {
+            dims_of(&get(&fast.shape, obj, ty)?, rank)?
+        };
+        let nbytes = crate::tensor::checked_numel(&shape)
+            .and_then(|n| usize::try_from(n).ok())
+            .and_then(|n| n.checked_mul(es))
+            .ok_or(NotFast)?;
+        if !c_contiguous(&shape, &strides) {
+            return Err(NotFast);
+        }
+        let ptr = as_usize(&call(&fast.data_ptr, &fast.no_args, obj)?)?;
+        if ptr == 0 && nbytes > 0 {
+            return Err(NotFast);
+        }
+        Ok(FastRow {
+            dtype,
+            shape,
+            ptr,
+            nbytes,
+        })
+    }
+}
+
+/// Where staging may happen: the largest row to stage, and the byte range of `encode(out=)`
+/// (a row inside it is left to the full reader, which refuses it by name).
+#[derive(Clone, Copy, Debug)]
+pub struct StageLimits {
+    pub max_row_bytes: usize,
+    pub out: Option<(usize, usize)>,
+}
+
+impl StageLimits {
+    pub const NONE: StageLimits = StageLimits {
+        max_row_bytes: 0,
+        out: None,
+    };
+}
+
+/// Rows read before the staging buffer is sized for the rest.
+const ESTIMATE_ROWS: usize = 64;
+
+/// A large row: its full view (storage held) and where it sits among the rows.
+struct Large {
+    row: usize,
+    view: TensorRef<'static>,
+}
+
+/// The rows of a per-token field, staged where that is safe and cheap (see the module doc);
+/// otherwise exactly what the full reader returns.
+pub fn per_token_rows(
+    spec: &FieldSpec,
+    list: &Bound<'_, PyAny>,
+    keep: &mut KeepAlive,
+    limits: StageLimits,
+) -> PyResult<FieldInput<'static>> {
+    let name = spec.name.as_str();
+    let full = |keep: &mut KeepAlive| -> PyResult<FieldInput<'static>> {
+        let (segments, row_offsets) = rows(name, list, keep)?;
+        Ok(FieldInput::Segments {
+            segments,
+            row_offsets,
+        })
+    };
+    let reg = super::extract::registry()?;
+    let (Some(fast), Ok(list_ref)) = (reg.fast.as_ref(), list.cast::<PyList>()) else {
+        return full(keep);
+    };
+    if limits.max_row_bytes == 0 || list_ref.is_empty() || reg.torch_function_mode(list.py()) {
+        return full(keep);
+    }
+    match stage(spec, list_ref, keep, limits, reg, fast) {
+        Ok(input) => Ok(input),
+        Err(NotFast) => full(keep),
+    }
+}
+
+fn stage(
+    spec: &FieldSpec,
+    list: &Bound<'_, PyList>,
+    keep: &mut KeepAlive,
+    limits: StageLimits,
+    reg: &Registry,
+    fast: &FastReader,
+) -> Result<FieldInput<'static>, NotFast> {
+    let name = spec.name.as_str();
+    let rank = 1 + spec.shape.len();
+    let trailing: Vec<u64> = spec
+        .shape
+        .iter()
+        .map(|d| d.ok_or(NotFast))
+        .collect::<Result<_, _>>()?;
+    let item_bytes = |dtype: DType| trailing.iter().product::<u64>() as usize * dtype.size();
+    let mut staging: Vec<u8> = Vec::new();
+    let mut offsets: Vec<u64> = Vec::with_capacity(list.len() + 1);
+    offsets.push(0);
+    let mut large: Vec<Large> = Vec::new();
+    let mut dtype: Option<DType> = None;
+    let mut reader = Reader::new(list.py(), reg, fast)?;
+    let mut staged_items = 0u64;
+    for (row, obj) in list.iter().enumerate() {
+        let r = reader.read(&obj, rank)?;
+        let same_dims = r.shape.iter().skip(1).zip(&trailing).all(|(a, b)| a == b);
+        if *dtype.get_or_insert(r.dtype) != r.dtype || !same_dims {
+            return Err(NotFast);
+        }
+        if let Some((start, len)) = limits.out {
+            if r.nbytes > 0
+                && r.ptr < start.saturating_add(len)
+                && start < r.ptr.saturating_add(r.nbytes)
+            {
+                return Err(NotFast);
+            }
+        }
+        if r.nbytes <= limits.max_row_bytes {
+            if row == ESTIMATE_ROWS {
+                // Size the staging buffer once from the rows seen so far, rather than
+                // doubling it (and copying what it holds) a dozen times.
+                let rest = list.len().saturating_sub(row);
+                staging.reserve((staging.len() / ESTIMATE_ROWS).saturating_mul(rest) / 8 * 9);
+            }
+            if r.nbytes > 0 {
+                // SAFETY: torch reports a contiguous CPU tensor of `nbytes` bytes starting at
+                // `ptr` (non-null, checked in `read`). The GIL has been held since `ptr` was
+                // read and no Python code ran since (`read` calls nothing after data_ptr),
+                // so no thread has freed or swapped the tensor's storage, and the list (held
+                // by the caller) keeps the tensor alive.
+                let bytes = unsafe { std::slice::from_raw_parts(r.ptr as *const u8, r.nbytes) };
+                staging.extend_from_slice(bytes);
+            }
+            staged_items += r.shape[0];
+        } else {
+            let loc = || format!("field {name:?}, row {row}");
+            let strides = crate::tensor::contiguous_strides(&r.shape);
+            let view =
+                held_view(&obj, r.dtype, &r.shape, &strides, keep, &loc).map_err(|_| NotFast)?;
+            large.push(Large { row, view });
+        }
+        offsets.push(staged_items);
+    }
+    let dtype = dtype.ok_or(NotFast)?;
+    if staged_items.checked_mul(item_bytes(dtype) as u64) != Some(staging.len() as u64) {
+        return Err(NotFast);
+    }
+    let mut shape = vec![staged_items];
+    shape.extend(&trailing);
+    let bytes = keep.stage(staging);
+    let values = TensorRef::contiguous(dtype, &shape, bytes).map_err(|_| NotFast)?;
+    if large.is_empty() {
+        return Ok(FieldInput::Jagged { values, offsets });
+    }
+    // Some rows are views of their own: rows as ranges of [staging, large rows...].
+    let mut ranges = Vec::with_capacity(offsets.len() - 1);
+    let mut next = large.iter().enumerate().peekable();
+    for (row, w) in offsets.windows(2).enumerate() {
+        match next.peek() {
+            Some((i, l)) if l.row == row => {
+                let end = l.view.shape[0];
+                ranges.push(RowRange {
+                    source: u32::try_from(i + 1).map_err(|_| NotFast)?,
+                    start: 0,
+                    end,
+                });
+                next.next();
+            }
+            _ => ranges.push(RowRange {
+                source: 0,
+                start: w[0],
+                end: w[1],
+            }),
+        }
+    }
+    let mut sources = Vec::with_capacity(large.len() + 1);
+    sources.push(values);
+    sources.extend(large.into_iter().map(|l| l.view));
+    Ok(FieldInput::Ranges {
+        sources,
+        ranges: Arc::from(ranges),
+    })
+}
