@@ -28,7 +28,7 @@ use pyo3::types::{PyBool, PyList, PyTuple, PyType};
 
 use super::extract::{held_view, rows, KeepAlive, Registry};
 use crate::dtype::DType;
-use crate::encode::{FieldInput, RowRange};
+use crate::encode::{FieldInput, RowItems, RowSpan, RowSpans};
 use crate::spec::FieldSpec;
 use crate::tensor::{Dims, TensorRef, MAX_RANK};
 
@@ -520,32 +520,40 @@ fn stage(
     if large.is_empty() {
         return Ok(FieldInput::Jagged { values, offsets });
     }
-    // Some rows are views of their own: rows as ranges of [staging, large rows...].
-    let mut ranges = Vec::with_capacity(offsets.len() - 1);
-    let mut next = large.iter().enumerate().peekable();
-    for (row, w) in offsets.windows(2).enumerate() {
-        match next.peek() {
-            Some((i, l)) if l.row == row => {
-                let end = l.view.shape[0];
-                ranges.push(RowRange {
-                    source: u32::try_from(i + 1).map_err(|_| NotFast)?,
-                    start: 0,
-                    end,
-                });
-                next.next();
-            }
-            _ => ranges.push(RowRange {
+    // Some rows are views of their own: rows as spans of [staging, large rows...]; a large
+    // row has no items in the staging offsets.
+    let rows = offsets.len() as u64 - 1;
+    let mut items = Vec::with_capacity(large.len() + 1);
+    let mut spans = Vec::with_capacity(2 * large.len() + 1);
+    let mut staged_from = 0u64;
+    for (i, l) in large.iter().enumerate() {
+        let row = l.row as u64;
+        if row > staged_from {
+            spans.push(RowSpan {
                 source: 0,
-                start: w[0],
-                end: w[1],
-            }),
+                start: staged_from,
+                end: row,
+            });
         }
+        items.push(RowItems::Offsets(Arc::new(vec![0, l.view.shape[0]])));
+        spans.push(RowSpan {
+            source: u32::try_from(i + 1).map_err(|_| NotFast)?,
+            start: 0,
+            end: 1,
+        });
+        staged_from = row + 1;
     }
+    if rows > staged_from {
+        spans.push(RowSpan {
+            source: 0,
+            start: staged_from,
+            end: rows,
+        });
+    }
+    items.insert(0, RowItems::Offsets(Arc::new(offsets)));
+    let spans = Arc::new(RowSpans::new(items, spans).map_err(|_| NotFast)?);
     let mut sources = Vec::with_capacity(large.len() + 1);
     sources.push(values);
     sources.extend(large.into_iter().map(|l| l.view));
-    Ok(FieldInput::Ranges {
-        sources,
-        ranges: Arc::from(ranges),
-    })
+    Ok(FieldInput::Ranges { sources, spans })
 }
