@@ -10,8 +10,7 @@ Runs each benchmark in its own process with the settings the README cites, one a
 ``<out>``. Before and after every step it records the load average and free memory; the
 machine (CPU model, cores, memory, Python, torch) and a summary table go to ``<out>/SUMMARY.md``
 and ``<out>/summary.json``. ``--out`` defaults to benchmarks/out/figures (benchmarks/out/quick
-with ``--quick``). A step whose script or dependencies are missing is skipped with a note;
-``tiny_rows.py`` is run only if it exists.
+with ``--quick``). A step whose script or dependencies are missing is skipped with a note.
 """
 
 from __future__ import annotations
@@ -96,7 +95,7 @@ def steps(out: Path) -> list[Step]:
             "tiny_rows",
             "tiny_rows.py",
             [],
-            ["--quick"],  # replaced at run time by what its --help offers
+            ["--tensors", "16384", "--reps", "3"],
             "issue 10: 262k tiny tensors from lists against torch.cat and safetensors",
             ("safetensors",),
         ),
@@ -151,19 +150,6 @@ def _missing(modules: tuple[str, ...]) -> list[str]:
     return [m for m in modules if importlib.util.find_spec(m) is None]
 
 
-def _tiny_rows_args(python: str, script: Path, quick: bool) -> tuple[list[str], str]:
-    """tiny_rows.py is written elsewhere: shrink it through whichever flag its --help offers."""
-    if not quick:
-        return [], ""
-    helped = subprocess.run(
-        [python, str(script), "--help"], capture_output=True, text=True, timeout=120
-    ).stdout
-    for flag, value in (("--quick", None), ("--rows", "16384"), ("--scale", "0.0625")):
-        if flag in helped:
-            return ([flag] if value is None else [flag, value]), ""
-    return [], "tiny_rows.py offers no --quick/--rows/--scale: run at its defaults"
-
-
 def run_step(step: Step, args: argparse.Namespace) -> dict[str, Any]:
     script = HERE / step.script
     record: dict[str, Any] = {"name": step.name, "cites": step.cites}
@@ -177,8 +163,6 @@ def run_step(step: Step, args: argparse.Namespace) -> dict[str, Any]:
         return record
     argv = step.quick if args.quick else step.full
     note = ""
-    if step.name == "tiny_rows":
-        argv, note = _tiny_rows_args(sys.executable, script, args.quick)
     env_extra = step.quick_env if args.quick and step.quick_env is not None else step.env
     env = {**os.environ, **env_extra}
     shown_env = " ".join(f"{k}={v}" for k, v in env_extra.items())
