@@ -165,7 +165,12 @@ def test_lazy_and_odd_rows_name_the_row(row: int) -> None:
 
 
 def test_negative_bit_after_bool_and_int_rows() -> None:
-    # A negative bit on an int64 row (bool rows cannot carry one) is refused wherever it is.
+    # A negative bit is refused wherever it is, bool rows included (torch._neg_view sets it on
+    # a bool tensor too), also after rows of the same dtype.
+    batch = text_batch([3] * 10)
+    batch["token_mask"][6] = torch._neg_view(batch["token_mask"][6])
+    assert batch["token_mask"][6].dtype == torch.bool and batch["token_mask"][6].is_neg()
+    assert 'field "token_mask", row 6: tensor has a pending negation' in same_error(batch)
     batch = text_batch([3] * 10)
     batch["input_ids"][6] = torch._neg_view(batch["input_ids"][6])
     assert "row 6" in same_error(batch)

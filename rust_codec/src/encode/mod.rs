@@ -52,12 +52,19 @@ impl Default for EncodeOptions {
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|&n| n > 0)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            .unwrap_or_else(core_count);
         EncodeOptions {
             threads,
             parallel_threshold: DEFAULT_PARALLEL_THRESHOLD,
         }
     }
+}
+
+/// The usable core count, read once: `available_parallelism` reads cgroup files on every call,
+/// a cost that showed in the profile of frame ops on small frames.
+fn core_count() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 pub fn encode(request: &EncodeRequest<'_>, options: EncodeOptions) -> Result<AlignedBuf> {

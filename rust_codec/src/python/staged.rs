@@ -330,8 +330,7 @@ impl<'a, 'py> Reader<'a, 'py> {
     /// no Python code (the caller has checked that no torch function mode is active, and the
     /// type is exactly `torch.Tensor`), the data pointer last.
     ///
-    /// Checked: the negative bit (bool tensors cannot carry it: torch implements no negation
-    /// for bool, so a bool row skips that call and its GIL release), the dtype (a registered,
+    /// Checked: the negative bit, the dtype (a registered,
     /// non-complex one: a complex row's conjugate bit is left to the full reader), `is_cpu`,
     /// the rank and C-contiguity (from `stride()`, which raises for nested and sparse
     /// compressed tensors), the shape (`nbytes` for rank 1) and a non-null data pointer. The
@@ -345,15 +344,13 @@ impl<'a, 'py> Reader<'a, 'py> {
         }
         let no = |v: Bound<'_, PyAny>| v.is(PyBool::new(py, false));
         let yes = |v: Bound<'_, PyAny>| v.is(PyBool::new(py, true));
-        // The previous row's dtype predicts this one's (a field's rows share one, or the field
-        // is not staged); a bool row that was predicted skips the negative bit.
-        let bool_expected = self.last_dtype.is_some_and(|(_, d)| d == DType::Bool);
-        if !bool_expected && !no(call(&fast.is_neg, &fast.no_args, obj)?) {
+        // Every dtype can carry the negative bit (`torch._neg_view` sets it on bool tensors too).
+        if !no(call(&fast.is_neg, &fast.no_args, obj)?) {
             return Err(NotFast);
         }
         let dt = get(&fast.dtype, obj, &self.ty)?;
         let dtype = self.dtype(&dt)?;
-        if (bool_expected && dtype != DType::Bool) || matches!(dtype, DType::C64 | DType::C128) {
+        if matches!(dtype, DType::C64 | DType::C128) {
             return Err(NotFast);
         }
         let ty = &self.ty;
