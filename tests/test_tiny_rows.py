@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
 
 import py_wire
@@ -82,6 +84,27 @@ def test_large_rows_among_small_ones() -> None:
     assert bytes(frame) == reference(batch)
     got = py_wire.decode(frame, TEXT, layout="list")["input_ids"]
     assert all(torch.equal(a, b) for a, b in zip(got, batch["input_ids"], strict=True))
+
+
+# Row lengths around the staging limit: int64 rows of up to 512 items (4 KiB) are staged, longer
+# ones are held and copied as their own sources; runs of either, at either end, and empty rows.
+_ROW_LENGTHS = st.lists(st.sampled_from([0, 1, 3, 511, 512, 513, 900]), min_size=1, max_size=40)
+
+
+@given(lengths=_ROW_LENGTHS, picks=st.lists(st.integers(0, 39), max_size=12))
+def test_staged_and_large_rows_make_the_full_readers_frame(
+    lengths: list[int], picks: list[int]
+) -> None:
+    batch = text_batch(lengths)
+    frame = py_wire.encode(batch, TEXT)
+    assert bytes(frame) == reference(batch)
+    # Frame ops on it: the rows picked (repeats allowed) are the frame of those rows.
+    rows = [p % len(lengths) for p in picks]
+    picked = {
+        name: [value[r] for r in rows] if isinstance(value, list) else value[rows]
+        for name, value in batch.items()
+    }
+    assert bytes(py_wire.take_rows(frame, rows)) == reference(picked)
 
 
 def test_every_row_large() -> None:
