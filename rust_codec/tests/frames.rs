@@ -167,6 +167,9 @@ proptest! {
         };
         let frame = py_wire_codec::encode(&request, Default::default()).unwrap();
         let bytes = frame.as_slice();
+        // What the encoder says it wrote is what a reader parses from the bytes.
+        let plan = py_wire_codec::encode::plan(&request).unwrap();
+        prop_assert_eq!(&plan.written, &py_wire_codec::header::parse_header(bytes).unwrap());
         let layout = parse_frame(bytes).unwrap();
         prop_assert_eq!(layout.num_rows, rows.len() as u64);
         let field = layout.field("x").unwrap();
@@ -243,6 +246,16 @@ fn gather_selects_and_concatenates_rows() {
     let bytes = picked.as_slice();
     let out = parse_frame(bytes).unwrap();
     assert_eq!(out.num_rows, 2);
+    // Frame ops read their outputs from what the encoder wrote, not by re-parsing it: the two
+    // must agree, header and layout.
+    let plan = py_wire_codec::encode::plan(&request).unwrap();
+    assert_eq!(
+        plan.written,
+        py_wire_codec::header::parse_header(bytes).unwrap()
+    );
+    let from_written =
+        py_wire_codec::decode::layout_from_header(plan.written.clone(), bytes).unwrap();
+    assert_eq!(format!("{from_written:?}"), format!("{out:?}"));
     let ids = out.field("ids").unwrap();
     assert_eq!(
         read_i64s(bytes, &ids.values).collect::<Vec<_>>(),

@@ -15,7 +15,7 @@ use crate::buffer::AlignedBuf;
 use crate::copy::DEFAULT_PARALLEL_THRESHOLD;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::header::write_header;
+use crate::header::{write_header, Header};
 use crate::spec::{meta, names, Tier};
 use crate::tensor::{Dims, TensorRef};
 use crate::{batch_err, internal_err, schema_err};
@@ -183,6 +183,14 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
         .ok()
         .and_then(|d| d.checked_add(data_start))
         .ok_or_else(|| batch_err!("frame of {data_len} bytes does not fit in memory"))?;
+    let mut entries = layout.entries;
+    entries.sort_by_key(|e| (e.begin, e.end));
+    let written = Header {
+        metadata,
+        entries,
+        data_start,
+        frame_len: total_len,
+    };
     if num_rows > total_len as u64 {
         // Readers refuse row counts the bytes do not back (a hostile header's favourite lie).
         return Err(batch_err!(
@@ -201,6 +209,7 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
         .collect();
     Ok(Plan {
         header,
+        written,
         num_rows,
         blobs,
         jobs,

@@ -11,6 +11,10 @@ use super::EncodeOptions;
 /// Everything needed to write a frame: its header, small index tensors and the payload copies.
 pub struct Plan<'a> {
     pub header: Vec<u8>,
+    /// What `header` says, as `parse_header` would return it: a frame this process writes
+    /// needs no JSON parse to be read (`layout::layout_from_header` still validates its
+    /// index tables against the bytes).
+    pub written: crate::header::Header,
     pub num_rows: u64,
     /// Offsets are absolute (from the frame's first byte).
     pub blobs: Vec<(usize, Vec<u8>)>,

@@ -59,7 +59,7 @@ struct RawEntry {
 }
 
 /// A parsed, bounds-checked header.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
     pub metadata: BTreeMap<String, String>,
     /// Sorted by `begin`; together they cover the data section exactly.

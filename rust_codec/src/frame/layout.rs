@@ -98,7 +98,12 @@ fn find(header: &Header, name: &str, dtype: DType, rank: usize) -> Result<Tensor
 /// Parses and validates a whole frame. `buf` may hold bytes after the frame's end (a frame in a
 /// larger buffer): the frame is its first `header.frame_len` bytes and the rest is never read.
 pub fn parse_frame(buf: &[u8]) -> Result<FrameLayout> {
-    let header = parse_header(buf)?;
+    layout_from_header(parse_header(buf)?, buf)
+}
+
+/// The layout of the frame in `buf` whose header is `header` (from [`parse_header`], or what
+/// an encoder wrote there): every check of [`parse_frame`] but the JSON parse.
+pub fn layout_from_header(header: Header, buf: &[u8]) -> Result<FrameLayout> {
     let buf = buf
         .get(..header.frame_len)
         .ok_or_else(|| frame_err!("frame length {} exceeds the buffer", header.frame_len))?;

@@ -475,9 +475,12 @@ fn row_selection(rows: Option<&Bound<'_, PyAny>>) -> PyResult<crate::ops::Rows> 
     })
 }
 
+/// A frame op's output. Its layout comes from the header the encoder wrote (no JSON parse),
+/// validated against the bytes as `parse_frame` would.
 fn new_frame(request: &crate::encode::EncodeRequest<'_>) -> crate::Result<Frame> {
-    let buf = crate::encode::encode(request, EncodeOptions::default())?;
-    let layout = crate::decode::parse_frame(buf.as_slice())?;
+    let plan = crate::encode::plan(request)?;
+    let buf = plan.write(EncodeOptions::default())?;
+    let layout = crate::decode::layout_from_header(plan.written, buf.as_slice())?;
     Ok(Frame::from_owned(buf, layout))
 }
 
