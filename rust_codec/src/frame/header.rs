@@ -24,28 +24,71 @@ pub struct Entry {
 }
 
 /// Serialises the header, padded with spaces so the data section starts 64-byte aligned.
+///
+/// Written straight into the output, keys in byte order (as a JSON object built in a
+/// `BTreeMap` would list them): `__metadata__` and one entry per tensor, each entry's keys
+/// `data_offsets`, `dtype`, `shape`. A frame op writes a header per output frame, so building
+/// a JSON value tree first (a map, a copy of every metadata string) showed in its cost.
 pub fn write_header(metadata: &BTreeMap<String, String>, entries: &[Entry]) -> Result<Vec<u8>> {
-    let mut root = serde_json::Map::new();
-    root.insert(
-        "__metadata__".into(),
-        serde_json::to_value(metadata).map_err(|e| Error::internal(format!("metadata: {e}")))?,
-    );
-    for entry in entries {
-        root.insert(
-            entry.name.clone(),
-            serde_json::json!({
-                "dtype": entry.dtype.safetensors_code(),
-                "shape": entry.shape,
-                "data_offsets": [entry.begin, entry.end],
-            }),
-        );
+    const METADATA: &str = "__metadata__";
+    let mut names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+    names.push(METADATA);
+    names.sort_unstable();
+    if names.windows(2).any(|w| w[0] == w[1]) {
+        return Err(Error::internal(
+            "header: a tensor name appears twice".to_string(),
+        ));
     }
-    let json = serde_json::to_vec(&serde_json::Value::Object(root))
-        .map_err(|e| Error::internal(format!("header: {e}")))?;
-    let padded_len = (8 + json.len()).next_multiple_of(ALIGNMENT) - 8;
-    let mut out = Vec::with_capacity(8 + padded_len);
-    out.extend_from_slice(&(padded_len as u64).to_le_bytes());
-    out.extend_from_slice(&json);
+    let by_name: BTreeMap<&str, &Entry> = entries.iter().map(|e| (e.name.as_str(), e)).collect();
+    let metadata_len: usize = metadata.iter().map(|(k, v)| k.len() + v.len() + 8).sum();
+    let mut out = Vec::with_capacity(8 + 64 + metadata_len + 96 * entries.len());
+    out.extend_from_slice(&[0u8; 8]);
+    let string = |out: &mut Vec<u8>, s: &str| {
+        serde_json::to_writer(out, s).map_err(|e| Error::internal(format!("header: {e}")))
+    };
+    out.push(b'{');
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        string(&mut out, name)?;
+        out.push(b':');
+        match by_name.get(name) {
+            None => {
+                out.push(b'{');
+                for (j, (key, value)) in metadata.iter().enumerate() {
+                    if j > 0 {
+                        out.push(b',');
+                    }
+                    string(&mut out, key)?;
+                    out.push(b':');
+                    string(&mut out, value)?;
+                }
+                out.push(b'}');
+            }
+            Some(entry) => {
+                use std::io::Write;
+                let shape = entry
+                    .shape
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",");
+                write!(
+                    out,
+                    "{{\"data_offsets\":[{},{}],\"dtype\":\"{}\",\"shape\":[{shape}]}}",
+                    entry.begin,
+                    entry.end,
+                    entry.dtype.safetensors_code()
+                )
+                .map_err(|e| Error::internal(format!("header: {e}")))?;
+            }
+        }
+    }
+    out.push(b'}');
+    let json_len = out.len() - 8;
+    let padded_len = (8 + json_len).next_multiple_of(ALIGNMENT) - 8;
+    out[..8].copy_from_slice(&(padded_len as u64).to_le_bytes());
     out.resize(8 + padded_len, b' ');
     Ok(out)
 }
@@ -269,6 +312,70 @@ mod tests {
         assert_eq!(h.entries, entries);
         assert_eq!(h.metadata, meta);
         assert_eq!(h.data_start % ALIGNMENT, 0);
+    }
+
+    /// The header as a JSON value tree would serialise it: what `write_header` wrote before it
+    /// streamed its output, and the bytes it must still produce.
+    fn value_tree_header(metadata: &BTreeMap<String, String>, entries: &[Entry]) -> Vec<u8> {
+        let mut root = serde_json::Map::new();
+        root.insert(
+            "__metadata__".into(),
+            serde_json::to_value(metadata).unwrap(),
+        );
+        for entry in entries {
+            root.insert(
+                entry.name.clone(),
+                serde_json::json!({
+                    "dtype": entry.dtype.safetensors_code(),
+                    "shape": entry.shape,
+                    "data_offsets": [entry.begin, entry.end],
+                }),
+            );
+        }
+        let json = serde_json::to_vec(&serde_json::Value::Object(root)).unwrap();
+        let padded_len = (8 + json.len()).next_multiple_of(ALIGNMENT) - 8;
+        let mut out = (padded_len as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(&json);
+        out.resize(8 + padded_len, b' ');
+        out
+    }
+
+    #[test]
+    fn streamed_header_is_the_value_tree_header() {
+        let mut meta = BTreeMap::new();
+        meta.insert(
+            "py_wire.schema".to_string(),
+            "{\"a\": \"q\\\"\\n\u{e9}\u{1}\"}".to_string(),
+        );
+        meta.insert("Z".to_string(), String::new());
+        let entry = |name: &str, dtype, shape: Vec<u64>, begin, end| Entry {
+            name: name.into(),
+            dtype,
+            shape,
+            begin,
+            end,
+        };
+        let cases = [
+            vec![],
+            vec![entry("x", DType::F32, vec![2], 0, 8)],
+            vec![
+                entry("input_ids", DType::I64, vec![3], 0, 24),
+                entry("A\"b\u{e9}", DType::Bool, vec![0, 5], 24, 24),
+                entry("__pad.0", DType::U8, vec![40], 24, 64),
+                entry("_", DType::BF16, vec![], 64, 66),
+                entry("~z", DType::F64, vec![1, 1, 1], 66, 74),
+            ],
+        ];
+        for entries in &cases {
+            for meta in [&meta, &BTreeMap::new()] {
+                assert_eq!(
+                    write_header(meta, entries).unwrap(),
+                    value_tree_header(meta, entries)
+                );
+            }
+        }
+        let twice = vec![entry("x", DType::F32, vec![0], 0, 0); 2];
+        assert!(write_header(&meta, &twice).is_err());
     }
 
     #[test]
