@@ -145,8 +145,9 @@ def decode(
       numpy array, a frame py_wire made, :func:`py_wire.load`'s copy-on-write mapping, a frame
       received by :mod:`py_wire.distributed`); when it is read-only (``bytes``, a read-only
       ``mmap``, a Ray object-store buffer: :attr:`Frame.readonly_buffer`), the frame is first
-      copied once into a private, pooled, 64-byte-aligned buffer (with ``rows=``, only the
-      window's tensors are copied). A write then never corrupts a shared object or faults on
+      copied once into a private, pooled, 64-byte-aligned buffer (with ``rows=``, ``stage=``,
+      ``source_dtype=True`` or ``layout="padded"``, only the returned tensors are copied, and
+      padded fields only by their padding). A write then never corrupts a shared object or faults on
       a read-only mapping.
     - ``"view"``: always views into ``data``, zero-copy; you promise not to write to them (a
       write would change a shared Ray object or another reader's bytes, or crash on a
@@ -166,8 +167,12 @@ def decode(
     else:
         frame = as_frame(data)
         private = policy == "copy" or (policy == "auto" and frame.readonly_buffer)
-        if private and rows is None:
-            frame = frame.copy()  # one copy, in Rust, into a pooled aligned buffer
+    # A private decode copies the whole frame once (in Rust, into a pooled aligned buffer) when
+    # every byte ends up in the output as a view; otherwise (a row window, a stage, padding,
+    # casts back to the source dtype copy anyway) each returned tensor is copied instead.
+    whole = private and rows is None and stage is None and layout != "padded" and not source_dtype
+    if whole:
+        frame = frame.copy()
     frame_schema = checked_schema(frame)
     if schema is not None:
         wanted = load_schema(schema)
@@ -185,8 +190,7 @@ def decode(
     window = None if rows is None else RowWindow(views.seq_offsets, frame.num_rows, rows)
     seq_offsets = views.seq_offsets if window is None else window.seq_offsets
     num_rows = frame.num_rows if window is None else window.num_rows
-    # A private window copies only what the window's tensors cover, not the whole frame.
-    clone = private and window is not None
+    clone = private and not whole
     _check_trainer_options(frame_schema, layout, pad_to_multiple_of, pad_values, attention_mask)
     out: dict[str, Any] = {}
     seq_lengths: torch.Tensor | None = None
@@ -238,7 +242,7 @@ def decode(
     if layout == "padded" and seq_lengths is not None:
         key = frame_schema.lengths_field
         if key is None:
-            out.setdefault("lengths", seq_lengths)
+            out.setdefault("lengths", seq_lengths.to(device))
         elif key not in out and (keep is None or key in keep):
             # Absent from the frame: derive it, in the dtype the schema declares.
             out[key] = seq_lengths.to(device, DTYPES[frame_schema.fields[key].dtype])
@@ -338,6 +342,18 @@ def _jagged(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     return torch.nested.nested_tensor_from_jagged(values, offsets)
 
 
+def _padded_by_torch(
+    values: torch.Tensor, lengths: torch.Tensor, pad: float | int | bool, width: int
+) -> torch.Tensor:
+    """What the codec's ``pad_rows`` writes, by torch on ``values``' device: each row's tokens
+    where the attention mask is True, ``pad`` elsewhere."""
+    out = torch.full(
+        (lengths.shape[0], width, *values.shape[1:]), pad, dtype=values.dtype, device=values.device
+    )
+    out[make_attention_mask(lengths, width).to(values.device)] = values
+    return out
+
+
 def _padded(
     values: torch.Tensor,
     offsets: torch.Tensor,
@@ -349,15 +365,7 @@ def _padded(
     if width is None:
         width = int(lengths.max()) if rows else 0
     if values.device.type != "cpu":
-        # Device values: torch pads there (the codec's pad_rows reads host memory).
-        out = torch.full(
-            (rows, width, *values.shape[1:]), pad, dtype=values.dtype, device=values.device
-        )
-        if rows and values.shape[0]:
-            row_ids = torch.repeat_interleave(torch.arange(rows), lengths)
-            columns = torch.arange(values.shape[0]) - offsets[:-1].repeat_interleave(lengths)
-            out[row_ids.to(values.device), columns.to(values.device)] = values
-        return out
+        return _padded_by_torch(values, lengths, pad, width)  # pad_rows reads host memory
     out = torch.empty((rows, width, *values.shape[1:]), dtype=values.dtype)
     pad_bytes = torch.tensor(pad).to(values.dtype).reshape(1).view(torch.uint8).numpy().tobytes()
     _native.pad_rows(values, offsets, out, pad_bytes)

@@ -108,6 +108,22 @@ def _assert_same(got: object, want: object) -> None:
         assert got == want
 
 
+@pytest.mark.parametrize("trailing", [(), (3,)])
+@pytest.mark.parametrize("lengths", [[3, 0, 5, 1], [0, 0], [], [4]])
+def test_torch_padding_of_device_values_is_the_codecs(lengths: list[int], trailing: tuple) -> None:
+    # Device values are padded by torch (the codec's pad_rows reads host memory); on the CPU
+    # both run, and must write the same tensor.
+    from py_wire._decode import _padded, _padded_by_torch
+
+    lens = torch.tensor(lengths, dtype=torch.int64)
+    offsets = torch.nn.functional.pad(lens.cumsum(0), (1, 0))
+    values = torch.arange(int(lens.sum()) * int(np.prod(trailing)), dtype=torch.float32)
+    values = values.reshape(-1, *trailing)
+    for width in ([int(lens.max())] if lengths else [0]) + [7]:
+        want = _padded(values, offsets, lens, -1.5, width)
+        assert torch.equal(_padded_by_torch(values, lens, -1.5, width), want)
+
+
 @needs_cuda
 @pytest.mark.parametrize(
     "options",

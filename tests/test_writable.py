@@ -233,3 +233,32 @@ def test_load_decodes_views_by_default(tmp_path: Path) -> None:
     loaded = py_wire.load(path)  # private copy-on-write: writable, so "auto" views it
     out = py_wire.decode(loaded, SCHEMA)
     assert _inside(out["reward"], _span(loaded))
+
+
+def _flat(value: Any) -> list[torch.Tensor]:
+    """Every tensor a decoded field holds (its rows' tensors for lists and packed fields)."""
+    if isinstance(value, list):
+        rows = [row for row in value if row is not None]
+        return [t for row in rows for t in (row if isinstance(row, list) else [row])]
+    if isinstance(value, py_wire.PackedTensor):
+        return [t for row in range(len(value)) for t in value[row] or []]
+    return [value.values() if value.is_nested else value]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"layout": "padded"}, {"stage": "train"}, {"source_dtype": True}, {"layout": "list"}],
+)
+def test_private_decodes_own_every_tensor_however_they_decode(options: dict[str, Any]) -> None:
+    # Without a whole-frame copy (padding, a stage or casts copy anyway), each returned tensor
+    # is copied instead: none lies in the read-only source, and the values are the view's.
+    raw = bytes(py_wire.encode(BATCH, SCHEMA))
+    span = _span(raw)
+    private = py_wire.decode(raw, SCHEMA, **options)
+    shared = py_wire.decode(raw, SCHEMA, writable="view", **options)
+    assert private.keys() == shared.keys()
+    for name in private:
+        mine, theirs = _flat(private[name]), _flat(shared[name])
+        assert len(mine) == len(theirs) > 0, name
+        assert not any(_inside(t, span) for t in mine if t.numel()), name
+        assert all(torch.equal(a, b) for a, b in zip(mine, theirs, strict=True)), name

@@ -79,6 +79,22 @@ pub fn contiguous_strides(shape: &[u64]) -> Vec<u64> {
     strides
 }
 
+/// Whether elements lie in C order without gaps, as torch's `is_contiguous()` defines it:
+/// dims of size 1 may have any stride, and a tensor with no elements is contiguous.
+pub fn is_c_contiguous(shape: &[u64], strides: &[u64]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut expected = 1u64;
+    for (&dim, &stride) in shape.iter().zip(strides).rev() {
+        if dim != 1 && stride != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(dim);
+    }
+    true
+}
+
 /// Number of elements, or `None` on overflow.
 pub fn checked_numel(shape: &[u64]) -> Option<u64> {
     shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
@@ -144,17 +160,7 @@ impl<'a> TensorRef<'a> {
     /// Whether the elements are laid out in C order without gaps (size-1 dims may have any
     /// stride, as in torch).
     pub fn is_contiguous(&self) -> bool {
-        let mut expected = 1u64;
-        for (&dim, &stride) in self.shape.iter().zip(&self.strides).rev() {
-            if dim == 0 {
-                return true;
-            }
-            if dim != 1 && stride != expected {
-                return false;
-            }
-            expected = expected.saturating_mul(dim);
-        }
-        true
+        is_c_contiguous(&self.shape, &self.strides)
     }
 
     /// The values of a 1-D integer tensor, widened to i64.

@@ -310,3 +310,26 @@ fn validation_reads_only_the_header_and_index_tables() {
     assert!(validation_ranges(&frame[..8 + header_len - 1]).is_err());
     assert!(validation_ranges(&frame[..4]).is_err());
 }
+
+#[test]
+fn written_header_orders_empty_tensors_as_a_reader_does() {
+    // No rows: every tensor is empty and they all start at offset 0; the header the encoder
+    // reports must list them as `parse_header` does (by name), whatever the field order.
+    let empty = TensorRef::contiguous(DType::F32, &[0], &[]).unwrap();
+    let request = EncodeRequest {
+        fields: ["zeta", "alpha", "mid"]
+            .into_iter()
+            .map(|name| FieldData {
+                spec: spec(name, Tier::Scalar, DType::F32, vec![]),
+                input: FieldInput::Dense(empty.clone()),
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let frame = py_wire_codec::encode(&request, Default::default()).unwrap();
+    let plan = py_wire_codec::encode::plan(&request).unwrap();
+    assert_eq!(
+        plan.written,
+        py_wire_codec::header::parse_header(frame.as_slice()).unwrap()
+    );
+}

@@ -310,18 +310,28 @@ fn check_offsets(name: &str, what: &str, offsets: &[u64]) -> Result<()> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct SeqOffsets(pub Vec<u64>);
 
+/// `[0, v0, v0 + v1, ...]`, refusing a sum past 2^64 as "`what()` add up past 2^64".
+pub(super) fn prefix_sums(
+    values: impl IntoIterator<Item = u64>,
+    what: &dyn Fn() -> String,
+) -> Result<Vec<u64>> {
+    let values = values.into_iter();
+    let mut out = Vec::with_capacity(values.size_hint().0 + 1);
+    let mut acc = 0u64;
+    out.push(0);
+    for v in values {
+        acc = acc
+            .checked_add(v)
+            .ok_or_else(|| batch_err!("{} add up past 2^64", what()))?;
+        out.push(acc);
+    }
+    Ok(out)
+}
+
 impl SeqOffsets {
-    fn from_lengths(name: &str, lengths: impl Iterator<Item = u64>) -> Result<SeqOffsets> {
-        let mut offsets = Vec::with_capacity(lengths.size_hint().0 + 1);
-        let mut total = 0u64;
-        offsets.push(0);
-        for n in lengths {
-            total = total
-                .checked_add(n)
-                .ok_or_else(|| batch_err!("field {name:?}: sequence lengths add up past 2^64"))?;
-            offsets.push(total);
-        }
-        Ok(SeqOffsets(offsets))
+    fn from_lengths(name: &str, lengths: impl IntoIterator<Item = u64>) -> Result<SeqOffsets> {
+        let what = || format!("field {name:?}: sequence lengths");
+        Ok(SeqOffsets(prefix_sums(lengths, &what)?))
     }
 
     pub(super) fn num_rows(&self) -> usize {
@@ -363,7 +373,7 @@ pub(super) fn sequence_offsets(field: &FieldData<'_>) -> Result<SeqOffsets> {
                     )
                 })?);
             }
-            SeqOffsets::from_lengths(name, lengths.into_iter())
+            SeqOffsets::from_lengths(name, lengths)
         }
         FieldInput::Jagged { offsets, .. } => {
             let first = offsets.first().copied().unwrap_or(0);

@@ -21,7 +21,7 @@ use crate::tensor::{Dims, TensorRef};
 use crate::{batch_err, internal_err, schema_err};
 
 use check::{check_dims, check_dtype, Where};
-use input::{row_count, sequence_offsets, SeqOffsets};
+use input::{prefix_sums, row_count, sequence_offsets, SeqOffsets};
 pub use input::{FieldData, FieldInput, RowItems, RowSpan, RowSpans};
 use layout::Layout;
 pub use write::{Part, Plan};
@@ -184,7 +184,7 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
         .and_then(|d| d.checked_add(data_start))
         .ok_or_else(|| batch_err!("frame of {data_len} bytes does not fit in memory"))?;
     let mut entries = layout.entries;
-    entries.sort_by_key(|e| (e.begin, e.end));
+    crate::header::sort_entries(&mut entries);
     let written = Header {
         metadata,
         entries,
@@ -253,19 +253,6 @@ fn check_lengths_field(
         .found(declared[row]));
     }
     Ok(())
-}
-
-fn prefix_sums(values: &[u64], what: &str) -> Result<Vec<u64>> {
-    let mut out = Vec::with_capacity(values.len() + 1);
-    let mut acc = 0u64;
-    out.push(0);
-    for &v in values {
-        acc = acc
-            .checked_add(v)
-            .ok_or_else(|| batch_err!("{what} add up past 2^64"))?;
-        out.push(acc);
-    }
-    Ok(out)
 }
 
 fn plan_scalar<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>, num_rows: u64) -> Result<()> {
@@ -564,10 +551,9 @@ fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()>
             )
         })?;
     }
-    let seg_offsets = prefix_sums(
-        &seg_numels,
-        &format!("field {:?}: segment sizes", spec.name),
-    )?;
+    let seg_offsets = prefix_sums(seg_numels, &|| {
+        format!("field {:?}: segment sizes", spec.name)
+    })?;
     let total = *seg_offsets.last().unwrap_or(&0);
     let values_shape = if spec.values_are_stackable() {
         let mut s = vec![stacked];

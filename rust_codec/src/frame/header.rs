@@ -30,30 +30,32 @@ pub struct Entry {
 /// `data_offsets`, `dtype`, `shape`. A frame op writes a header per output frame, so building
 /// a JSON value tree first (a map, a copy of every metadata string) showed in its cost.
 pub fn write_header(metadata: &BTreeMap<String, String>, entries: &[Entry]) -> Result<Vec<u8>> {
-    const METADATA: &str = "__metadata__";
-    let mut names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
-    names.push(METADATA);
-    names.sort_unstable();
-    if names.windows(2).any(|w| w[0] == w[1]) {
-        return Err(Error::internal(
-            "header: a tensor name appears twice".to_string(),
-        ));
+    use std::io::Write;
+    let internal = |e: &dyn std::fmt::Display| Error::internal(format!("header: {e}"));
+    // Keys in byte order; `None` is the metadata.
+    let mut keys: BTreeMap<&str, Option<&Entry>> = BTreeMap::new();
+    keys.insert("__metadata__", None);
+    for entry in entries {
+        if keys.insert(entry.name.as_str(), Some(entry)).is_some() {
+            return Err(internal(&format!(
+                "tensor name {:?} appears twice",
+                entry.name
+            )));
+        }
     }
-    let by_name: BTreeMap<&str, &Entry> = entries.iter().map(|e| (e.name.as_str(), e)).collect();
     let metadata_len: usize = metadata.iter().map(|(k, v)| k.len() + v.len() + 8).sum();
     let mut out = Vec::with_capacity(8 + 64 + metadata_len + 96 * entries.len());
     out.extend_from_slice(&[0u8; 8]);
-    let string = |out: &mut Vec<u8>, s: &str| {
-        serde_json::to_writer(out, s).map_err(|e| Error::internal(format!("header: {e}")))
-    };
+    let string =
+        |out: &mut Vec<u8>, s: &str| serde_json::to_writer(out, s).map_err(|e| internal(&e));
     out.push(b'{');
-    for (i, name) in names.iter().enumerate() {
+    for (i, (name, entry)) in keys.into_iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
         string(&mut out, name)?;
         out.push(b':');
-        match by_name.get(name) {
+        match entry {
             None => {
                 out.push(b'{');
                 for (j, (key, value)) in metadata.iter().enumerate() {
@@ -67,21 +69,19 @@ pub fn write_header(metadata: &BTreeMap<String, String>, entries: &[Entry]) -> R
                 out.push(b'}');
             }
             Some(entry) => {
-                use std::io::Write;
-                let shape = entry
-                    .shape
-                    .iter()
-                    .map(u64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",");
                 write!(
                     out,
-                    "{{\"data_offsets\":[{},{}],\"dtype\":\"{}\",\"shape\":[{shape}]}}",
+                    "{{\"data_offsets\":[{},{}],\"dtype\":\"{}\",\"shape\":[",
                     entry.begin,
                     entry.end,
                     entry.dtype.safetensors_code()
                 )
-                .map_err(|e| Error::internal(format!("header: {e}")))?;
+                .map_err(|e| internal(&e))?;
+                for (k, dim) in entry.shape.iter().enumerate() {
+                    let sep = if k > 0 { "," } else { "" };
+                    write!(out, "{sep}{dim}").map_err(|e| internal(&e))?;
+                }
+                out.extend_from_slice(b"]}");
             }
         }
     }
@@ -233,8 +233,14 @@ fn parse_json(json: &[u8]) -> Result<Parsed> {
             end,
         });
     }
-    entries.sort_by_key(|e| (e.begin, e.end));
+    sort_entries(&mut entries);
     Ok((metadata, entries))
+}
+
+/// Entries in data order; empty tensors sharing an offset by name (a header's key order), so
+/// the header an encoder writes and the one a reader parses list them alike.
+pub fn sort_entries(entries: &mut [Entry]) {
+    entries.sort_by(|a, b| (a.begin, a.end, &a.name).cmp(&(b.begin, b.end, &b.name)));
 }
 
 /// The data section's length: the end of the last tensor, after checking that the (sorted)

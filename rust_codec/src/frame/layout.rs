@@ -95,6 +95,14 @@ fn find(header: &Header, name: &str, dtype: DType, rank: usize) -> Result<Tensor
     locate(header, entry)
 }
 
+/// The field table a frame's metadata carries.
+fn field_table(metadata: &std::collections::BTreeMap<String, String>) -> Result<Vec<FieldSpec>> {
+    let json = metadata
+        .get(meta::FIELDS)
+        .ok_or_else(|| frame_err!("{:?} is missing", meta::FIELDS))?;
+    serde_json::from_str(json).map_err(|e| frame_err!("field table is malformed: {e}"))
+}
+
 /// Parses and validates a whole frame. `buf` may hold bytes after the frame's end (a frame in a
 /// larger buffer): the frame is its first `header.frame_len` bytes and the rest is never read.
 pub fn parse_frame(buf: &[u8]) -> Result<FrameLayout> {
@@ -137,11 +145,7 @@ pub fn layout_from_header(header: Header, buf: &[u8]) -> Result<FrameLayout> {
             buf.len()
         ));
     }
-    let fields_json = md
-        .get(meta::FIELDS)
-        .ok_or_else(|| frame_err!("{:?} is missing", meta::FIELDS))?;
-    let specs: Vec<FieldSpec> = serde_json::from_str(fields_json)
-        .map_err(|e| frame_err!("field table is malformed: {e}"))?;
+    let specs = field_table(md)?;
     let sequence_field = md.get(meta::SEQUENCE_FIELD).cloned();
 
     let mut layout = FrameLayout {
@@ -238,12 +242,7 @@ pub fn layout_from_header(header: Header, buf: &[u8]) -> Result<FrameLayout> {
 /// buffer holding only these bytes; the payload is never read by `parse_frame`.
 pub fn validation_ranges(prefix: &[u8]) -> Result<(usize, Vec<(usize, usize)>)> {
     let header = parse_prefix(prefix)?;
-    let fields_json = header
-        .metadata
-        .get(meta::FIELDS)
-        .ok_or_else(|| frame_err!("{:?} is missing", meta::FIELDS))?;
-    let specs: Vec<FieldSpec> = serde_json::from_str(fields_json)
-        .map_err(|e| frame_err!("field table is malformed: {e}"))?;
+    let specs = field_table(&header.metadata)?;
     let mut ranges = vec![(0, header.data_start)];
     for entry in &header.entries {
         if !specs.iter().any(|s| s.name == entry.name) {

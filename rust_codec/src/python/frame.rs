@@ -148,19 +148,12 @@ impl Frame {
             unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
         };
         if !ptr.is_multiple_of(MIN_BASE_ALIGNMENT) && len > 0 {
-            // Copy the frame only, not bytes after it; the copy is validated in full below.
+            // Copy the frame only, not bytes after it; `copied` validates the copy in full.
             let frame_len = py
                 .detach(|| guarded(OnPanic::Frame, || parse_header(bytes)))
                 .map_err(to_py)?
                 .frame_len;
-            let prefix = bytes.get(..frame_len).unwrap_or(bytes);
-            let owned = AlignedBuf::from_slice(prefix).ok_or_else(|| {
-                super::errors::FrameError::new_err(format!("cannot allocate {frame_len} bytes"))
-            })?;
-            let layout = py
-                .detach(|| guarded(OnPanic::Frame, || parse_frame(owned.as_slice())))
-                .map_err(to_py)?;
-            return Ok(Frame::from_owned(owned, layout));
+            return copied(py, bytes.get(..frame_len).unwrap_or(bytes));
         }
         let layout = py
             .detach(|| guarded(OnPanic::Frame, || parse_frame(bytes)))
@@ -183,23 +176,7 @@ impl Frame {
     /// 64-byte-aligned buffer of its own (from the frame pool when one fits), validated again.
     /// Writing to views of the copy never reaches this frame's source.
     fn copy(&self, py: Python<'_>) -> PyResult<Frame> {
-        let bytes = self.bytes();
-        let (owned, layout) = py
-            .detach(|| {
-                guarded(OnPanic::Frame, || {
-                    let owned = AlignedBuf::from_slice(bytes).ok_or_else(|| {
-                        crate::Error::frame(format!(
-                            "cannot allocate {} bytes for a private copy",
-                            bytes.len()
-                        ))
-                    })?;
-                    // Validated again: a writable source may have changed since it was wrapped.
-                    let layout = parse_frame(owned.as_slice())?;
-                    Ok((owned, layout))
-                })
-            })
-            .map_err(to_py)?;
-        Ok(Frame::from_owned(owned, layout))
+        copied(py, self.bytes())
     }
 
     fn __len__(&self) -> usize {
@@ -347,6 +324,24 @@ unsafe fn export(
         return Err(PyErr::fetch(owner.py()));
     }
     Ok(())
+}
+
+/// `bytes` copied once, without the GIL, into a writable, 64-byte-aligned buffer of its own
+/// (from the frame pool when one fits) and validated there: a writable source may change after
+/// it was wrapped, so the copy is what is checked.
+fn copied(py: Python<'_>, bytes: &[u8]) -> PyResult<Frame> {
+    let (owned, layout) = py
+        .detach(|| {
+            guarded(OnPanic::Frame, || {
+                let owned = AlignedBuf::from_slice(bytes).ok_or_else(|| {
+                    crate::Error::frame(format!("cannot allocate {} bytes for a copy", bytes.len()))
+                })?;
+                let layout = parse_frame(owned.as_slice())?;
+                Ok((owned, layout))
+            })
+        })
+        .map_err(to_py)?;
+    Ok(Frame::from_owned(owned, layout))
 }
 
 fn poisoned() -> PyErr {

@@ -226,8 +226,10 @@ fn encode(
             let (buf, layout) = py
                 .detach(|| {
                     guarded(OnPanic::Internal, || {
-                        let buf = checked_plan(&prepared)?.write(prepared.options)?;
-                        let layout = crate::decode::parse_frame(buf.as_slice())?;
+                        let plan = checked_plan(&prepared)?;
+                        let buf = plan.write(prepared.options)?;
+                        let layout =
+                            crate::decode::layout_from_header(plan.written, buf.as_slice())?;
                         Ok((buf, layout))
                     })
                 })
@@ -440,27 +442,29 @@ fn row_selection(rows: Option<&Bound<'_, PyAny>>) -> PyResult<crate::ops::Rows> 
     }
     if let Ok(ranges) = rows.extract::<Vec<Bound<'_, pyo3::types::PyRange>>>() {
         if !ranges.is_empty() {
-            let spans = ranges
-                .iter()
-                .map(|r| -> PyResult<(u64, u64)> {
-                    let (start, stop, step): (u64, u64, i64) = (
+            let mut spans = Vec::with_capacity(ranges.len());
+            for r in &ranges {
+                let bounds = (|| -> PyResult<(u64, u64, i64)> {
+                    Ok((
                         r.getattr("start")?.extract()?,
                         r.getattr("stop")?.extract()?,
                         r.getattr("step")?.extract()?,
-                    );
-                    if step != 1 {
-                        return Err(errors::WireError::new_err(format!(
-                            "row span {r} must have step 1"
-                        )));
-                    }
-                    Ok((start, stop))
-                })
-                .collect::<PyResult<_>>()
-                .map_err(|_| {
-                    errors::WireError::new_err(
-                        "row spans must be ranges of non-negative rows with step 1",
-                    )
+                    ))
+                })();
+                let (start, stop, step) = bounds.map_err(|_| {
+                    errors::WireError::new_err(format!(
+                        "row spans must be ranges of non-negative rows, not {r}"
+                    ))
                 })?;
+                if step != 1 {
+                    return Err(errors::WireError::new_err(format!(
+                        "row span {r} must have step 1"
+                    )));
+                }
+                if start < stop {
+                    spans.push((start, stop)); // an empty range, as in Python, takes no rows
+                }
+            }
             return Ok(Rows::Spans(spans));
         }
     }

@@ -266,22 +266,6 @@ fn dims_of(obj: &Bound<'_, PyAny>, rank: usize) -> Result<Dims, NotFast> {
     Dims::new(&dims[..rank]).map_err(|_| NotFast)
 }
 
-/// Whether elements lie in C order without gaps, as torch's `is_contiguous()` defines it:
-/// dims of size 1 may have any stride, and a tensor with no elements is contiguous.
-fn c_contiguous(shape: &[u64], strides: &[u64]) -> bool {
-    if shape.contains(&0) {
-        return true;
-    }
-    let mut expected = 1u64;
-    for (&dim, &stride) in shape.iter().zip(strides).rev() {
-        if dim != 1 && stride != expected {
-            return false;
-        }
-        expected = expected.saturating_mul(dim);
-    }
-    true
-}
-
 /// Per-row state of the fast reader: the tensor type and the dtype last seen.
 struct Reader<'a, 'py> {
     reg: &'a Registry,
@@ -374,7 +358,7 @@ impl<'a, 'py> Reader<'a, 'py> {
             .and_then(|n| usize::try_from(n).ok())
             .and_then(|n| n.checked_mul(es))
             .ok_or(NotFast)?;
-        if !c_contiguous(&shape, &strides) {
+        if !crate::tensor::is_c_contiguous(&shape, &strides) {
             return Err(NotFast);
         }
         let ptr = as_usize(&call(&fast.data_ptr, &fast.no_args, obj)?)?;
