@@ -138,12 +138,14 @@ def truncate(frame: Frame, max_len: int) -> Frame:
     ones); packed media stay whole (a segment is never cut, on any dim), scalars are unchanged
     except the schema's lengths field, which becomes each row's truncated length.
 
-    Built in Python over views (``decode``) and one ``encode``: each kept payload byte is
-    copied once, as by any frame operation (there is no Rust path yet). The result is
-    validated like any encode, so a cut that falls inside an image's placeholder run, or drops
-    placeholders whose media stay, raises :class:`ContractError`: choose a longer ``max_len``,
-    or drop those rows first (``take_rows``).
+    Built from views (``decode``): one token mask for every per-token field (torch, no loop
+    over rows), then one ``encode``. The result is validated like any encode, so a cut that
+    falls inside an image's placeholder run, or drops placeholders whose media stay, raises
+    :class:`ContractError`: choose a longer ``max_len``, or drop those rows first
+    (``take_rows``).
     """
+    import torch
+
     from py_wire._decode import decode
     from py_wire._encode import encode
 
@@ -151,20 +153,21 @@ def truncate(frame: Frame, max_len: int) -> Frame:
         raise WireError(f"max_len must be a non-negative int, got {max_len!r}")
     frame = as_frame(frame)
     schema = checked_schema(frame)
-    # Read only, then copied once by encode: views even of a read-only source.
-    rows = decode(frame, layout="list", writable="view")
-    packed = decode(frame, writable="view")  # PackedTensors keep shared segments shared
-    batch: dict[str, object] = {}
-    for name, value in rows.items():
-        tier = schema.fields[name].tier
-        if tier == "per_token":
-            batch[name] = [t[:max_len] for t in value]
-        elif tier == "packed":
-            batch[name] = packed[name]
-        else:
-            batch[name] = value
+    # Read only, then copied by encode: views even of a read-only source. Packed fields come
+    # back as PackedTensors, which keep shared segments shared.
+    batch = decode(frame, writable="view")
+    keep: torch.Tensor | None = None
+    offsets: torch.Tensor | None = None
+    for name, value in batch.items():
+        if schema.fields[name].tier != "per_token":
+            continue
+        if keep is None:  # every per-token field shares the frame's sequence offsets
+            lengths = torch.diff(value.offsets())
+            starts = value.offsets()[:-1].repeat_interleave(lengths)
+            keep = torch.arange(int(lengths.sum())) - starts < max_len
+            offsets = torch.nn.functional.pad(lengths.clamp(max=max_len).cumsum(0), (1, 0))
+        batch[name] = torch.nested.nested_tensor_from_jagged(value.values()[keep], offsets)
     key = schema.lengths_field
-    if key is not None and key in batch and schema.sequence_field in rows:
-        lengths = rows[key]
-        batch[key] = lengths.clamp(max=max_len).to(lengths.dtype)
+    if key is not None and key in batch and offsets is not None:
+        batch[key] = batch[key].clamp(max=max_len)
     return encode(batch, schema)
