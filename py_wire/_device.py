@@ -9,7 +9,8 @@ import torch
 from py_wire import _native
 from py_wire._native import Frame, FrameError
 
-_HEADER_LENGTH_BYTES = 8
+#: The u64 that opens every frame: its header's length.
+HEADER_LENGTH_BYTES = 8
 _ALIGN = 64
 
 
@@ -23,10 +24,10 @@ def host_shadow(buf: torch.Tensor) -> Frame:
             f"a tensor frame must be 1-D contiguous uint8, got {buf.dtype} {tuple(buf.shape)}"
         )
     size = buf.numel()
-    if size < _HEADER_LENGTH_BYTES:
+    if size < HEADER_LENGTH_BYTES:
         raise FrameError(f"frame is {size} bytes, shorter than the 8-byte header length")
-    header_len = int.from_bytes(buf[:_HEADER_LENGTH_BYTES].cpu().numpy().tobytes(), "little")
-    prefix_len = _HEADER_LENGTH_BYTES + header_len
+    header_len = int.from_bytes(buf[:HEADER_LENGTH_BYTES].cpu().numpy().tobytes(), "little")
+    prefix_len = HEADER_LENGTH_BYTES + header_len
     if prefix_len > size:
         raise FrameError(
             f"header length {header_len} exceeds the {size - 8} bytes after it (truncated frame?)"

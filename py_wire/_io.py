@@ -16,9 +16,6 @@ from py_wire._encode import _fields, plain_tensors
 from py_wire._native import Frame, FrameError
 from py_wire._schema import Schema, load_schema
 
-#: Bytes that always suffice for :func:`frame_nbytes` to read the header length.
-HEADER_LENGTH_BYTES = 8
-
 
 def frame_nbytes(prefix: Any) -> int:
     """The total size in bytes of the frame that starts ``prefix`` (any bytes-like object).
