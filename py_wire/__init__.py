@@ -12,6 +12,7 @@ from py_wire import (
 from py_wire._decode import check_contracts, decode
 from py_wire._encode import encode, encode_parts, placeholder_runs
 from py_wire._io import encoded_nbytes, frame_nbytes, load, save
+from py_wire._micro import iter_micro_batches
 from py_wire._native import (
     BatchError,
     ContractError,
@@ -56,6 +57,7 @@ __all__ = [
     "encode_parts",
     "encoded_nbytes",
     "frame_nbytes",
+    "iter_micro_batches",
     "load",
     "load_schema",
     "micro_batches",

@@ -21,8 +21,10 @@ from py_wire._device import host_shadow
 from py_wire._dtypes import DTYPES
 from py_wire._native import Frame, FrameError, FrameLayout, SchemaError, TensorLoc
 from py_wire._packed import PackedTensor, _FrameRows
+from py_wire._rows import RowWindow
 from py_wire._schema import FINGERPRINT_KEY, Schema, load_schema
-from py_wire._trainer import ATTENTION_MASK, RowWindow, padded_width
+from py_wire._storage import StorageSlicer
+from py_wire._trainer import ATTENTION_MASK, padded_width
 from py_wire._trainer import attention_mask as make_attention_mask
 
 Layout = Literal["nested", "padded", "list"]
@@ -70,36 +72,68 @@ def as_frame(data: Any) -> Frame:
 class FrameViews:
     """The frame's tensors as torch views over one uint8 base tensor; field values over
     ``payload`` instead when the frame's bytes lie elsewhere (a device buffer that ``frame``,
-    its host shadow, validated)."""
+    its host shadow, validated).
 
-    def __init__(self, frame: Frame, payload: torch.Tensor | None = None) -> None:
+    ``private=True`` makes every tensor it hands out (index tables too) a copy, so that nothing
+    returned can reach a source that must not be written. :meth:`own` gives a view a storage of
+    exactly its own bytes (see :mod:`py_wire._storage`)."""
+
+    def __init__(
+        self, frame: Frame, payload: torch.Tensor | None = None, private: bool = False
+    ) -> None:
         self.frame = frame
         self.layout: FrameLayout = frame.layout
-        if frame.readonly_buffer:
-            with warnings.catch_warnings():
-                # Read-only inputs (bytes, read-only mmaps) give views torch cannot mark
-                # read-only; py_wire documents that such views must not be written.
-                warnings.simplefilter("ignore", UserWarning)
-                self.base = torch.frombuffer(frame, dtype=torch.uint8)
-        else:
+        self.private = private
+        with warnings.catch_warnings():
+            # Read-only inputs (bytes, read-only mmaps) give views torch cannot mark read-only;
+            # decode's ``writable`` policy decides what may be returned over them.
+            warnings.simplefilter("ignore", UserWarning)
             self.base = torch.frombuffer(frame, dtype=torch.uint8)
         self.payload = self.base if payload is None else payload
+        self.own = StorageSlicer(self.base)
         self.fields = {f.name: f for f in self.layout.fields}
         seq = self.layout.seq_offsets
         self.seq_offsets = self.view(seq) if seq is not None else None
 
     def view(self, loc: TensorLoc) -> torch.Tensor:
         """An index table (host memory)."""
-        return _view(self.base, loc)
+        t = _view(self.base, loc)
+        return t.clone() if self.private else t
 
     def values(self, loc: TensorLoc) -> torch.Tensor:
-        """A field's values (where the payload lies)."""
+        """A field's values (where the payload lies), not yet copied by ``private``."""
         return _view(self.payload, loc)
 
 
 def _view(base: torch.Tensor, loc: TensorLoc) -> torch.Tensor:
     flat = base[loc.offset : loc.offset + loc.nbytes]
     return flat.view(DTYPES[loc.dtype]).view(loc.shape)
+
+
+def _source_frame(
+    data: Any, policy: Writable, partial: bool
+) -> tuple[Frame, bool, torch.Tensor | None]:
+    """The frame to decode from, whether each returned tensor must be copied, and the device
+    payload (a frame in device memory). Under ``"auto"`` a read-only source mapped from a file
+    or shared memory (a Ray object, a read-only ``mmap``) is mapped again copy-on-write: zero
+    copies, and a write reaches only this process's page. Elsewhere a private frame is a copy:
+    of the whole frame, or (``partial``: a row window, a stage, padding, casts) of each returned
+    tensor only."""
+    if isinstance(data, torch.Tensor) and data.device.type != "cpu":
+        # A frame in device memory: validated on the host from its header and index tables,
+        # decoded as views of the device buffer (the payload is never copied to the host).
+        payload = data.clone() if policy == "copy" else data
+        return host_shadow(payload), False, payload
+    frame = as_frame(data)
+    if policy == "view" or (policy == "auto" and not frame.readonly_buffer):
+        return frame, False, None
+    if policy == "auto":
+        mapped = frame.copy_on_write()
+        if mapped is not None:
+            return mapped, False, None
+    if partial:
+        return frame, True, None
+    return frame.copy(), False, None
 
 
 def decode(
@@ -124,11 +158,15 @@ def decode(
     schema's declared dtype (a copy of those fields only).
 
     No payload byte is copied (except by ``layout="padded"``, ``source_dtype`` and the
-    ``writable`` policy below); every view keeps its memory alive.
+    ``writable`` policy below); every view keeps its memory alive. Each returned tensor (each
+    field's values and offsets, each packed segment, each row of ``layout="list"``) has a
+    storage of exactly its own bytes, so slicing, sharding, pickling, ``torch.save`` or
+    ``ray.put`` of decoded data carries only the bytes it references, never the whole frame.
 
     ``rows=range(a, b)`` (or a step-1 slice) decodes only those rows, as views, at O(fields)
     cost: per-token values narrowed by the sequence offsets (offsets rebased), scalars sliced,
-    packed fields as a PackedTensor over those rows. ``pad_to_multiple_of`` rounds the padded
+    packed fields as a PackedTensor over those rows. Reversed or strided selections raise
+    :class:`WireError` (use :func:`py_wire.take_rows`). ``pad_to_multiple_of`` rounds the padded
     length up (``layout="padded"``); ``pad_values={"input_ids": tokenizer.pad_token_id}``
     overrides the schema's pad values; ``attention_mask=True`` adds ``"attention_mask"``, a
     ``[B, L]`` bool tensor (True on real tokens; ``L`` as the padded layout's).
@@ -143,36 +181,25 @@ def decode(
 
     - ``"auto"`` (default): views into ``data`` when its buffer is writable (a ``bytearray``, a
       numpy array, a frame py_wire made, :func:`py_wire.load`'s copy-on-write mapping, a frame
-      received by :mod:`py_wire.distributed`); when it is read-only (``bytes``, a read-only
-      ``mmap``, a Ray object-store buffer: :attr:`Frame.readonly_buffer`), the frame is first
+      received by :mod:`py_wire.distributed`). A read-only buffer (:attr:`Frame.readonly_buffer`)
+      whose pages are mapped from a file or shared memory (a Ray object-store buffer, a
+      read-only ``mmap``, ``/dev/shm``) is mapped again, copy-on-write
+      (:meth:`Frame.copy_on_write`): still zero-copy, and a write changes only this process's
+      page. Any other read-only buffer (``bytes``, or a mapping the process may not reopen) is
       copied once into a private, pooled, 64-byte-aligned buffer (with ``rows=``, ``stage=``,
-      ``source_dtype=True`` or ``layout="padded"``, only the returned tensors are copied, and
-      padded fields only by their padding). A write then never corrupts a shared object or faults on
-      a read-only mapping.
+      ``source_dtype=True`` or ``layout="padded"``, only the returned tensors are copied).
     - ``"view"``: always views into ``data``, zero-copy; you promise not to write to them (a
       write would change a shared Ray object or another reader's bytes, or crash on a
       read-only mapping).
-    - ``"copy"``: always a private copy, as ``"auto"`` does for read-only sources.
+    - ``"copy"``: always a private copy, as ``"auto"`` does for ``bytes``.
 
     ``writable=None`` is a deprecated spelling of ``"view"`` (it warns).
     """
     policy = writable_policy(writable)
-    payload: torch.Tensor | None = None
-    private = False
-    if isinstance(data, torch.Tensor) and data.device.type != "cpu":
-        # A frame in device memory: validated on the host from its header and index tables,
-        # decoded as views of the device buffer (the payload is never copied to the host).
-        payload = data.clone() if policy == "copy" else data
-        frame = host_shadow(payload)
-    else:
-        frame = as_frame(data)
-        private = policy == "copy" or (policy == "auto" and frame.readonly_buffer)
-    # A private decode copies the whole frame once (in Rust, into a pooled aligned buffer) when
-    # every byte ends up in the output as a view; otherwise (a row window, a stage, padding,
-    # casts back to the source dtype copy anyway) each returned tensor is copied instead.
-    whole = private and rows is None and stage is None and layout != "padded" and not source_dtype
-    if whole:
-        frame = frame.copy()
+    if layout not in (None, "nested", "padded", "list"):
+        raise _native.WireError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
+    partial = rows is not None or stage is not None
+    frame, clone, payload = _source_frame(data, policy, partial)
     frame_schema = checked_schema(frame)
     if schema is not None:
         wanted = load_schema(schema)
@@ -182,18 +209,17 @@ def decode(
                 f"({frame.metadata.get(FINGERPRINT_KEY)}), not {wanted.name!r} v{wanted.version} "
                 f"({wanted.fingerprint})"
             )
-    if layout not in (None, "nested", "padded", "list"):
-        raise _native.WireError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
-    keep = set(frame_schema.fields_for(stage)) if stage is not None else None
-    views = FrameViews(frame, payload)
-    device = views.payload.device
+    _check_trainer_options(frame_schema, layout, pad_to_multiple_of, pad_values, attention_mask)
+    views = FrameViews(frame, payload, private=clone)
     window = None if rows is None else RowWindow(views.seq_offsets, frame.num_rows, rows)
+    keep = set(frame_schema.fields_for(stage)) if stage is not None else None
     seq_offsets = views.seq_offsets if window is None else window.seq_offsets
     num_rows = frame.num_rows if window is None else window.num_rows
-    clone = private and not whole
-    _check_trainer_options(frame_schema, layout, pad_to_multiple_of, pad_values, attention_mask)
+    own = views.own
+    device = views.payload.device
     out: dict[str, Any] = {}
     seq_lengths: torch.Tensor | None = None
+    jagged_offsets: torch.Tensor | None = None
     for name, f in views.fields.items():
         if keep is not None and name not in keep:
             continue
@@ -201,15 +227,15 @@ def decode(
         cast = DTYPES[f.dtype] if source_dtype and f.stored_dtype != f.dtype else None
         tier = f.tier
         if tier == "scalar":
-            out[name] = _owned(values if window is None else window.scalar(values), cast, clone)
+            out[name] = own(
+                _owned(values if window is None else window.scalar(values), cast, clone)
+            )
         elif tier == "packed":
             tables = {k: views.view(getattr(f, k)) for k in _CSR}
             in_order = f.in_order
             if window is not None:
                 values, tables, in_order = window.packed(values, tables, in_order)
-            if clone:
-                tables = {k: t.clone() for k, t in tables.items()}
-            values = _owned(values, cast, clone)
+            values = own(_owned(values, cast, clone))
             packed = PackedTensor._from_frame(_FrameRows(values, tables, in_order), f.pack_dim)
             out[name] = packed.rows() if layout == "list" else packed
         else:
@@ -219,7 +245,8 @@ def decode(
                 values = window.per_token(values)
             if layout == "list":
                 values = _owned(values, cast, clone)
-                out[name] = list(torch.split(values, torch.diff(offsets).tolist()))
+                rows_out = torch.split(values, torch.diff(offsets).tolist())
+                out[name] = [own(r) for r in rows_out]
             elif layout == "padded":
                 values = _owned(values, cast, clone=False)  # padding copies anyway
                 if seq_lengths is None:
@@ -228,7 +255,10 @@ def decode(
                 width = padded_width(seq_lengths, pad_to_multiple_of)
                 out[name] = _padded(values, offsets, seq_lengths, pad, width)
             else:
-                out[name] = _jagged(_owned(values, cast, clone), offsets.to(device))
+                if jagged_offsets is None:
+                    # One offsets tensor for every field: they share one ragged dim.
+                    jagged_offsets = own(offsets).to(device)
+                out[name] = _jagged(own(_owned(values, cast, clone)), jagged_offsets)
     if keep is not None:
         # A stage's packed field the frame lacks is a column no row had media for: present it as
         # rows without segments, so a consumer sees "no media", never a missing key.

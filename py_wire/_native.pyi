@@ -4,7 +4,7 @@ Checked against the compiled module by ``python -m mypy.stubtest py_wire._native
 
 from collections.abc import Callable, Mapping, Sequence
 from pickle import PickleBuffer
-from typing import Any, SupportsIndex, TypeAlias, final
+from typing import Any, Literal, SupportsIndex, TypeAlias, final
 
 import numpy as np
 import numpy.typing as npt
@@ -156,6 +156,13 @@ class Frame:
     def from_buffer(data: _BufferLike) -> Frame: ...
     def copy(self) -> Frame:
         """A private, writable copy in a pooled, 64-byte-aligned buffer (validated)."""
+    def copy_on_write(self) -> Frame | None:
+        """A private copy-on-write mapping of a read-only source's file pages (no copy), or
+        None where none can be made."""
+    def copy_on_write_refusal(self) -> str | None:
+        """Why copy_on_write() gives None, or None when it gives a frame."""
+    @property
+    def storage(self) -> Literal["owned", "buffer", "readonly-buffer", "copy-on-write"]: ...
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
     @property

@@ -12,6 +12,7 @@ from typing import cast
 from py_wire import _native
 from py_wire._decode import as_frame, checked_schema
 from py_wire._native import Frame, SchemaError, WireError
+from py_wire._rows import resolve_slice
 
 
 def take_rows(frame: Frame, rows: Sequence[int] | Sequence[range] | range | slice) -> Frame:
@@ -20,7 +21,7 @@ def take_rows(frame: Frame, rows: Sequence[int] | Sequence[range] | range | slic
     ``slice``, a ``range`` or spans are resolved in Rust, never row by row here."""
     frame = as_frame(frame)
     if isinstance(rows, slice):
-        rows = range(frame.num_rows)[rows]
+        rows = resolve_slice(rows, frame.num_rows)
     elif not isinstance(rows, range) and hasattr(rows, "tolist"):
         # A tensor or array of indices; tolist() is untyped (Any), which would widen `rows`.
         rows = cast("list[int]", rows.tolist())

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from py_wire._native import BatchError, FrameError
+from py_wire._storage import StorageSlicer
 
 Row = list[torch.Tensor] | None
 
@@ -598,6 +599,7 @@ class _FrameRows:
 
     __slots__ = (
         "_lists",
+        "_own",
         "_value_range",
         "flat",
         "in_order",
@@ -622,6 +624,9 @@ class _FrameRows:
         self.in_order = in_order
         self._lists: tuple[list[list[int]], list[int], list[int], list[int]] | None = None
         self._value_range: tuple[int, int] | None = None
+        # Each segment gets a storage of exactly its own bytes: a row or a shard that is
+        # pickled, saved or sent on carries its own segments, not the whole field.
+        self._own = StorageSlicer(values)
 
     def _tables(self) -> tuple[list[list[int]], list[int], list[int], list[int]]:
         if self._lists is None:
@@ -636,7 +641,7 @@ class _FrameRows:
     def _segment(self, seg: int) -> torch.Tensor:
         shapes, offsets, _, _ = self._tables()
         try:
-            return self.flat[offsets[seg] : offsets[seg + 1]].view(shapes[seg])
+            return self._own(self.flat[offsets[seg] : offsets[seg + 1]].view(shapes[seg]))
         except (RuntimeError, IndexError) as e:
             # The codec validated these tables; only a buffer written since can get here.
             raise FrameError(
@@ -690,4 +695,4 @@ class _FrameRows:
             inner *= d
         if inner == 0 or lo % inner or hi % inner:
             return None
-        return self.values[lo // inner : hi // inner]
+        return self._own(self.values[lo // inner : hi // inner])

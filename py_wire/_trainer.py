@@ -21,64 +21,6 @@ from py_wire._packed import PackedTensor, _FrameRows
 ATTENTION_MASK = "attention_mask"
 
 
-class RowWindow:
-    """Rows ``[start, stop)`` of a decoded frame: narrows each tier's views without copying."""
-
-    def __init__(self, seq_offsets: torch.Tensor | None, num_rows: int, rows: Any) -> None:
-        if isinstance(rows, slice):
-            rows = range(num_rows)[rows]
-        if not isinstance(rows, range):
-            raise WireError(f"rows must be a range or a slice, not {type(rows).__name__}")
-        rows = range(num_rows)[rows.start : rows.stop : rows.step]  # clamp like a slice
-        if rows.step != 1 and len(rows) > 1:
-            raise WireError(f"rows must be a contiguous range (step 1), got {rows}")
-        self.start = rows.start if len(rows) else 0
-        self.stop = self.start + len(rows)
-        self.num_rows = len(rows)
-        self.seq_offsets: torch.Tensor | None = None
-        if seq_offsets is not None:
-            window = seq_offsets[self.start : self.stop + 1]
-            self.token_start = int(window[0])
-            self.token_stop = int(window[-1])
-            self.seq_offsets = window - self.token_start
-
-    def scalar(self, values: torch.Tensor) -> torch.Tensor:
-        return values[self.start : self.stop]
-
-    def per_token(self, values: torch.Tensor) -> torch.Tensor:
-        return values[self.token_start : self.token_stop]
-
-    def packed(
-        self, values: torch.Tensor, tables: dict[str, torch.Tensor], in_order: bool
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], bool]:
-        """The window's rows of a packed field. Rows reference global segment ids, so the
-        segment tables stay whole; when segments are stored once each in row order, the
-        values and segment tables are narrowed to the window's segments too."""
-        row_offsets = tables["row_offsets"][self.start : self.stop + 1]
-        first, last = int(row_offsets[0]), int(row_offsets[-1])
-        rows = {
-            **tables,
-            "row_offsets": row_offsets - first,
-            "row_segments": tables["row_segments"][first:last],
-        }
-        if not in_order:
-            return values, rows, False
-        seg_offsets = tables["seg_offsets"][first : last + 1]
-        e0, e1 = int(seg_offsets[0]), int(seg_offsets[-1])
-        seg_shapes = tables["seg_shapes"][first:last]
-        if values.dim() > 1:  # stacked along dim 0: [Σ items, static...]
-            i0 = int(tables["seg_shapes"][:first, 0].sum())
-            narrowed = values[i0 : i0 + int(seg_shapes[:, 0].sum())]
-        else:
-            narrowed = values[e0:e1]
-        rows.update(
-            seg_offsets=seg_offsets - e0,
-            seg_shapes=seg_shapes,
-            row_segments=torch.arange(last - first, dtype=torch.int64),
-        )
-        return narrowed, rows, True
-
-
 def padded_width(lengths: torch.Tensor, multiple: int | None) -> int:
     width = int(lengths.max()) if lengths.numel() else 0
     if multiple is not None:

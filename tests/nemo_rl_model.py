@@ -58,6 +58,32 @@ class PackedTensor:
             rows.append([t for t in segments if t is not None])
         return rows
 
+    def slice(self, indices: Sequence[int]) -> PackedTensor:
+        """The rows at ``indices`` (what ``BatchedDataDict.slice`` / ``shard_by_batch_size``
+        call): a legacy value stays one entry per row; a CSR value keeps each physical
+        segment once and its provenance."""
+        idx = list(indices)
+        if self._segment_provenance is None and self._row_offsets is None:
+            return PackedTensor([self.tensors[i] for i in idx], self.dim_to_pack)
+        assert self._row_offsets is not None and self._segment_indices is not None
+        kept: dict[int, int] = {}
+        offsets, refs = [0], []
+        for row in idx:
+            for p in self._segment_indices[self._row_offsets[row] : self._row_offsets[row + 1]]:
+                kept.setdefault(p, len(kept))
+                refs.append(kept[p])
+            offsets.append(len(refs))
+        physical = list(kept)
+        prov = self._segment_provenance
+        return PackedTensor(
+            [self.tensors[p] for p in physical],
+            self.dim_to_pack,
+            self.pad_to_max_shape,
+            offsets,
+            refs,
+            None if prov is None else [prov[p] for p in physical],
+        )
+
     def iter_logical_segments(self) -> Iterator[torch.Tensor]:
         for row in self.logical_rows():
             yield from row

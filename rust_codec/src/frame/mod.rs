@@ -6,3 +6,4 @@ pub mod copy;
 pub mod header;
 pub mod layout;
 pub mod pad;
+pub mod remap;

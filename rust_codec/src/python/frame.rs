@@ -13,6 +13,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 use super::errors::{guarded, to_py, OnPanic};
 use crate::buffer::AlignedBuf;
 use crate::decode::{parse_frame, FrameLayout};
+use crate::frame::remap::PrivateMapping;
 use crate::header::parse_header;
 
 /// Views of a base this aligned need no copy: every element type's natural alignment.
@@ -20,6 +21,8 @@ const MIN_BASE_ALIGNMENT: usize = 16;
 
 enum Storage {
     Owned(AlignedBuf),
+    /// A private copy-on-write mapping of a read-only source's file pages.
+    Remapped(PrivateMapping),
     Borrowed {
         /// Keeps the exporter's memory alive and pinned.
         _buffer: PyBuffer<u8>,
@@ -49,6 +52,7 @@ impl Frame {
     pub fn bytes(&self) -> &[u8] {
         match &self.storage {
             Storage::Owned(b) => b.as_slice(),
+            Storage::Remapped(m) => m.as_slice(),
             // SAFETY: the PyBuffer held in `_buffer` keeps [ptr, ptr+len) alive and unmoved for
             // as long as this Frame exists.
             Storage::Borrowed { ptr, len, .. } => unsafe {
@@ -179,6 +183,61 @@ impl Frame {
         copied(py, self.bytes())
     }
 
+    /// This frame's bytes without a copy and safe to write: for a read-only source whose
+    /// pages come from a shared file mapping (Ray's object store, a read-only `mmap` of a file
+    /// or of `/dev/shm`), a private copy-on-write mapping of the same pages, validated again;
+    /// a write to it gets a private page and never reaches the source. `None` where no such
+    /// mapping can be made (`bytes`, anonymous memory, a writable frame, a deleted file the
+    /// process may not reopen); `copy()` is then the safe choice.
+    fn copy_on_write(&self, py: Python<'_>) -> PyResult<Option<Frame>> {
+        let (ptr, len) = match &self.storage {
+            Storage::Borrowed {
+                ptr,
+                len,
+                readonly: true,
+                ..
+            } => (*ptr, *len),
+            _ => return Ok(None),
+        };
+        let Ok(mapping) = PrivateMapping::of(ptr, len) else {
+            return Ok(None);
+        };
+        let layout = py
+            .detach(|| guarded(OnPanic::Frame, || parse_frame(mapping.as_slice())))
+            .map_err(to_py)?;
+        Ok(Some(Frame {
+            storage: Storage::Remapped(mapping),
+            layout,
+            schema: Mutex::new(None),
+        }))
+    }
+
+    /// Why `copy_on_write()` gives `None` for this frame, or `None` when it gives a frame.
+    fn copy_on_write_refusal(&self) -> Option<String> {
+        match &self.storage {
+            Storage::Borrowed {
+                ptr,
+                len,
+                readonly: true,
+                ..
+            } => PrivateMapping::of(*ptr, *len).err().map(|r| r.to_string()),
+            Storage::Remapped(_) => Some("already a copy-on-write mapping".into()),
+            _ => Some("the frame's memory is writable".into()),
+        }
+    }
+
+    /// How this frame holds its bytes: `"owned"` (py_wire's buffer), `"buffer"` (a writable
+    /// buffer it borrows), `"readonly-buffer"` (a read-only one) or `"copy-on-write"`.
+    #[getter]
+    fn storage(&self) -> &'static str {
+        match &self.storage {
+            Storage::Owned(_) => "owned",
+            Storage::Remapped(_) => "copy-on-write",
+            Storage::Borrowed { readonly: true, .. } => "readonly-buffer",
+            Storage::Borrowed { .. } => "buffer",
+        }
+    }
+
     fn __len__(&self) -> usize {
         self.bytes().len()
     }
@@ -280,6 +339,7 @@ impl Frame {
         let this = slf.get();
         let (ptr, len) = match &this.storage {
             Storage::Owned(b) => (b.as_mut_ptr(), b.len()),
+            Storage::Remapped(m) => (m.as_mut_ptr(), m.len()),
             Storage::Borrowed { ptr, len, .. } => (*ptr as *mut u8, *len),
         };
         // SAFETY: the bytes belong to `slf` (owned, or pinned by the buffer export it holds),

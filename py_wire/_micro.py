@@ -1,0 +1,149 @@
+"""Micro-batches of one decoded frame, as views: the frame is decoded once, then each
+micro-batch is every field narrowed to its rows at O(fields) cost, with no payload copy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from py_wire._decode import as_frame, checked_schema, decode
+from py_wire._native import WireError
+from py_wire._ops import take_rows
+from py_wire._packed import PackedTensor
+from py_wire._rows import row_range
+from py_wire._trainer import ATTENTION_MASK, padded_width
+
+Groups = int | Sequence[range | Sequence[int] | Any]
+
+
+def iter_micro_batches(data: Any, groups: Groups, **decode_options: Any) -> MicroBatches:
+    """Micro-batches of the frame ``data``, each a dict like :func:`py_wire.decode`'s.
+
+    ``groups`` is a row count (fixed-size micro-batches in row order, the last one shorter
+    when the rows do not divide: NeMo-RL's ``make_microbatch_iterator``, verl's
+    ``DataProto.split``), or a list of row groups: ranges, lists of row indices (such as
+    :func:`py_wire.micro_batches` returns for a token budget) or :class:`py_wire.Bin` from
+    :func:`py_wire.pack_sequences`. ``decode_options`` are :func:`py_wire.decode`'s
+    (``layout``, ``stage``, ``pad_to_multiple_of``, ``attention_mask``, ``writable``, ...).
+
+    The frame is decoded once, here (the whole batch is :attr:`MicroBatches.decoded`);
+    iterating then narrows every field to each group's rows: views, O(fields) per
+    micro-batch, no payload copy. With ``layout="padded"`` each micro-batch's per-token fields
+    and attention mask are narrowed to its own longest row (rounded up to
+    ``pad_to_multiple_of``), as NeMo-RL's dynamic batching does. A group of rows in any other
+    order than contiguous and ascending is gathered (:func:`py_wire.take_rows`: a copy of
+    those rows only) and decoded with the same options.
+    """
+    return MicroBatches(data, groups, decode_options)
+
+
+class MicroBatches:
+    """The micro-batches :func:`iter_micro_batches` returns: iterable (again and again), with
+    ``len()`` and the whole decoded batch as :attr:`decoded`."""
+
+    def __init__(self, data: Any, groups: Groups, options: dict[str, Any]) -> None:
+        if "rows" in options:
+            raise WireError("iter_micro_batches: pass row groups as `groups`, not rows=")
+        frame = as_frame(data)
+        self._plan = _plan(groups, frame.num_rows)
+        #: The whole batch, decoded once with the given options.
+        self.decoded: dict[str, Any] = decode(frame, **options)
+        self._frame = frame
+        self._options = options
+        schema = checked_schema(frame)
+        self._padded = options.get("layout") == "padded"
+        self._multiple = options.get("pad_to_multiple_of")
+        self._per_token = {n for n, f in schema.fields.items() if f.tier == "per_token"}
+        self._offsets: list[int] | None = None
+        self._lengths: torch.Tensor | None = None
+        self._offsets_tensor: torch.Tensor | None = None
+        self._nested: dict[str, torch.Tensor] = {}
+        seq = frame.layout.seq_offsets
+        if seq is not None:
+            table = np.frombuffer(memoryview(frame), np.int64, seq.nbytes // 8, seq.offset)
+            self._offsets = table.tolist()
+            self._lengths = torch.tensor(np.diff(table))
+            self._offsets_tensor = torch.tensor(table)
+        for name, value in self.decoded.items():
+            if isinstance(value, torch.Tensor) and value.is_nested:
+                self._nested[name] = value.values()
+
+    def __len__(self) -> int:
+        return len(self._plan)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for group in self._plan:
+            if isinstance(group, list):
+                yield decode(take_rows(self._frame, group), **self._options)
+            else:
+                yield self._window(group.start, group.stop)
+
+    def _window(self, a: int, b: int) -> dict[str, Any]:
+        width = None
+        if self._lengths is not None and (self._padded or ATTENTION_MASK in self.decoded):
+            width = padded_width(self._lengths[a:b], self._multiple)
+        jagged_offsets = None
+        out: dict[str, Any] = {}
+        for name, value in self.decoded.items():
+            if isinstance(value, PackedTensor):
+                out[name] = value.slice(slice(a, b))
+            elif name in self._nested:
+                assert self._offsets is not None and self._offsets_tensor is not None
+                t0, t1 = self._offsets[a], self._offsets[b]
+                if jagged_offsets is None:
+                    # One offsets tensor per micro-batch: its fields share one ragged dim.
+                    jagged_offsets = (self._offsets_tensor[a : b + 1] - t0).to(value.device)
+                values = self._nested[name][t0:t1]
+                out[name] = torch.nested.nested_tensor_from_jagged(values, jagged_offsets)
+            elif isinstance(value, torch.Tensor):
+                rows = value[a:b]
+                narrow = name == ATTENTION_MASK or (self._padded and name in self._per_token)
+                if width is not None and narrow and rows.dim() > 1:
+                    rows = rows[:, :width]
+                out[name] = rows
+            elif isinstance(value, list):
+                out[name] = value[a:b]
+            else:
+                out[name] = value
+        return out
+
+
+def _plan(groups: Groups, num_rows: int) -> list[range | list[int]]:
+    """Each group as a row range (contiguous, ascending) or a list of rows to gather."""
+    if isinstance(groups, bool):
+        raise TypeError(f"groups must be a row count or a list of row groups, not {groups!r}")
+    if isinstance(groups, int):
+        if groups < 1:
+            raise WireError(f"groups: a micro-batch needs at least one row, got {groups}")
+        return [range(a, min(a + groups, num_rows)) for a in range(0, num_rows, groups)]
+    if isinstance(groups, str | bytes) or not isinstance(groups, Sequence):
+        raise TypeError(
+            f"groups must be a row count or a list of row groups, not {type(groups).__name__}"
+        )
+    plan: list[range | list[int]] = []
+    for i, group in enumerate(groups):
+        rows = getattr(group, "rows", group)  # a Bin
+        if isinstance(rows, range | slice):
+            plan.append(row_range(rows, num_rows, f"groups[{i}]"))
+            continue
+        if isinstance(rows, torch.Tensor):
+            rows = rows.tolist()
+        if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
+            raise TypeError(f"groups[{i}] must be rows, not {type(rows).__name__}")
+        picked = [_row(r, num_rows, i) for r in rows]
+        if picked and picked == list(range(picked[0], picked[0] + len(picked))):
+            plan.append(range(picked[0], picked[0] + len(picked)))
+        else:
+            plan.append(picked)
+    return plan
+
+
+def _row(r: Any, num_rows: int, group: int) -> int:
+    if isinstance(r, bool) or not isinstance(r, int):
+        raise TypeError(f"groups[{group}]: a row must be an int, not {r!r}")
+    if not -num_rows <= r < num_rows:
+        raise WireError(f"groups[{group}]: row {r} out of range for {num_rows} rows")
+    return r % num_rows
