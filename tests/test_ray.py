@@ -162,3 +162,54 @@ def test_frame_through_ray(
         _check(result, expected)
         seen += 1
     assert seen == 4
+
+
+def _mapping_of(address: int) -> list[str]:
+    from pathlib import Path
+
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        if lo <= address < hi:
+            return line.split()
+    raise AssertionError(f"{address:#x} is not mapped")
+
+
+def test_default_decode_in_a_worker_is_copy_on_write(
+    ray_session: None, frame: py_wire.Frame, expected: dict[str, Any]
+) -> None:
+    """Issue 18: a worker's default decode of a store object maps the object's pages again,
+    privately (zero-copy), where the process may reopen them (root here: /proc/self/map_files),
+    and copies where it may not; a write never reaches the object either way."""
+    ref = ray.put(frame)
+
+    @ray.remote
+    def decode_and_write(f: py_wire.Frame) -> dict[str, Any]:
+        import os
+
+        refusal = f.copy_on_write_refusal()
+        out = py_wire.decode(f, SCHEMA)
+        pixels = out["pixel_values"].tensors[0]
+        source = _mapping_of(_span(f)[0])
+        target = _mapping_of(pixels.data_ptr())
+        pixels.zero_()
+        out["reward"].add_(100)
+        return {
+            "root": os.geteuid() == 0,
+            "refusal": refusal,
+            "source": source,
+            "target": target,
+            "after": facts(f, writable="view"),
+        }
+
+    got = ray.get(decode_and_write.remote(ref))
+    _check(got["after"], expected)  # the write stayed in the worker
+    source, target = got["source"], got["target"]
+    assert source[1][3] == "s", source  # the store object: a shared file mapping
+    if got["root"]:
+        assert got["refusal"] is None
+        # A private mapping of the same inode: the pages were shared, not copied.
+        assert target[1][3] == "p" and target[4] == source[4] != "0", (source, target)
+    else:
+        assert got["refusal"] is not None and "reopen" in got["refusal"]
+        assert target[4] != source[4]
+    _check(facts(ray.get(ref), writable="view"), expected)
