@@ -2,7 +2,7 @@
 (a pinned buffer), a frame encoded straight into pinned memory (``encode(out=pinned)``) then
 moved in one transfer, the same frame from pageable memory, a decode of a frame already on
 the GPU (as an NCCL receive leaves it) against moving it back to the host first,
-``py_wire.to`` of the decoded batch (one transfer per field, pageable or pinned first), and
+``py_wire.trainer.to`` of the decoded batch (one transfer per field, pageable or pinned first), and
 the per-row moves a dict of
 per-row tensors makes (NeMo-RL's ``BatchedDataDict.to``). Needs CUDA; prints a note and exits 0
 without it. Medians in ms and GB/s of frame (or payload) bytes.
@@ -75,20 +75,20 @@ def main() -> None:
             payload,
         ),
         "frame in pageable memory -> GPU buffer": (lambda: device_buf.copy_(pageable), n),
-        "py_wire.to(decode(frame), cuda), pageable": (
-            lambda: py_wire.to(decoded, "cuda"),
+        "py_wire.trainer.to(decode(frame), cuda), pageable": (
+            lambda: py_wire.trainer.to(decoded, "cuda"),
             n,
         ),
-        "py_wire.to(decode(frame), cuda, pin_memory=True)": (
-            lambda: py_wire.to(decoded, "cuda", pin_memory=True),
+        "py_wire.trainer.to(decode(frame), cuda, pin_memory=True)": (
+            lambda: py_wire.trainer.to(decoded, "cuda", pin_memory=True),
             n,
         ),
         "decode(frame already on the GPU): views there": (
             lambda: py_wire.decode(on_device),
             n,
         ),
-        "frame on the GPU -> host, decode, py_wire.to(cuda)": (
-            lambda: py_wire.to(py_wire.decode(on_device.cpu()), "cuda"),
+        "frame on the GPU -> host, decode, py_wire.trainer.to(cuda)": (
+            lambda: py_wire.trainer.to(py_wire.decode(on_device.cpu()), "cuda"),
             n,
         ),
         "per-row pixel tensors .to(cuda) (BatchedDataDict.to)": (

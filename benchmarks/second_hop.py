@@ -185,7 +185,7 @@ def micro_section(reps: int) -> None:
     for name, frame in (("VLM", vlm), ("text", text)):
         in_memory = nemo_rl.from_frame(frame)
         rows = frame.num_rows
-        batches = py_wire.iter_micro_batches(frame, 4, layout="padded")
+        batches = py_wire.trainer.iter_micro_batches(frame, 4, layout="padded")
 
         def nemo_iter(batch: dict[str, Any] = in_memory, rows: int = rows) -> None:
             for a in range(0, rows, 4):
@@ -196,7 +196,7 @@ def micro_section(reps: int) -> None:
                 pass
 
         def ours_with_decode(f: py_wire.Frame = frame) -> None:
-            for _ in py_wire.iter_micro_batches(f, 4, layout="padded"):
+            for _ in py_wire.trainer.iter_micro_batches(f, 4, layout="padded"):
                 pass
 
         def rows_decode(f: py_wire.Frame = frame, rows: int = rows) -> None:

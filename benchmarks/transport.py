@@ -116,7 +116,7 @@ def _worker(rank: int, port: int, rows: int, reps: int, receives: int) -> None:
                 f"  {'load + decode (mmap, no read)':34s} {statistics.median(load) * 1e3:8.1f} ms"
             )
         out = py_wire.decode(frame)
-        groups = py_wire.micro_batches(frame, 16384, padded=False)
+        groups = py_wire.trainer.micro_batches(frame, 16384, padded=False)
         t = time.perf_counter()
         for g in groups:
             py_wire.decode(frame, rows=range(g[0], g[-1] + 1))
@@ -130,7 +130,7 @@ def _worker(rank: int, port: int, rows: int, reps: int, receives: int) -> None:
             f"select (copy): {per_sel * 1e3:.2f} ms each, {len(groups)} micro-batches"
         )
         t = time.perf_counter()
-        bins = py_wire.pack_sequences(frame, 16384)
+        bins = py_wire.trainer.pack_sequences(frame, 16384)
         print(
             f"  pack_sequences(16384): {len(bins)} bins in {(time.perf_counter() - t) * 1e3:.2f} ms"
         )

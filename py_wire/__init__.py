@@ -8,11 +8,11 @@ it in the form each consumer needs.
 from py_wire import (
     _dtypes,  # noqa: F401  (registers torch's dtypes with the codec)
     _native,
+    trainer,
 )
 from py_wire._decode import check_contracts, decode
 from py_wire._encode import encode, encode_parts, placeholder_runs
 from py_wire._io import encoded_nbytes, frame_nbytes, load, save
-from py_wire._micro import iter_micro_batches
 from py_wire._native import (
     BatchError,
     ContractError,
@@ -26,13 +26,11 @@ from py_wire._native import (
     TensorLoc,
     WireError,
 )
-from py_wire._ops import chunk, concat, select, shard, split, take_rows, truncate
+from py_wire._ops import chunk, concat, shard, split, take_rows, truncate
 from py_wire._packed import PackedTensor
 from py_wire._schema import FieldDef, PlaceholderContract, Schema, bundled_schemas, load_schema
-from py_wire._trainer import Bin, micro_batches, pack_sequences, shard_rows, to
 
 __all__ = [
-    "Bin",
     "BatchError",
     "ContractError",
     "FieldDef",
@@ -57,19 +55,14 @@ __all__ = [
     "encode_parts",
     "encoded_nbytes",
     "frame_nbytes",
-    "iter_micro_batches",
     "load",
     "load_schema",
-    "micro_batches",
-    "pack_sequences",
     "placeholder_runs",
     "save",
-    "select",
     "shard",
-    "shard_rows",
     "split",
     "take_rows",
+    "trainer",
     "truncate",
-    "to",
 ]
 __version__ = _native.__version__

@@ -33,15 +33,7 @@ WRITABLE_POLICIES: tuple[Writable, ...] = ("auto", "view", "copy")
 
 
 def writable_policy(writable: object) -> Writable:
-    """``writable`` checked: ``None`` is the deprecated spelling of ``"view"``."""
-    if writable is None:
-        warnings.warn(
-            "decode(..., writable=None) is deprecated: pass writable='view' for zero-copy views "
-            "you promise not to write, or leave the default 'auto'",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        return "view"
+    """``writable`` checked: one of :data:`WRITABLE_POLICIES`."""
     if not isinstance(writable, str) or writable not in WRITABLE_POLICIES:
         raise _native.WireError(
             f"writable must be one of {', '.join(map(repr, WRITABLE_POLICIES))}, not {writable!r}"
@@ -192,8 +184,6 @@ def decode(
       write would change a shared Ray object or another reader's bytes, or crash on a
       read-only mapping).
     - ``"copy"``: always a private copy, as ``"auto"`` does for ``bytes``.
-
-    ``writable=None`` is a deprecated spelling of ``"view"`` (it warns).
     """
     policy = writable_policy(writable)
     if layout not in (None, "nested", "padded", "list"):

@@ -25,9 +25,10 @@ def iter_micro_batches(data: Any, groups: Groups, **decode_options: Any) -> Micr
     ``groups`` is a row count (fixed-size micro-batches in row order, the last one shorter
     when the rows do not divide: NeMo-RL's ``make_microbatch_iterator``, verl's
     ``DataProto.split``), or a list of row groups: ranges, lists of row indices (such as
-    :func:`py_wire.micro_batches` returns for a token budget) or :class:`py_wire.Bin` from
-    :func:`py_wire.pack_sequences`. ``decode_options`` are :func:`py_wire.decode`'s
-    (``layout``, ``stage``, ``pad_to_multiple_of``, ``attention_mask``, ``writable``, ...).
+    :func:`py_wire.trainer.micro_batches` returns for a token budget) or
+    :class:`py_wire.trainer.Bin` from :func:`py_wire.trainer.pack_sequences`.
+    ``decode_options`` are :func:`py_wire.decode`'s (``layout``, ``stage``,
+    ``pad_to_multiple_of``, ``attention_mask``, ``writable``, ...).
 
     The frame is decoded once, here (the whole batch is :attr:`MicroBatches.decoded`);
     iterating then narrows every field to each group's rows: views, O(fields) per

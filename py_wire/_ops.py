@@ -5,7 +5,6 @@ rows stay shared, and packed media are never cut as if dim 1 were the sequence."
 from __future__ import annotations
 
 import operator
-import warnings
 from collections.abc import Sequence
 from typing import cast
 
@@ -31,16 +30,6 @@ def take_rows(frame: Frame, rows: Sequence[int] | Sequence[range] | range | slic
     return picked
 
 
-def select(frame: Frame, rows: Sequence[int] | range | slice) -> Frame:
-    """Deprecated name of :func:`take_rows` (tensordict's ``select`` picks keys, not rows)."""
-    warnings.warn(
-        "py_wire.select is now py_wire.take_rows (select reads as tensordict's key selection)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return take_rows(frame, rows)
-
-
 def chunk(frame: Frame, chunks: int) -> list[Frame]:
     """``chunks`` frames of near-equal row counts (the first ones one row larger), as
     ``torch.tensor_split(x, chunks)`` cuts rows."""
@@ -64,16 +53,14 @@ def concat(frames: Sequence[Frame]) -> Frame:
     return joined
 
 
-def split(frame: Frame, sections: int | Sequence[int]) -> list[Frame]:
+def split(frame: Frame, sections: Sequence[int]) -> list[Frame]:
     """Frames of the given row counts, which must add up to the frame's rows (as
-    ``torch.split`` with a list). An int still means that many near-equal frames, as before,
-    but is deprecated: ``torch.split`` reads an int as a chunk size; use :func:`chunk`."""
-    if isinstance(sections, int) and not isinstance(sections, bool):
-        warnings.warn(
-            "py_wire.split(frame, n) with an int n is deprecated: torch.split reads n as a "
-            "chunk size; use py_wire.chunk(frame, n) for n parts",
-            DeprecationWarning,
-            stacklevel=2,
+    ``torch.split`` with a list). For ``n`` near-equal parts use :func:`chunk`."""
+    if isinstance(sections, int):
+        raise TypeError(
+            f"split(frame, sections): sections must be a list of row counts, not the int "
+            f"{sections!r} (torch.split reads an int as a chunk size, so py_wire takes none); "
+            f"py_wire.chunk(frame, {sections!r}) makes {sections!r} near-equal parts"
         )
     return _split(frame, sections)
 

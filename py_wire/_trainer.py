@@ -44,14 +44,14 @@ def micro_batches(
     sort: bool = False,
     *,
     padded: bool = True,
-    round_to: int = 1,
+    pad_to_multiple_of: int = 1,
 ) -> list[list[int]]:
     """Row-index groups whose tokens fit ``max_tokens``, computed in Rust over the frame's
     sequence offsets (O(rows log rows), no payload touched).
 
     ``padded=True`` (NeMo-RL's dynamic batching) counts a micro-batch as rows x its longest
     row, the ``[B, L]`` a padded trainer allocates; ``padded=False`` counts real tokens (a
-    packed / varlen trainer). Lengths are rounded up to ``round_to`` first. ``sort=True``
+    packed / varlen trainer). Lengths are rounded up to ``pad_to_multiple_of`` first. ``sort=True``
     takes rows shortest first (stable), so each micro-batch holds similar lengths; otherwise
     rows stay in order and every group is a contiguous range (decode it with
     ``decode(frame, rows=range(g[0], g[-1] + 1))``, a view). A row longer than the budget
@@ -59,7 +59,7 @@ def micro_batches(
     """
     from py_wire._decode import as_frame
 
-    return _native.micro_batch_rows(as_frame(frame), max_tokens, sort, padded, round_to)
+    return _native.micro_batch_rows(as_frame(frame), max_tokens, sort, padded, pad_to_multiple_of)
 
 
 @dataclass(frozen=True)
@@ -79,16 +79,16 @@ class Bin:
         return int(self.cu_seqlens[-1])
 
 
-def pack_sequences(frame: Any, max_tokens: int, *, round_to: int = 1) -> list[Bin]:
+def pack_sequences(frame: Any, max_tokens: int, *, pad_to_multiple_of: int = 1) -> list[Bin]:
     """Sequence packing, first-fit decreasing: rows sorted longest first, each into the first
     bin with room, bins of at most ``max_tokens`` tokens (each row's length rounded up to
-    ``round_to``, e.g. 2 x context-parallel size). The assignment runs in Rust over the
+    ``pad_to_multiple_of``, e.g. 2 x context-parallel size). The assignment runs in Rust over the
     sequence offsets; ``cu_seqlens`` and ``position_ids`` are built per bin with vectorised
     torch ops. Gather a bin's tokens with ``take_rows(frame, bin.rows)`` (one copy of that bin).
     """
     from py_wire._decode import as_frame
 
-    bins, lengths = _native.pack_rows(as_frame(frame), max_tokens, round_to)
+    bins, lengths = _native.pack_rows(as_frame(frame), max_tokens, pad_to_multiple_of)
     all_lengths = torch.tensor(lengths, dtype=torch.int64)
     out = []
     for rows in bins:

@@ -27,7 +27,7 @@ To fuzz your own schema, skip ``schemas()``: ``batches(py_wire.load_schema("text
 ``batches`` keeps placeholder contracts trivially true (rows of the fields they involve carry
 no media), so media alignment needs hand-written batches.
 
-Requires ``hypothesis`` (not a dependency of py_wire itself).
+Requires ``hypothesis``: ``pip install 'py_wire[testing]'``.
 """
 
 from __future__ import annotations
@@ -39,8 +39,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from hypothesis import strategies as st
-from hypothesis.strategies import SearchStrategy
+
+try:
+    from hypothesis import strategies as st
+    from hypothesis.strategies import SearchStrategy
+except ModuleNotFoundError as missing:  # pragma: no cover (the dev environment has it)
+    raise ModuleNotFoundError(
+        "py_wire.testing draws batches with hypothesis, which py_wire itself does not need: "
+        "install the extra, pip install 'py_wire[testing]'",
+        name=missing.name,
+    ) from missing
 
 from py_wire._dtypes import DTYPES
 from py_wire._packed import PackedTensor

@@ -17,6 +17,8 @@ import py_wire
 from py_wire import distributed as pwd
 from py_wire.synth.registry import generate
 
+pytestmark = pytest.mark.slow  # spawned processes (see pyproject's markers)
+
 SCHEMA = "qwen2_5_vl"
 
 

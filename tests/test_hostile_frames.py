@@ -21,6 +21,8 @@ import pytest
 
 from tests.hostile import harness
 
+pytestmark = pytest.mark.slow  # spawned processes (see pyproject's markers)
+
 CI_MUTANTS = 300
 MUTANTS = int(os.environ.get("PY_WIRE_HOSTILE_MUTANTS", CI_MUTANTS))
 WORKERS = int(os.environ.get("PY_WIRE_HOSTILE_WORKERS", "1" if MUTANTS <= CI_MUTANTS else "2"))

@@ -55,6 +55,7 @@ def test_a_row_count_the_bytes_do_not_back_is_a_frame_error_everywhere(rows):
         assert caught.value is not None, what
 
 
+@pytest.mark.slow
 def test_hostile_row_counts_do_not_kill_a_subprocess():
     """The same calls in a child process: an abort (the old failure) fails this test, not the
     suite."""

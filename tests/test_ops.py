@@ -123,15 +123,15 @@ def test_wire_dtype_and_pack_dim_fields_survive():
                 assert torch.equal(value, got[field]), field
 
 
-def test_old_names_still_work_and_say_what_replaces_them(batch_and_frame):
+def test_split_takes_row_counts_and_points_an_int_to_chunk(batch_and_frame):
+    """``torch.split`` reads an int as a chunk size, ``chunk`` as a part count: py_wire's
+    ``split`` takes no int at all rather than guess (the pre-release int form is gone)."""
     _, frame = batch_and_frame
-    with pytest.warns(DeprecationWarning, match="take_rows"):
-        old = py_wire.select(frame, [2, 0])
-    assert bytes(old) == bytes(py_wire.take_rows(frame, [2, 0]))
-    with pytest.warns(DeprecationWarning, match="chunk"):
-        parts = py_wire.split(frame, 3)
+    with pytest.raises(TypeError, match=r"sections must be a list.*py_wire\.chunk\(frame, 3\)"):
+        py_wire.split(frame, 3)  # type: ignore[arg-type]
+    parts = py_wire.split(frame, [3, 3, 2])
     assert [bytes(p) for p in parts] == [bytes(p) for p in py_wire.chunk(frame, 3)]
-    assert [p.num_rows for p in parts] == [3, 3, 2]
+    assert not hasattr(py_wire, "select")
 
 
 def test_take_rows_of_spans_is_their_rows_in_order(batch_and_frame):

@@ -20,6 +20,8 @@ import py_wire
 from py_wire._decode import Writable
 from py_wire.synth import registry
 
+pytestmark = pytest.mark.slow  # spawned processes (see pyproject's markers)
+
 SCHEMA = "qwen2_5_vl"
 
 

@@ -138,19 +138,19 @@ def test_padded_options() -> None:
 
 def test_to_device_moves_every_kind(vlm: py_wire.Frame) -> None:
     out = py_wire.decode(vlm)
-    moved = py_wire.to(out, "cpu")
+    moved = py_wire.trainer.to(out, "cpu")
     assert moved.keys() == out.keys()
     _rows_equal(moved, out)
     assert isinstance(moved["pixel_values"], py_wire.PackedTensor)
-    listed = py_wire.to(py_wire.decode(vlm, layout="list"), torch.device("cpu"))
+    listed = py_wire.trainer.to(py_wire.decode(vlm, layout="list"), torch.device("cpu"))
     assert isinstance(listed["input_ids"], list)
     if torch.cuda.is_available():  # pragma: no cover - no GPU in CI
-        on_gpu = py_wire.to(out, "cuda", non_blocking=True, pin_memory=True)
+        on_gpu = py_wire.trainer.to(out, "cuda", non_blocking=True, pin_memory=True)
         assert on_gpu["reward"].is_cuda and on_gpu["input_ids"].is_cuda
         assert on_gpu["pixel_values"].as_tensor().is_cuda
     else:
         with pytest.raises(py_wire.WireError, match="CUDA"):
-            py_wire.to(out, "cpu", pin_memory=True)
+            py_wire.trainer.to(out, "cpu", pin_memory=True)
 
 
 def test_micro_batches(vlm: py_wire.Frame) -> None:
@@ -158,7 +158,7 @@ def test_micro_batches(vlm: py_wire.Frame) -> None:
     budget = 2 * max(lengths)
     for sort in (False, True):
         for padded in (True, False):
-            groups = py_wire.micro_batches(vlm, budget, sort=sort, padded=padded)
+            groups = py_wire.trainer.micro_batches(vlm, budget, sort=sort, padded=padded)
             assert sorted(i for g in groups for i in g) == list(range(12))
             for g in groups:
                 ls = [lengths[i] for i in g]
@@ -170,13 +170,13 @@ def test_micro_batches(vlm: py_wire.Frame) -> None:
                 # In order: contiguous ranges, decodable as views.
                 assert [i for g in groups for i in g] == list(range(12))
     with pytest.raises(py_wire.WireError, match="more than max_tokens"):
-        py_wire.micro_batches(vlm, max(lengths) - 1)
+        py_wire.trainer.micro_batches(vlm, max(lengths) - 1)
 
 
 def test_pack_sequences(vlm: py_wire.Frame) -> None:
     lengths = torch.diff(py_wire.decode(vlm)["input_ids"].offsets())
     cap = int(lengths.max()) + 100
-    bins = py_wire.pack_sequences(vlm, cap)
+    bins = py_wire.trainer.pack_sequences(vlm, cap)
     assert sorted(r for b in bins for r in b.rows) == list(range(12))
     for b in bins:
         assert b.num_tokens <= cap
@@ -188,8 +188,8 @@ def test_pack_sequences(vlm: py_wire.Frame) -> None:
     # First-fit decreasing: the first row placed is the longest.
     assert int(lengths[bins[0].rows[0]]) == int(lengths.max())
     text = py_wire.encode(small_text_batch((4, 8, 1, 4, 2, 1)), "text_grpo")
-    assert [b.rows for b in py_wire.pack_sequences(text, 10)] == [[1, 4], [0, 3, 2, 5]]
-    rounded = py_wire.pack_sequences(text, 10, round_to=4)
+    assert [b.rows for b in py_wire.trainer.pack_sequences(text, 10)] == [[1, 4], [0, 3, 2, 5]]
+    rounded = py_wire.trainer.pack_sequences(text, 10, pad_to_multiple_of=4)
     assert all(sum(-(-int(n) // 4) * 4 for n in b.lengths) <= 10 for b in rounded)
 
 

@@ -130,14 +130,7 @@ def test_private_copy_is_aligned_writable_and_validated() -> None:
     assert copy.num_rows == frame.num_rows and copy.metadata == frame.metadata
 
 
-def test_none_is_a_deprecated_view() -> None:
-    raw = bytes(py_wire.encode(BATCH, SCHEMA))
-    with pytest.warns(DeprecationWarning, match="writable='view'"):
-        out = py_wire.decode(raw, SCHEMA, writable=None)
-    assert _inside(out["reward"], _span(raw))
-
-
-@pytest.mark.parametrize("bad", ["yes", "copy ", "", 1, True, b"copy"])
+@pytest.mark.parametrize("bad", ["yes", "copy ", "", 1, True, b"copy", None])
 def test_a_bad_policy_names_the_value(bad: object) -> None:
     frame = py_wire.encode(BATCH, SCHEMA)
     with pytest.raises(py_wire.WireError, match=f"writable must be one of .*not {bad!r}"):

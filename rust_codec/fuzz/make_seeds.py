@@ -10,8 +10,11 @@ built here by hand at the smallest sizes each schema's rules allow, with placeho
 satisfy its contract; text-only batches come from the registry's generators with small
 lengths. Every frame is encoded by ``py_wire.encode`` against the bundled schema (Gemma3 also
 against a copy whose image side is 4 instead of 896, so that an image fits in a seed), then
-frame ops (select, repeated rows, reversed rows, concat, an empty selection) add their outputs.
-Each seed is at most 64 KiB. Writes ``corpus/<target>/seed-*`` (deterministic names and bytes).
+frame ops (take_rows reversed, with repeated rows, first row only; concat of two frames; an empty
+selection) add their outputs. Each seed is at most 64 KiB. Writes ``seeds/frames/`` (the seeds
+of every target that reads one frame), ``seeds/gather/`` and ``seeds/schema_json/``
+(deterministic names and bytes); ``scripts/fuzz.sh`` starts each target's working corpus
+(outside the repository) from them.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ from py_wire.synth.registry import GENERATORS
 HERE = Path(__file__).resolve().parent
 SCHEMAS = HERE.parent.parent / "py_wire" / "schemas"
 MAX_SEED = 64 * 1024
-TARGETS = ("parse_frame", "gather", "padded", "contracts", "schema_json")
 
 g = torch.Generator().manual_seed(7)
 
@@ -208,9 +210,9 @@ def frames() -> list[tuple[str, bytes]]:
     ops: list[tuple[str, py_wire.Frame]] = []
     for name, f in base.items():
         n = f.num_rows
-        ops.append((f"{name}.select-rev", py_wire.select(f, list(range(n))[::-1])))
-        ops.append((f"{name}.select-dup", py_wire.select(f, [n - 1, 0, n - 1])))
-        ops.append((f"{name}.select-first", py_wire.select(f, [0])))
+        ops.append((f"{name}.select-rev", py_wire.take_rows(f, list(range(n))[::-1])))
+        ops.append((f"{name}.select-dup", py_wire.take_rows(f, [n - 1, 0, n - 1])))
+        ops.append((f"{name}.select-first", py_wire.take_rows(f, [0])))
     ops.append(
         (
             "qwen2_5_vl.concat",
@@ -223,8 +225,8 @@ def frames() -> list[tuple[str, bytes]]:
             py_wire.concat([base["nemotron_omni-2img"], base["nemotron_omni-1img"]]),
         )
     )
-    ops.append(("text_grpo.zero-rows", py_wire.select(base["text_grpo-3"], [])))
-    ops.append(("qwen2_5_vl.zero-rows", py_wire.select(base["qwen2_5_vl-2img-text"], [])))
+    ops.append(("text_grpo.zero-rows", py_wire.take_rows(base["text_grpo-3"], [])))
+    ops.append(("qwen2_5_vl.zero-rows", py_wire.take_rows(base["qwen2_5_vl-2img-text"], [])))
     return [(n, bytes(memoryview(f))) for n, f in out + ops]
 
 
@@ -234,14 +236,13 @@ def metadata_json(frame: bytes) -> dict[str, str]:
 
 
 def main() -> None:
-    seeds: dict[str, dict[str, bytes]] = {t: {} for t in TARGETS}
+    seeds: dict[str, dict[str, bytes]] = {"frames": {}, "gather": {}, "schema_json": {}}
     all_frames = frames()
     for name, data in all_frames:
         if len(data) > MAX_SEED:
             print(f"skip {name}: {len(data)} bytes")
             continue
-        for t in ("parse_frame", "padded", "contracts"):
-            seeds[t][name] = data
+        seeds["frames"][name] = data
         # gather: [flags, split u16, k] ++ frame ++ k u16 rows (see fuzz_targets/gather.rs).
         rows = struct.pack("<3H", 0, 1, 0)
         seeds["gather"][name] = bytes([2, 0, 0, 3]) + data + rows
@@ -262,7 +263,7 @@ def main() -> None:
             cname = json.loads(c)["name"]
             seeds["schema_json"][f"contract.{name}.{cname}"] = c.encode()
     for t, files in seeds.items():
-        d = HERE / "corpus" / t
+        d = HERE / "seeds" / t
         d.mkdir(parents=True, exist_ok=True)
         for name, data in sorted(files.items()):
             digest = hashlib.sha1(data).hexdigest()[:8]

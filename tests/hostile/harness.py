@@ -199,7 +199,10 @@ def run_range(start: int, stop: int, campaign: str = CAMPAIGN, workers: int = 1,
             if hung:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            stderr = ""
+            if proc.stderr:
+                with proc.stderr:
+                    stderr = proc.stderr.read().decode(errors="replace")
             _collect(r["res"], report)
             running.remove(r)
             a, b = r["range"]
