@@ -143,17 +143,27 @@ def test_a_thread_writing_during_frame_ops_never_escapes_the_hierarchy():
             array[begin:end] = junk
             array[begin:end] = original
 
+    expected = bytes(py_wire.take_rows(frame, [0, 1]))
+    array[begin:end] = junk  # the state the writer flips to, on its own: refused
+    with pytest.raises(py_wire.FrameError, match="pixel_values"):
+        py_wire.take_rows(frame, [0, 1])
+    array[begin:end] = original
     writer = threading.Thread(target=scribble)
     writer.start()
     outcomes = {"ok": 0, "FrameError": 0}
     try:
         for _ in range(300):
             try:
-                py_wire.take_rows(frame, [0, 1])
-                outcomes["ok"] += 1
-            except py_wire.FrameError:
+                picked = py_wire.take_rows(frame, [0, 1])
+            except py_wire.FrameError as e:
+                assert "pixel_values" in str(e), e  # the field whose table was changed
                 outcomes["FrameError"] += 1
+                continue
+            # An op that passed read the tables once, validated: the rows of the real frame
+            # (the junk offsets point past the frame), never a mix of the two states.
+            assert bytes(picked) == expected
+            outcomes["ok"] += 1
     finally:
         stop.set()
         writer.join()
-    assert sum(outcomes.values()) == 300, outcomes
+    assert array[begin:end].tobytes() == original.tobytes()
