@@ -159,9 +159,7 @@ def test_padded_row_longer_than_width():
 
 
 def test_nemo_style_pack_dim_mismatch():
-    class NemoPacked:
-        def __init__(self, tensors, dim_to_pack):
-            self.tensors, self.dim_to_pack = tensors, dim_to_pack
+    from tests.nemo_rl_model import PackedTensor as NemoPacked
 
     batch = small_vlm_batch()
     batch["pixel_values"] = NemoPacked([torch.randn(2, 1176), None, None], 1)

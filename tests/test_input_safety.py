@@ -10,7 +10,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ import torch
 import py_wire
 from py_wire import BatchError
 from tests.helpers import END, PAD, START
+from tests.nemo_rl_model import PackedTensor as NemoPacked
 
 S = py_wire.Schema.from_toml(
     """
@@ -331,37 +331,6 @@ def test_dedup_key_includes_dtype() -> None:
 # 6. NeMo-RL's deduplicated PackedTensor ------------------------------------------------------
 
 
-class NemoPacked:
-    """The attributes of NeMo-RL's PackedTensor (nemo_rl/data/multimodal_utils.py): ``tensors``
-    holds physical segments (tensor or None), ``_row_offsets`` / ``_segment_indices`` (lists of
-    ints, both set or both None) map logical rows to them, ``len()`` is the logical row count."""
-
-    def __init__(
-        self,
-        tensors: list[torch.Tensor | None],
-        dim_to_pack: int,
-        *,
-        _row_offsets: list[int] | None = None,
-        _segment_indices: list[int] | None = None,
-    ) -> None:
-        self.tensors = tensors
-        self.dim_to_pack = dim_to_pack
-        self._row_offsets = _row_offsets
-        self._segment_indices = _segment_indices
-
-    def __len__(self) -> int:
-        if self._row_offsets is not None:
-            return len(self._row_offsets) - 1
-        return len(self.tensors)
-
-    def iter_logical_segments(self) -> Iterator[torch.Tensor | None]:
-        if self._segment_indices is None:
-            yield from self.tensors
-            return
-        for i in self._segment_indices:
-            yield self.tensors[i]
-
-
 def test_nemo_dedup_csr_reproducer_round_trips() -> None:
     """Row 0 has two images, row 1 is text-only: as many physical tensors as rows, the case
     that misaligned silently when only ``.tensors`` was read."""
@@ -404,9 +373,10 @@ def test_nemo_dedup_shared_media_is_stored_once() -> None:
 
 def test_nemo_offsets_as_tensors() -> None:
     a = torch.randn(3)
-    packed = NemoPacked(
-        [a], 0, _row_offsets=torch.tensor([0, 1, 1]), _segment_indices=torch.tensor([0])
-    )
+    packed = NemoPacked([a], 0)
+    # NeMo-RL's slicing can leave the CSR lists as tensors.
+    packed._row_offsets = torch.tensor([0, 1, 1])  # type: ignore[assignment]
+    packed._segment_indices = torch.tensor([0])  # type: ignore[assignment]
     got = rows(py_wire.decode(py_wire.encode({"x": packed}, S), S)["x"])
     assert [len(r) for r in got] == [1, 0]
 
