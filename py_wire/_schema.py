@@ -358,14 +358,14 @@ class Schema(BaseModel):
 
     @classmethod
     def from_toml(cls, text: str, source: str = "<string>") -> Schema:
-        _check_size(text, source, SchemaError)
-        _check_nesting(text, _TOML_TOKENS, source, SchemaError)
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            raise SchemaError(f"{source}: not valid TOML: {e}") from None
-        except RecursionError:  # unreachable past the nesting cap; never let it escape
-            raise SchemaError(f"{source}: nested too deeply") from None
+        """A schema from TOML text. ``extends`` needs a file to resolve paths against: load
+        such a schema with :func:`load_schema` (a path or a bundled name)."""
+        data = _parse_toml(text, source)
+        if "extends" in data:
+            raise SchemaError(
+                f"{source}: extends {data['extends']!r} is resolved when a schema file is "
+                f"loaded: use py_wire.load_schema(path)"
+            )
         return cls._validate(data, source)
 
     @classmethod
@@ -406,8 +406,11 @@ class Schema(BaseModel):
 
 def _problems(e: ValidationError) -> str:
     out = []
-    for err in e.errors(include_url=False, include_input=False):
+    for err in e.errors(include_url=False):
         msg = err["msg"].removeprefix("Value error, ")
+        given = err.get("input")
+        if isinstance(given, str | int | float) and err["type"] != "value_error":
+            msg = f"{msg}, got {given!r}"[:300]
         where = ".".join(str(p) for p in err["loc"])
         out.append(f"{where}: {msg}" if where else msg)
     return "; ".join(out)
@@ -591,7 +594,113 @@ def read_schema_file(path: Path, shown: str | None = None) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _load_path(path: Path, shown: str) -> Schema:
-    return Schema.from_toml(read_schema_file(path, shown), shown)
+    return schema_from_file(path, shown)
+
+
+#: How many ``extends`` a schema file may chain (a file, its base, the base's base, ...).
+MAX_EXTENDS_DEPTH = 8
+
+
+def schema_from_file(path: Path, shown: str | None = None) -> Schema:
+    """The schema a ``.toml`` file declares, its ``extends`` chain resolved (uncached)."""
+    shown = str(path) if shown is None else shown
+    return Schema._validate(_resolved_file(path, shown, ()), shown)
+
+
+def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    _check_size(text, source, SchemaError)
+    _check_nesting(text, _TOML_TOKENS, source, SchemaError)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SchemaError(f"{source}: not valid TOML: {e}") from None
+    except RecursionError:  # unreachable past the nesting cap; never let it escape
+        raise SchemaError(f"{source}: nested too deeply") from None
+
+
+def _resolved_file(path: Path, shown: str, chain: tuple[Path, ...]) -> dict[str, Any]:
+    """A schema file's data with ``extends`` applied: the base's data (itself resolved), the
+    fields in ``drop_fields`` removed, every ``[fields.X]`` of this file merged key by key over
+    the base's ``X`` (or added; a field also in ``drop_fields`` replaces the base's whole),
+    ``contracts`` replaced when this file gives any, and every
+    other key of this file replacing the base's."""
+    data = _parse_toml(read_schema_file(path, shown), shown)
+    base_ref = data.pop("extends", None)
+    drop = data.pop("drop_fields", None)
+    if base_ref is None:
+        if drop is not None:
+            raise SchemaError(f"{shown}: drop_fields needs extends (there is no base to drop from)")
+        return data
+    if not isinstance(base_ref, str):
+        raise SchemaError(f"{shown}: extends must be a schema name or a path, not {base_ref!r}")
+    if "name" not in data:
+        raise SchemaError(f"{shown}: a schema that extends {base_ref!r} needs its own name")
+    base_path, base_shown = _base_file(base_ref, path, shown)
+    if base_path in (*chain, path):
+        names = " -> ".join(str(p) for p in (*chain, path, base_path))
+        raise SchemaError(f"{shown}: extends forms a loop: {names}")
+    if len(chain) + 1 >= MAX_EXTENDS_DEPTH:
+        raise SchemaError(f"{shown}: extends is chained more than {MAX_EXTENDS_DEPTH} deep")
+    base = _resolved_file(base_path, base_shown, (*chain, path))
+    fields: dict[str, Any] = dict(base.get("fields", {}))
+    if drop is not None:
+        if not isinstance(drop, list) or not all(isinstance(n, str) for n in drop):
+            raise SchemaError(f"{shown}: drop_fields must be a list of field names, not {drop!r}")
+        for name in drop:
+            if name not in fields:
+                raise SchemaError(
+                    f"{shown}: drop_fields names {name!r}, which {base_ref!r} does not declare "
+                    f"(its fields: {sorted(fields)})"
+                )
+            del fields[name]
+    own = data.pop("fields", {})
+    if not isinstance(own, dict):
+        raise SchemaError(f"{shown}: fields must be a table, not {own!r}")
+    for name, decl in own.items():
+        # A field listed in drop_fields and declared again replaces the base's whole.
+        inherited = fields.get(name)
+        if isinstance(inherited, dict) and isinstance(decl, dict):
+            fields[name] = {**inherited, **decl}
+        else:
+            fields[name] = decl
+    return {**base, **data, "fields": fields}
+
+
+def _base_file(ref: str, path: Path, shown: str) -> tuple[Path, str]:
+    """``extends = ref``: a bundled schema's name, or a ``.toml`` path relative to ``path``."""
+    if ref.endswith(".toml"):
+        try:
+            return (path.parent / ref).resolve(), ref
+        except (OSError, ValueError, RuntimeError) as e:
+            raise SchemaError(f"{shown}: extends {ref!r}: {e}") from None
+    if not _BUNDLED_NAME.fullmatch(ref) or not (_SCHEMA_DIR / f"{ref}.toml").is_file():
+        raise SchemaError(
+            f"{shown}: extends {ref!r}, which is neither a bundled schema nor a .toml path; "
+            f"bundled: {bundled_schemas()}"
+        )
+    return (_SCHEMA_DIR / f"{ref}.toml").resolve(), ref
+
+
+def schema_file_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a schema *file*: the :class:`Schema` model's, plus ``extends`` and
+    ``drop_fields``. A file that extends another may declare only the keys it changes, so a
+    field's ``tier`` and ``dtype`` are required of the resolved schema, not of each file."""
+    doc = Schema.model_json_schema()
+    doc["properties"]["extends"] = {
+        "description": "A bundled schema's name or a .toml path (relative to this file) whose "
+        "fields, contracts and settings this file starts from.",
+        "title": "Extends",
+        "type": "string",
+    }
+    doc["properties"]["drop_fields"] = {
+        "description": "Fields of the base (extends) that this schema does not have.",
+        "items": {"type": "string"},
+        "title": "Drop Fields",
+        "type": "array",
+    }
+    doc["required"] = ["name"]
+    doc["$defs"]["FieldDef"].pop("required", None)
+    return doc
 
 
 def load_schema(name_or_path: str | Path | Schema) -> Schema:

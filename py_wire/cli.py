@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from py_wire._native import Frame, FrameError, WireError
-from py_wire._schema import Schema, bundled_schemas, load_schema, read_schema_file
+from py_wire._schema import (
+    Schema,
+    bundled_schemas,
+    load_schema,
+    schema_file_json_schema,
+    schema_from_file,
+)
 
 #: Stages that run a forward pass over the media and so must see the same multimodal fields.
 FORWARD_STAGES = ("logprob", "ref_logprob", "train")
@@ -153,7 +159,7 @@ def _load_schema_file(file: str) -> Schema:
     path = Path(file)
     if path.suffix == ".toml" or "/" in file or path.exists():
         # Uncached, from this file's bytes (SchemaError: missing, not a file, not UTF-8, ...).
-        return Schema.from_toml(read_schema_file(path, file), file)
+        return schema_from_file(path, file)
     return load_schema(file)  # a bundled name
 
 
@@ -203,7 +209,7 @@ def _warnings(schema: Schema) -> list[str]:
 
 
 def _schema_export(_args: argparse.Namespace) -> int:
-    print(json.dumps(Schema.model_json_schema(), indent=2, sort_keys=True))
+    print(json.dumps(schema_file_json_schema(), indent=2, sort_keys=True))
     return 0
 
 

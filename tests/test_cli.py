@@ -162,7 +162,7 @@ def test_inspect_rejects_non_frames(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_export_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schema", "export-json-schema"]) == 0
     out = capsys.readouterr().out
-    assert json.loads(out) == py_wire.Schema.model_json_schema()
+    assert json.loads(out) == py_wire._schema.schema_file_json_schema()
     assert out == (SCHEMAS / "schema-file.schema.json").read_text()
 
 
