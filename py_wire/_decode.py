@@ -7,13 +7,11 @@ is O(fields) torch calls, independent of rows and bytes.
 from __future__ import annotations
 
 import logging
-import mmap
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 
 from py_wire import _native
@@ -23,6 +21,7 @@ from py_wire._native import Frame, FrameError, FrameLayout, SchemaError, TensorL
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._rows import RowWindow
 from py_wire._schema import FINGERPRINT_KEY, Schema, load_schema
+from py_wire._source import as_frame
 from py_wire._storage import StorageSlicer
 from py_wire._trainer import ATTENTION_MASK, padded_width
 from py_wire._trainer import attention_mask as make_attention_mask
@@ -39,26 +38,6 @@ def writable_policy(writable: object) -> Writable:
             f"writable must be one of {', '.join(map(repr, WRITABLE_POLICIES))}, not {writable!r}"
         )
     return writable
-
-
-def as_frame(data: Any) -> Frame:
-    """Wrap ``data`` (a Frame, bytes, bytearray, memoryview, mmap, numpy uint8 array or torch
-    uint8 tensor) as a validated Frame, without copying unless its base is misaligned."""
-    if isinstance(data, Frame):
-        return data
-    if isinstance(data, torch.Tensor):
-        if data.dtype != torch.uint8 or data.dim() != 1 or not data.is_contiguous():
-            raise FrameError(
-                f"a tensor frame must be 1-D contiguous uint8, got {data.dtype} {tuple(data.shape)}"
-            )
-        if data.device.type != "cpu":
-            raise FrameError(f"a frame on {data.device} must be copied to host memory first")
-        data = data.numpy()
-    if isinstance(data, np.ndarray) and data.dtype != np.uint8:
-        raise FrameError(f"an array frame must be uint8, got {data.dtype}")
-    if not isinstance(data, bytes | bytearray | memoryview | mmap.mmap | np.ndarray):
-        raise FrameError(f"cannot decode a {type(data).__name__}; pass bytes-like data or a Frame")
-    return Frame.from_buffer(data)
 
 
 class FrameViews:

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from py_wire import _native
-from py_wire._decode import as_frame
 from py_wire._encode import _fields, plain_tensors
 from py_wire._native import Frame, FrameError
 from py_wire._schema import Schema, load_schema
+from py_wire._source import as_frame
 
 
 def frame_nbytes(prefix: Any) -> int:

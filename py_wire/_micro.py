@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from py_wire._decode import as_frame, checked_schema, decode
+from py_wire._decode import checked_schema, decode
 from py_wire._native import WireError
 from py_wire._ops import take_rows
 from py_wire._packed import PackedTensor
 from py_wire._rows import row_range
+from py_wire._source import as_frame
 from py_wire._trainer import ATTENTION_MASK, padded_width
 
 Groups = int | Sequence[range | Sequence[int] | Any]

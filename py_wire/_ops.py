@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from typing import cast
 
 from py_wire import _native
-from py_wire._decode import as_frame, checked_schema
+from py_wire._decode import checked_schema
 from py_wire._native import Frame, SchemaError, WireError
 from py_wire._rows import resolve_slice
+from py_wire._source import as_frame
 
 
 def take_rows(frame: Frame, rows: Sequence[int] | Sequence[range] | range | slice) -> Frame:

@@ -16,6 +16,7 @@ import torch
 from py_wire import _native
 from py_wire._native import WireError
 from py_wire._packed import PackedTensor, _FrameRows
+from py_wire._source import as_frame
 
 #: The key ``decode(..., attention_mask=True)`` adds.
 ATTENTION_MASK = "attention_mask"
@@ -57,8 +58,6 @@ def micro_batches(
     ``decode(frame, rows=range(g[0], g[-1] + 1))``, a view). A row longer than the budget
     raises ``WireError``.
     """
-    from py_wire._decode import as_frame
-
     return _native.micro_batch_rows(as_frame(frame), max_tokens, sort, padded, pad_to_multiple_of)
 
 
@@ -86,8 +85,6 @@ def pack_sequences(frame: Any, max_tokens: int, *, pad_to_multiple_of: int = 1) 
     sequence offsets; ``cu_seqlens`` and ``position_ids`` are built per bin with vectorised
     torch ops. Gather a bin's tokens with ``take_rows(frame, bin.rows)`` (one copy of that bin).
     """
-    from py_wire._decode import as_frame
-
     bins, lengths = _native.pack_rows(as_frame(frame), max_tokens, pad_to_multiple_of)
     all_lengths = torch.tensor(lengths, dtype=torch.int64)
     out = []

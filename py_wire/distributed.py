@@ -26,10 +26,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from py_wire._decode import as_frame
 from py_wire._device import host_shadow
 from py_wire._native import Frame, FrameError, ReceiveBuffer, WireError
 from py_wire._ops import shard
+from py_wire._source import as_frame
 
 #: "PYWIREFR" as a little-endian int64: the first word of every announcement.
 MAGIC = int.from_bytes(b"PYWIREFR", "little") & 0x7FFF_FFFF_FFFF_FFFF

@@ -50,13 +50,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from py_wire._decode import Writable, as_frame, checked_schema, decode
+from py_wire._decode import Writable, checked_schema, decode
 from py_wire._dtypes import DTYPES
 from py_wire._encode import encode
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame
 from py_wire._packed import PackedTensor
 from py_wire._schema import FieldDef, Schema, load_schema
+from py_wire._source import as_frame
 
 #: ``batch`` keys consumed by the adapter rather than stored.
 DERIVED_KEYS = ("attention_mask", "prompts")
