@@ -12,7 +12,7 @@ bytes must travel as device tensors: the sender copies the frame to its current 
 once, and a receiver gets the frame as a validated CUDA uint8 tensor (its header and index
 tables, a few bytes per row, are copied to the host and checked; the payload stays on the
 device). ``py_wire.decode`` of that tensor gives views on the device. CI has no GPU; the NCCL
-path runs in ``tests/test_device.py`` where one is lent.
+path runs in ``tests/decode/test_device.py`` where one is lent.
 
 Every call must be made by every rank of ``group`` involved, as for ``torch.distributed``.
 """

@@ -1,4 +1,4 @@
-"""Frame operations: select, split, shard, concat, without decoding."""
+"""Frame operations: take_rows, chunk, split, shard, concat, without decoding."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from py_wire import _decode
 from py_wire.cli import main
 from py_wire.synth import generate
 
-SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def test_schema_list(capsys: pytest.CaptureFixture[str]) -> None:

@@ -163,7 +163,7 @@ def test_lying_array_interface_is_refused_not_read() -> None:
     proc = run_isolated(
         """
         import py_wire
-        from tests.test_input_safety import S
+        from tests.encode.test_input_safety import S
 
         class Liar:
             __array_interface__ = {

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "cast_vectors.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "cast_vectors.py"
 
 
 def test_golden_cast_data_matches_torch() -> None:

@@ -24,7 +24,7 @@ MULTIMODAL = [n for n in BUNDLED if n != "text_grpo" and not n.endswith("/text")
 FRAMEWORK = [n for n in BUNDLED if "/" in n]
 FORWARD_STAGES = ("logprob", "ref_logprob", "train")
 TYPE_ID_FIELDS = ("mm_token_type_ids", "token_type_ids")
-JSON_SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "schema-file.schema.json"
+JSON_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "schema-file.schema.json"
 
 
 def _media_rows(batch: dict[str, Any], *fields: str) -> list[int]:

@@ -62,7 +62,7 @@ def test_hostile_row_counts_do_not_kill_a_subprocess():
     code = textwrap.dedent(
         """
         import py_wire
-        from tests.test_hostile_rows import fieldless_frame, HUGE
+        from tests.hostile.test_row_counts import fieldless_frame, HUGE
         for rows in HUGE:
             data = fieldless_frame(rows)
             for call in (

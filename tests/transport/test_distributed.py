@@ -2,7 +2,8 @@
 scatter and all_gather of a real multimodal frame, checking bytes and decoded contents.
 
 The NCCL path itself is not run here (CI has no GPU); its receive branch (validate, keep the
-bytes where they landed) is tested on host tensors here and on a GPU in tests/test_device.py."""
+bytes where they landed) is tested on host tensors here and on a GPU in
+tests/decode/test_device.py."""
 
 from __future__ import annotations
 
@@ -158,7 +159,7 @@ def _padded_bytes(frame: py_wire.Frame, extra: int) -> torch.Tensor:
 
 def test_a_device_receive_is_validated_and_kept_where_it_landed() -> None:
     # The NCCL path hands _to_frame a device tensor and no host buffer; any tensor takes the
-    # same branch, so it runs here on the host (tests/test_device.py runs it on a GPU).
+    # same branch, so it runs here on the host (tests/decode/test_device.py runs it on a GPU).
     frame = _frame(2, seed=5)
     received = _padded_bytes(frame, 100)  # all_gather's buffers are padded to the longest
     got = pwd._to_frame(received, None, len(frame), "rank 0")
