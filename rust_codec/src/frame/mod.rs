@@ -1,8 +1,9 @@
 //! The frame as bytes: the safetensors header, the validated layout of a frame (what every
-//! reader trusts), its aligned and pooled buffer, the copies into it and padded rows out of it.
+//! reader trusts), its aligned and pooled buffer, the copies into it (streaming stores for large frames) and padded rows out of it.
 
 pub mod buffer;
 pub mod copy;
 pub mod header;
 pub mod layout;
 pub mod pad;
+pub mod stream;
