@@ -112,9 +112,11 @@ impl AlignedBuf {
         })
     }
 
+    /// A copy of `bytes` (`Frame.copy()`, a misaligned or writable source): with streaming
+    /// stores when it is larger than the last-level cache (see `stream`).
     pub fn from_slice(bytes: &[u8]) -> Option<AlignedBuf> {
         let mut buf = AlignedBuf::recycled(bytes.len())?;
-        buf.as_mut_slice().copy_from_slice(bytes);
+        crate::stream::Stores::for_frame(bytes.len()).copy(buf.as_mut_slice(), bytes);
         Some(buf)
     }
 

@@ -3,6 +3,7 @@
 use crate::cast;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::stream::Stores;
 use crate::tensor::TensorRef;
 
 /// Copies below this many bytes per thread are not worth a thread.
@@ -72,8 +73,24 @@ fn for_each_run(src: &TensorRef<'_>, mut run: impl FnMut(&[u8])) {
     }
 }
 
-/// Copies (and casts) all of `src` into `dst`, which must be exactly `numel * dst_dtype.size()`.
+/// Copies (and casts) all of `src` into `dst`, which must be exactly `numel * dst_dtype.size()`,
+/// with ordinary stores.
 pub fn copy_tensor(src: &TensorRef<'_>, dst_dtype: DType, dst: &mut [u8]) -> Result<()> {
+    copy_tensor_with(src, dst_dtype, dst, &mut Stores::new(false))
+}
+
+/// Cast output of a streamed copy is staged in pieces this large (L1-resident), then streamed.
+const CAST_STAGE: usize = 4096;
+
+/// [`copy_tensor`] through `stores` (ordinary or streaming). A cast stays fused into the one
+/// pass: with streaming stores each run is cast into a small buffer that stays in L1 and
+/// streamed out from there.
+pub fn copy_tensor_with(
+    src: &TensorRef<'_>,
+    dst_dtype: DType,
+    dst: &mut [u8],
+    stores: &mut Stores,
+) -> Result<()> {
     let expected = src.numel() as usize * dst_dtype.size();
     if dst.len() != expected {
         return Err(Error::internal(format!(
@@ -85,18 +102,33 @@ pub fn copy_tensor(src: &TensorRef<'_>, dst_dtype: DType, dst: &mut [u8]) -> Res
     let ratio_num = dst_dtype.size();
     let ratio_den = src.dtype.size();
     let mut result = Ok(());
+    let mut stage = [0u8; CAST_STAGE];
     for_each_run(src, |run| {
         if result.is_err() {
             return;
         }
         let out_len = run.len() / ratio_den * ratio_num;
         let out = &mut dst[pos..pos + out_len];
-        if src.dtype == dst_dtype {
-            out.copy_from_slice(run);
-        } else if let Err(e) = cast::cast_run(src.dtype, dst_dtype, run, out) {
-            result = Err(e);
-        }
         pos += out_len;
+        if src.dtype == dst_dtype {
+            stores.copy(out, run);
+        } else if !stores.streaming() || out_len < crate::stream::MIN_STREAMED_RUN {
+            if let Err(e) = cast::cast_run(src.dtype, dst_dtype, run, out) {
+                result = Err(e);
+            }
+        } else {
+            // Whole elements per piece: CAST_STAGE is a multiple of every dtype size.
+            let out_piece = CAST_STAGE / ratio_num.max(ratio_den) * ratio_num;
+            let in_piece = out_piece / ratio_num * ratio_den;
+            for (s, d) in run.chunks(in_piece).zip(out.chunks_mut(out_piece)) {
+                let staged = &mut stage[..d.len()];
+                if let Err(e) = cast::cast_run(src.dtype, dst_dtype, s, staged) {
+                    result = Err(e);
+                    return;
+                }
+                stores.copy(d, staged);
+            }
+        }
     });
     result
 }
@@ -118,6 +150,7 @@ pub fn run_jobs(
     threshold: usize,
 ) -> Result<()> {
     let total: usize = jobs.iter().map(|j| j.dst_len()).sum();
+    let out_len = out.len();
     let threads = threads.max(1).min(total / threshold.max(1)).max(1);
     let mut tasks = Vec::with_capacity(jobs.len());
     for job in jobs {
@@ -158,16 +191,25 @@ pub fn run_jobs(
         rest = tail;
         consumed = end;
     }
-    let run_one = |task: &Task, dst: &mut [u8]| -> Result<()> {
+    // Streaming stores when the whole output is larger than the last-level cache; each thread
+    // fences its own stores before it finishes (the `Stores` it drops).
+    let streaming = crate::stream::streams(out_len);
+    let run_one = |task: &Task, dst: &mut [u8], stores: &mut Stores| -> Result<()> {
         if task.whole {
-            copy_tensor(&task.job.src, task.job.dst_dtype, dst)
+            copy_tensor_with(&task.job.src, task.job.dst_dtype, dst, stores)
         } else {
-            dst.copy_from_slice(&task.job.src.bytes[task.range.clone()]);
+            stores.copy(dst, &task.job.src.bytes[task.range.clone()]);
             Ok(())
         }
     };
+    let run_all = |items: Vec<(&Task, &mut [u8])>| -> Result<()> {
+        let mut stores = Stores::new(streaming);
+        items
+            .into_iter()
+            .try_for_each(|(t, d)| run_one(t, d, &mut stores))
+    };
     if threads == 1 {
-        return slices.into_iter().try_for_each(|(t, d)| run_one(t, d));
+        return run_all(slices);
     }
     // Balance by bytes: consecutive tasks go to a thread until it holds its share.
     let share = total.div_ceil(threads);
@@ -185,7 +227,7 @@ pub fn run_jobs(
     std::thread::scope(|scope| {
         let handles: Vec<_> = groups
             .into_iter()
-            .map(|g| scope.spawn(move || g.into_iter().try_for_each(|(t, d)| run_one(t, d))))
+            .map(|g| scope.spawn(move || run_all(g)))
             .collect();
         handles.into_iter().try_for_each(|h| {
             h.join()
@@ -244,6 +286,27 @@ mod tests {
             let mut out = vec![0u8; t.nbytes() as usize];
             copy_tensor(&t, DType::F32, &mut out).unwrap();
             prop_assert_eq!(out, gather_reference(&t));
+        }
+    }
+
+    #[test]
+    fn streamed_copies_and_casts_match_ordinary_ones() {
+        let bytes: Vec<u8> = (0..40_100u32).map(|i| (i * 7 % 251) as u8).collect();
+        for numel in [0usize, 1, 127, 128, 129, 1025, 4096, 9_999] {
+            for offset in [0usize, 4, 36] {
+                let src = &bytes[offset..offset + numel * 4];
+                let t = TensorRef::contiguous(DType::F32, &[numel as u64], src).unwrap();
+                for dst_dtype in [DType::F32, DType::BF16, DType::F16, DType::F64] {
+                    let len = numel * dst_dtype.size();
+                    let mut plain = vec![0u8; len + 3];
+                    let mut streamed = vec![0u8; len + 3];
+                    copy_tensor(&t, dst_dtype, &mut plain[3..]).unwrap();
+                    let mut stores = Stores::new(true);
+                    copy_tensor_with(&t, dst_dtype, &mut streamed[3..], &mut stores).unwrap();
+                    drop(stores);
+                    assert_eq!(plain, streamed, "{numel} f32 -> {dst_dtype:?} at {offset}");
+                }
+            }
         }
     }
 

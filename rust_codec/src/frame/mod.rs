@@ -1,5 +1,5 @@
 //! The frame as bytes: the safetensors header, the validated layout of a frame (what every
-//! reader trusts), its aligned and pooled buffer, the copies into it and padded rows out of it.
+//! reader trusts), its aligned and pooled buffer, the copies into it (streaming stores for large frames) and padded rows out of it.
 
 pub mod buffer;
 pub mod copy;
@@ -7,3 +7,4 @@ pub mod header;
 pub mod layout;
 pub mod pad;
 pub mod remap;
+pub mod stream;
