@@ -212,3 +212,43 @@ fn huge_header_lengths_are_refused_before_reading() {
         other => panic!("{other:?}"),
     }
 }
+
+/// `sample_frame` with its field table rewritten by `edit` (the tensors unchanged).
+fn with_field_table(edit: impl Fn(Vec<serde_json::Value>) -> Vec<serde_json::Value>) -> Vec<u8> {
+    let frame = sample_frame();
+    let header = py_wire_codec::header::parse_header(&frame).unwrap();
+    let mut meta = header.metadata.clone();
+    let table: Vec<serde_json::Value> = serde_json::from_str(&meta["py_wire.fields"]).unwrap();
+    meta.insert(
+        "py_wire.fields".into(),
+        serde_json::to_string(&edit(table)).unwrap(),
+    );
+    let mut out = write_header(&meta, &header.entries).unwrap();
+    out.extend_from_slice(&frame[header.data_start..header.frame_len]);
+    out
+}
+
+#[test]
+fn tensors_that_no_field_claims_are_refused() {
+    // Issue 15, finding 8: an emptied field table with the tensors still there parsed as a
+    // frame of no fields (and concat then met tensors it could not place).
+    let cases: [(&str, fn(Vec<serde_json::Value>) -> Vec<serde_json::Value>); 3] = [
+        ("__seq_offsets", |_| Vec::new()),
+        ("reward", |t| t.into_iter().filter(|f| f["name"] != "reward").collect()),
+        ("img", |t| t.into_iter().filter(|f| f["name"] != "img").collect()),
+    ];
+    for (orphan, edit) in cases {
+        match parse_frame(&with_field_table(edit)) {
+            Err(Error::Frame(m)) => {
+                assert!(m.contains("belongs to no field"), "{m}");
+                assert!(m.contains(orphan), "{orphan}: {m}");
+            }
+            other => panic!("{orphan}: {:?}", other.map(|l| l.fields.len())),
+        }
+    }
+    // The table as written parses, padding entries included.
+    let frame = with_field_table(|t| t);
+    let header = py_wire_codec::header::parse_header(&frame).unwrap();
+    assert!(header.entries.iter().any(|e| e.name.starts_with("__pad.")));
+    assert_eq!(parse_frame(&frame).unwrap().fields.len(), 3);
+}

@@ -186,3 +186,20 @@ def test_not_a_frame_at_all():
     for junk in [b"", b"\x00" * 8, b"hello world, definitely not a frame", torch.zeros(3)]:
         with pytest.raises(FrameError):
             py_wire.decode(junk)
+
+
+@pytest.mark.parametrize("keep", [(), ("input_ids",), ("input_ids", "pixel_values")])
+def test_a_field_table_that_lost_fields_is_refused_when_wrapped(frame_bytes, keep):
+    """Issue 15, finding 8: a frame whose ``py_wire.fields`` lost entries while their tensors
+    remain wrapped and decoded as a frame of fewer fields, and ``concat`` with it raised
+    InternalError. Every tensor must belong to a field (or be ``__pad.K`` padding)."""
+    from tests.hostile.mutate import Parsed
+
+    parsed = Parsed.of(frame_bytes)
+    table = json.loads(str(parsed.meta_get("py_wire.fields")))
+    parsed.meta_set("py_wire.fields", json.dumps([f for f in table if f["name"] in keep]))
+    damaged = parsed.build()
+    with pytest.raises(FrameError, match="belongs to no field"):
+        py_wire.Frame.from_buffer(damaged)
+    with pytest.raises(FrameError, match="belongs to no field"):
+        py_wire.concat([frame_bytes, damaged])

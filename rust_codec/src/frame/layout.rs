@@ -230,9 +230,51 @@ pub fn layout_from_header(header: Header, buf: &[u8]) -> Result<FrameLayout> {
             ));
         }
     }
+    check_every_entry_claimed(&header, &fields)?;
     layout.fields = fields;
     layout.header = header;
     Ok(layout)
+}
+
+/// Every tensor of the header belongs to a field of the field table (its values, its CSR
+/// tables, the sequence offsets of per-token fields) or is alignment padding (`__pad.K`, bytes).
+/// A frame whose field table lost fields while their tensors remain is damaged: it would
+/// otherwise read as a frame of fewer fields, and frame ops would meet tensors they cannot place.
+fn check_every_entry_claimed(header: &Header, fields: &[DecodedField]) -> Result<()> {
+    let mut claimed: std::collections::HashSet<String> = std::collections::HashSet::new();
+    if fields.iter().any(|f| f.spec.tier == Tier::PerToken) {
+        claimed.insert(names::SEQ_OFFSETS.to_string());
+    }
+    for f in fields {
+        let name = &f.spec.name;
+        claimed.insert(name.clone());
+        if f.spec.tier == Tier::Packed {
+            claimed.insert(names::seg_shapes(name));
+            claimed.insert(names::seg_offsets(name));
+            claimed.insert(names::row_offsets(name));
+            claimed.insert(names::row_segments(name));
+        }
+    }
+    for entry in &header.entries {
+        if claimed.contains(&entry.name) {
+            continue;
+        }
+        let padding = entry
+            .name
+            .strip_prefix(names::PAD_PREFIX)
+            .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+            && entry.dtype == DType::U8
+            && entry.shape.len() == 1;
+        if !padding {
+            return Err(frame_err!(
+                "tensor {:?} belongs to no field of the frame's field table (and is not \
+                 `{}K` padding): the field table and the tensors disagree (damaged header?)",
+                entry.name,
+                names::PAD_PREFIX
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What a reader must see of a frame to validate it (`parse_frame`), read from a prefix of it
