@@ -17,6 +17,7 @@ import torch
 from py_wire import _native
 from py_wire._device import host_shadow
 from py_wire._dtypes import DTYPES
+from py_wire._encode import check_flag
 from py_wire._native import Frame, FrameError, FrameLayout, SchemaError, TensorLoc
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._rows import RowWindow
@@ -118,7 +119,8 @@ def decode(
     pad_to_multiple_of: int | None = None,
     pad_values: Mapping[str, float | int | bool] | None = None,
     attention_mask: bool = False,
-    writable: Writable | None = "auto",
+    writable: Writable = "auto",
+    verify: bool = False,
 ) -> dict[str, Any]:
     """Decode a frame into views, per tier: packed → :class:`PackedTensor`, per-token → jagged
     ``torch.nested`` tensor (``layout="padded"``: ``[B, L, ...]`` padded with the field's pad
@@ -163,12 +165,21 @@ def decode(
       write would change a shared Ray object or another reader's bytes, or crash on a
       read-only mapping).
     - ``"copy"``: always a private copy, as ``"auto"`` does for ``bytes``.
+
+    ``verify=True`` checks the frame's payload checksums first (see ``encode(...,
+    checksum=True)``; O(bytes)): :class:`FrameError` names the field whose bytes changed, or
+    says the frame carries none. For a device frame the bytes are copied to the host for the
+    check.
     """
     policy = writable_policy(writable)
+    check_flag("verify", verify)
     if layout not in (None, "nested", "padded", "list"):
         raise _native.WireError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
     partial = rows is not None or stage is not None
     frame, clone, payload = _source_frame(data, policy, partial)
+    if verify:
+        host = frame if payload is None else Frame.from_buffer(payload.cpu().numpy())
+        host.verify()
     frame_schema = checked_schema(frame)
     if schema is not None:
         wanted = load_schema(schema)

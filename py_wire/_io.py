@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from py_wire import _native
-from py_wire._encode import _fields, plain_tensors
+from py_wire._encode import _fields, check_flag, plain_tensors
 from py_wire._native import Frame, FrameError
 from py_wire._schema import Schema, load_schema
 from py_wire._source import as_frame
@@ -30,14 +30,20 @@ def frame_nbytes(prefix: Any) -> int:
 
 
 def encoded_nbytes(
-    batch: Mapping[str, Any], schema: Schema | str | Path, stage: str | None = None
+    batch: Mapping[str, Any],
+    schema: Schema | str | Path,
+    stage: str | None = None,
+    *,
+    checksum: bool = False,
 ) -> int:
-    """The exact size of ``encode(batch, schema, stage=stage)``, to size an ``out=`` buffer.
-    Validates the batch and its contracts as ``encode`` does (same errors), copies nothing."""
+    """The exact size of ``encode(batch, schema, stage=stage, checksum=checksum)``, to size an
+    ``out=`` buffer. Validates the batch and its contracts as ``encode`` does (same errors),
+    copies nothing."""
     schema = load_schema(schema)
+    check_flag("checksum", checksum)
     fields = _fields(batch, schema, stage)
     with plain_tensors():
-        return _native.encoded_nbytes(schema._codec_for(stage), fields)
+        return _native.encoded_nbytes(schema._codec_for(stage), fields, checksum=checksum)
 
 
 def save(frame: Any, path: str | os.PathLike[str]) -> None:

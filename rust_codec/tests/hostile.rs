@@ -232,10 +232,15 @@ fn with_field_table(edit: impl Fn(Vec<serde_json::Value>) -> Vec<serde_json::Val
 fn tensors_that_no_field_claims_are_refused() {
     // Issue 15, finding 8: an emptied field table with the tensors still there parsed as a
     // frame of no fields (and concat then met tensors it could not place).
-    let cases: [(&str, fn(Vec<serde_json::Value>) -> Vec<serde_json::Value>); 3] = [
+    type EditTable = fn(Vec<serde_json::Value>) -> Vec<serde_json::Value>;
+    let cases: [(&str, EditTable); 3] = [
         ("__seq_offsets", |_| Vec::new()),
-        ("reward", |t| t.into_iter().filter(|f| f["name"] != "reward").collect()),
-        ("img", |t| t.into_iter().filter(|f| f["name"] != "img").collect()),
+        ("reward", |t| {
+            t.into_iter().filter(|f| f["name"] != "reward").collect()
+        }),
+        ("img", |t| {
+            t.into_iter().filter(|f| f["name"] != "img").collect()
+        }),
     ];
     for (orphan, edit) in cases {
         match parse_frame(&with_field_table(edit)) {

@@ -37,6 +37,8 @@ pub struct EncodeRequest<'a> {
     pub metadata: BTreeMap<String, String>,
     /// Row count to record when the batch has no fields at all.
     pub num_rows_hint: Option<u64>,
+    /// Store a checksum per field in the header (`frame::checksum`).
+    pub checksum: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -177,14 +179,24 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
     // The data section's end must be covered: pad the final tensor out to alignment so the next
     // frame in a stream (or a file) starts aligned too.
     let data_len = layout.align()?;
-    let header = write_header(&metadata, &layout.entries)?;
+    let mut entries = layout.entries;
+    crate::header::sort_entries(&mut entries);
+    // Checksums: the header's digest now, zeros for the payload's until it is written.
+    let checksum_fields = if request.checksum {
+        let fields: Vec<String> = request.fields.iter().map(|f| f.spec.name.clone()).collect();
+        metadata.remove(meta::CHECKSUM);
+        let entry = crate::checksum::placeholder(&metadata, &entries, &fields)?;
+        metadata.insert(meta::CHECKSUM.into(), entry);
+        Some(fields)
+    } else {
+        None
+    };
+    let header = write_header(&metadata, &entries)?;
     let data_start = header.len();
     let total_len = usize::try_from(data_len)
         .ok()
         .and_then(|d| d.checked_add(data_start))
         .ok_or_else(|| batch_err!("frame of {data_len} bytes does not fit in memory"))?;
-    let mut entries = layout.entries;
-    crate::header::sort_entries(&mut entries);
     let written = Header {
         metadata,
         entries,
@@ -210,6 +222,7 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
     Ok(Plan {
         header,
         written,
+        checksum_fields,
         num_rows,
         blobs,
         jobs,

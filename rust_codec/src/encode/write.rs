@@ -1,12 +1,19 @@
 //! Writing a planned frame: into one buffer (each payload byte copied once, in parallel for
 //! large payloads), or as scatter/gather parts that borrow the caller's memory.
 
-use crate::batch_err;
+use std::collections::BTreeMap;
+
 use crate::buffer::AlignedBuf;
 use crate::copy::{run_jobs, CopyJob};
 use crate::error::Result;
+use crate::header::write_header;
+use crate::spec::meta;
+use crate::{batch_err, internal_err};
 
 use super::EncodeOptions;
+
+/// A sealed header (checksums filled in) and the metadata it holds.
+type SealedHeader = (Vec<u8>, BTreeMap<String, String>);
 
 /// Everything needed to write a frame: its header, small index tensors and the payload copies.
 pub struct Plan<'a> {
@@ -15,6 +22,8 @@ pub struct Plan<'a> {
     /// needs no JSON parse to be read (`layout::layout_from_header` still validates its
     /// index tables against the bytes).
     pub written: crate::header::Header,
+    /// The fields whose checksums the header carries (placeholders until the frame is written).
+    pub checksum_fields: Option<Vec<String>>,
     pub num_rows: u64,
     /// Offsets are absolute (from the frame's first byte).
     pub blobs: Vec<(usize, Vec<u8>)>,
@@ -81,12 +90,50 @@ impl<'a> Plan<'a> {
         if !chunk.is_empty() {
             parts.push(Part::Owned(chunk));
         }
+        let mut chunks = Vec::with_capacity(parts.len());
+        let mut at = 0;
+        for part in &parts {
+            let bytes: &[u8] = match part {
+                Part::Owned(b) => b,
+                Part::Borrowed(b) => b,
+            };
+            chunks.push((at, bytes));
+            at += bytes.len();
+        }
+        if let Some((header, _)) = self.sealed_header(&chunks)? {
+            match parts.first_mut() {
+                Some(Part::Owned(first)) if first.len() >= header.len() => {
+                    first[..header.len()].copy_from_slice(&header)
+                }
+                _ => return Err(internal_err!("the first part does not hold the header")),
+            }
+        }
         Ok(parts)
+    }
+
+    /// The header with its checksums filled in from the written frame (`chunks`, see
+    /// `checksum::sealed`), and the metadata it holds; `None` without checksums.
+    fn sealed_header(&self, chunks: &[(usize, &[u8])]) -> Result<Option<SealedHeader>> {
+        let Some(fields) = &self.checksum_fields else {
+            return Ok(None);
+        };
+        let entry = crate::checksum::sealed(&self.written, fields, chunks)?;
+        let mut metadata = self.written.metadata.clone();
+        metadata.insert(meta::CHECKSUM.into(), entry);
+        let header = write_header(&metadata, &self.written.entries)?;
+        if header.len() != self.header.len() {
+            return Err(internal_err!(
+                "the sealed header is {} bytes, the placeholder {}",
+                header.len(),
+                self.header.len()
+            ));
+        }
+        Ok(Some((header, metadata)))
     }
 
     /// Writes the frame into `out` (exactly `total_len` bytes). Padding bytes are zeroed so the
     /// result does not depend on what `out` held before.
-    pub fn write_into(&self, out: &mut [u8], options: EncodeOptions) -> Result<()> {
+    pub fn write_into(&mut self, out: &mut [u8], options: EncodeOptions) -> Result<()> {
         if out.len() != self.total_len {
             return Err(batch_err!(
                 "output buffer is {} bytes but the frame needs {}",
@@ -110,11 +157,17 @@ impl<'a> Plan<'a> {
             cursor = cursor.max(offset + len);
         }
         out[cursor..].fill(0);
-        run_jobs(&self.jobs, out, options.threads, options.parallel_threshold)
+        run_jobs(&self.jobs, out, options.threads, options.parallel_threshold)?;
+        if let Some((header, metadata)) = self.sealed_header(&[(0, out)])? {
+            out[..header.len()].copy_from_slice(&header);
+            self.header = header;
+            self.written.metadata = metadata;
+        }
+        Ok(())
     }
 
     /// Writes the frame into a new (or recycled) aligned buffer.
-    pub fn write(&self, options: EncodeOptions) -> Result<AlignedBuf> {
+    pub fn write(&mut self, options: EncodeOptions) -> Result<AlignedBuf> {
         let mut buf = AlignedBuf::recycled(self.total_len)
             .ok_or_else(|| batch_err!("could not allocate a frame of {} bytes", self.total_len))?;
         self.write_into(buf.as_mut_slice(), options)?;
@@ -152,7 +205,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        let plan = plan(&request).unwrap();
+        let mut plan = plan(&request).unwrap();
         let mut frame = vec![0xAAu8; plan.total_len];
         plan.write_into(&mut frame, EncodeOptions::default())
             .unwrap();

@@ -2,6 +2,7 @@
 //! reader trusts), its aligned and pooled buffer, the copies into it (streaming stores for large frames) and padded rows out of it.
 
 pub mod buffer;
+pub mod checksum;
 pub mod copy;
 pub mod header;
 pub mod layout;

@@ -250,12 +250,15 @@ fn gather_read<'a>(tables: &[Tables<'a>], rows: &Rows) -> Result<EncodeRequest<'
     ] {
         metadata.remove(key);
     }
+    // A frame with checksums gives frames with checksums, of their own bytes.
+    let checksum = metadata.remove(meta::CHECKSUM).is_some();
     Ok(EncodeRequest {
         fields,
         sequence_field: first.source.layout.sequence_field.clone(),
         lengths_field: None,
         metadata,
         num_rows_hint: Some(num_rows),
+        checksum,
     })
 }
 

@@ -291,6 +291,32 @@ impl Frame {
         Ok(())
     }
 
+    /// Whether the frame carries payload checksums (`encode(..., checksum=True)`).
+    #[getter]
+    fn has_checksum(&self) -> bool {
+        crate::checksum::present(&self.layout.header.metadata)
+    }
+
+    /// Checks every byte of the frame against its stored checksums (one xxh3-64 per field, one
+    /// for the shared tables and padding, one for the header), without the GIL. Raises
+    /// `FrameError` naming the field whose bytes changed, or when the frame carries no
+    /// checksums. O(bytes): about a fifth of a memcpy of the frame.
+    fn verify(&self, py: Python<'_>) -> PyResult<()> {
+        let names: Vec<String> = self
+            .layout
+            .fields
+            .iter()
+            .map(|f| f.spec.name.clone())
+            .collect();
+        let (header, bytes) = (&self.layout.header, self.bytes());
+        py.detach(|| {
+            guarded(OnPanic::Frame, || {
+                crate::checksum::verify(header, &names, bytes)
+            })
+        })
+        .map_err(to_py)
+    }
+
     /// The validated layout: where each field's tensors lie, as typed objects (O(fields)).
     #[getter(layout)]
     fn py_layout(&self, py: Python<'_>) -> PyResult<super::layout::PyFrameLayout> {

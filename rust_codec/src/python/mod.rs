@@ -120,6 +120,7 @@ fn prepare(
         lengths_field: codec.lengths_field.clone(),
         metadata: codec.metadata.clone(),
         num_rows_hint: None,
+        checksum: false,
     };
     for (name, kind, first, second) in &fields {
         let spec = codec.spec(name)?.clone();
@@ -207,7 +208,7 @@ fn buffer_range(obj: &Bound<'_, PyAny>) -> Option<(usize, usize)> {
 /// Encodes a batch into a new frame, or into `out` (a writable buffer, reused across calls;
 /// the frame then borrows it and is valid until `out` is overwritten).
 #[pyfunction]
-#[pyo3(signature = (codec, fields, threads=None, parallel_threshold=None, out=None))]
+#[pyo3(signature = (codec, fields, threads=None, parallel_threshold=None, out=None, checksum=false))]
 fn encode(
     py: Python<'_>,
     codec: &Bound<'_, Codec>,
@@ -215,18 +216,20 @@ fn encode(
     threads: Option<usize>,
     parallel_threshold: Option<usize>,
     out: Option<Bound<'_, PyAny>>,
+    checksum: bool,
 ) -> PyResult<Frame> {
     let limits = StageLimits {
         max_row_bytes: STAGE_MAX_ROW_BYTES,
         out: out.as_ref().and_then(buffer_range),
     };
-    let prepared = prepare(codec.get(), fields, threads, parallel_threshold, limits)?;
+    let mut prepared = prepare(codec.get(), fields, threads, parallel_threshold, limits)?;
+    prepared.request.checksum = checksum;
     let frame = match out {
         None => {
             let (buf, layout) = py
                 .detach(|| {
                     guarded(OnPanic::Internal, || {
-                        let plan = checked_plan(&prepared)?;
+                        let mut plan = checked_plan(&prepared)?;
                         let buf = plan.write(prepared.options)?;
                         let layout =
                             crate::decode::layout_from_header(plan.written, buf.as_slice())?;
@@ -237,7 +240,7 @@ fn encode(
             Frame::from_owned(buf, layout)
         }
         Some(out) => {
-            let plan = py
+            let mut plan = py
                 .detach(|| guarded(OnPanic::Internal, || checked_plan(&prepared)))
                 .map_err(to_py)?;
             let request = &prepared.request;
@@ -259,19 +262,21 @@ fn encode(
 /// tensors, padding, casts, non-contiguous inputs). Written one after another, the parts are
 /// byte-identical to `encode`'s frame.
 #[pyfunction]
-#[pyo3(signature = (codec, fields, min_borrow=0))]
+#[pyo3(signature = (codec, fields, min_borrow=0, checksum=false))]
 fn encode_parts(
     py: Python<'_>,
     codec: &Bound<'_, Codec>,
     fields: Vec<RawField<'_>>,
     min_borrow: usize,
+    checksum: bool,
 ) -> PyResult<Vec<Py<PyAny>>> {
     // A staged row is a copy; rows under `min_borrow` bytes are copied into owned parts anyway.
     let limits = StageLimits {
         max_row_bytes: STAGE_MAX_ROW_BYTES.min(min_borrow.saturating_sub(1)),
         out: None,
     };
-    let prepared = prepare(codec.get(), fields, None, None, limits)?;
+    let mut prepared = prepare(codec.get(), fields, None, None, limits)?;
+    prepared.request.checksum = checksum;
     let parts = py
         .detach(|| {
             guarded(OnPanic::Internal, || {
@@ -482,7 +487,7 @@ fn row_selection(rows: Option<&Bound<'_, PyAny>>) -> PyResult<crate::ops::Rows> 
 /// A frame op's output. Its layout comes from the header the encoder wrote (no JSON parse),
 /// validated against the bytes as `parse_frame` would.
 fn new_frame(request: &crate::encode::EncodeRequest<'_>) -> crate::Result<Frame> {
-    let plan = crate::encode::plan(request)?;
+    let mut plan = crate::encode::plan(request)?;
     let buf = plan.write(EncodeOptions::default())?;
     let layout = crate::decode::layout_from_header(plan.written, buf.as_slice())?;
     Ok(Frame::from_owned(buf, layout))

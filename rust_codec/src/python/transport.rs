@@ -65,18 +65,21 @@ pub fn frame_validation_ranges(
 /// The exact size of the frame `encode` would make of these fields (validated and laid out,
 /// contracts checked, nothing copied).
 #[pyfunction]
+#[pyo3(signature = (codec, fields, checksum=false))]
 pub fn encoded_nbytes(
     py: Python<'_>,
     codec: &Bound<'_, super::codec::Codec>,
     fields: Vec<RawField<'_>>,
+    checksum: bool,
 ) -> PyResult<usize> {
-    let prepared = super::prepare(
+    let mut prepared = super::prepare(
         codec.get(),
         fields,
         None,
         None,
         super::staged::StageLimits::NONE,
     )?;
+    prepared.request.checksum = checksum;
     let n = py
         .detach(|| {
             guarded(OnPanic::Internal, || {

@@ -257,6 +257,8 @@ pub mod meta {
     /// The schema as canonical JSON, and `sha256:` + its hex digest (written by Python).
     pub const SCHEMA: &str = "py_wire.schema";
     pub const FINGERPRINT: &str = "py_wire.fingerprint";
+    /// Optional payload checksums (see `frame::checksum`).
+    pub const CHECKSUM: &str = "py_wire.checksum";
     /// Every key, by short name, for the Python layer (one declaration of each).
     pub const ALL: [(&str, &str); 6] = [
         ("format", FORMAT),
