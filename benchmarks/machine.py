@@ -41,6 +41,24 @@ def load_average() -> tuple[float, float, float]:
     return os.getloadavg()
 
 
+def non_temporal_threshold() -> str:
+    """glibc's ``x86_non_temporal_threshold``: memcpy streams (non-temporal stores) above it."""
+    import subprocess
+
+    for loader in ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"):
+        try:
+            out = subprocess.run(
+                [loader, "--list-tunables"], capture_output=True, text=True, timeout=10
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        for line in out.splitlines():
+            if "x86_non_temporal_threshold" in line:
+                value = int(line.split(":")[1].split()[0], 16)
+                return f"{value / 2**20:.0f} MiB"
+    return "unknown"
+
+
 def facts() -> dict[str, Any]:
     try:
         import torch
@@ -50,6 +68,7 @@ def facts() -> dict[str, Any]:
         torch_version = "not installed"
     return {
         "cpu": cpu_model(),
+        "non_temporal_threshold": non_temporal_threshold(),
         "cores_usable": len(os.sched_getaffinity(0)),
         "cores_online": os.cpu_count(),
         "mem_total_gib": meminfo_gib("MemTotal"),
@@ -73,7 +92,8 @@ def describe(info: dict[str, Any] | None = None) -> str:
     memory = f"{total:.1f} GiB total, {avail:.1f} GiB available" if total else "unknown"
     env = " ".join(f"{k}={v}" for k, v in info["env"].items()) or "none set"
     return (
-        f"cpu: {info['cpu']}, {info['cores_usable']} usable cores ({info['cores_online']} online)\n"
+        f"cpu: {info['cpu']}, {info['cores_usable']} usable cores ({info['cores_online']} online), "
+        f"glibc x86_non_temporal_threshold {info.get('non_temporal_threshold', 'unknown')}\n"
         f"memory: {memory}\n"
         f"load average (1, 5, 15 min): {load}\n"
         f"python {info['python']}, torch {info['torch']}, {info['platform']}\n"

@@ -15,9 +15,9 @@ from typing import Any, Literal
 import torch
 
 from py_wire import _native
+from py_wire._args import fill_value, flag, optional_count
 from py_wire._device import host_shadow
 from py_wire._dtypes import DTYPES
-from py_wire._encode import check_flag
 from py_wire._native import Frame, FrameError, FrameLayout, SchemaError, TensorLoc
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._rows import RowWindow
@@ -29,6 +29,10 @@ from py_wire._trainer import attention_mask as make_attention_mask
 
 Layout = Literal["nested", "padded", "list"]
 Writable = Literal["auto", "view", "copy"]
+
+#: The largest pad_to_multiple_of: padding sequences to a multiple of more than a million
+#: tokens is a mistake, and would allocate [B, k x 2**20] before saying so.
+MAX_PAD_MULTIPLE = 1 << 20
 WRITABLE_POLICIES: tuple[Writable, ...] = ("auto", "view", "copy")
 
 
@@ -172,12 +176,16 @@ def decode(
     check.
     """
     policy = writable_policy(writable)
-    check_flag("verify", verify)
+    flag("verify", verify)
     if layout not in (None, "nested", "padded", "list"):
         raise _native.WireError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
     partial = rows is not None or stage is not None
     frame, clone, payload = _source_frame(data, policy, partial)
     if verify:
+        if not frame.has_checksum:
+            raise FrameError(
+                "verify=True, but the frame carries no checksums (encode it with checksum=True)"
+            )
         host = frame if payload is None else Frame.from_buffer(payload.cpu().numpy())
         host.verify()
     frame_schema = checked_schema(frame)
@@ -189,7 +197,9 @@ def decode(
                 f"({frame.metadata.get(FINGERPRINT_KEY)}), not {wanted.name!r} v{wanted.version} "
                 f"({wanted.fingerprint})"
             )
-    _check_trainer_options(frame_schema, layout, pad_to_multiple_of, pad_values, attention_mask)
+    pad_to_multiple_of, pad_values = _check_trainer_options(
+        frame_schema, layout, pad_to_multiple_of, pad_values, attention_mask, source_dtype
+    )
     views = FrameViews(frame, payload, private=clone)
     window = None if rows is None else RowWindow(views.seq_offsets, frame.num_rows, rows)
     keep = set(frame_schema.fields_for(stage)) if stage is not None else None
@@ -272,24 +282,34 @@ def _check_trainer_options(
     pad_to_multiple_of: int | None,
     pad_values: Mapping[str, Any] | None,
     attention_mask: bool,
-) -> None:
-    if pad_to_multiple_of is not None:
-        padded_width(torch.zeros(0, dtype=torch.int64), pad_to_multiple_of)  # checks the value
-        if layout != "padded" and not attention_mask:
-            raise _native.WireError(
-                "pad_to_multiple_of applies to layout='padded' or attention_mask"
-            )
-    for key in pad_values or {}:
-        field = schema.fields.get(key)
+    source_dtype: bool,
+) -> tuple[int | None, dict[str, Any]]:
+    """The checked ``pad_to_multiple_of`` and ``pad_values`` (each value one the padded
+    tensor's dtype holds exactly: no ``nan`` or ``1.5`` into an int64 field)."""
+    flag("attention_mask", attention_mask)
+    flag("source_dtype", source_dtype)
+    pad_to_multiple_of = optional_count(
+        "pad_to_multiple_of", pad_to_multiple_of, minimum=1, maximum=MAX_PAD_MULTIPLE
+    )
+    if pad_to_multiple_of is not None and layout != "padded" and not attention_mask:
+        raise _native.WireError("pad_to_multiple_of applies to layout='padded' or attention_mask")
+    if pad_values is not None and not isinstance(pad_values, Mapping):
+        raise TypeError(f"pad_values must be a mapping, not {type(pad_values).__name__}")
+    pads: dict[str, Any] = {}
+    for key, value in (pad_values or {}).items():
+        field = schema.fields.get(key) if isinstance(key, str) else None
         if field is None or field.tier != "per_token":
             raise _native.WireError(
                 f"pad_values: {key!r} is not a per-token field of schema {schema.name!r}"
             )
+        dtype = DTYPES[field.dtype if source_dtype else field.stored_dtype]
+        pads[key] = fill_value(f"pad_values[{key!r}]", value, dtype)
     if attention_mask and ATTENTION_MASK in schema.fields:
         raise _native.WireError(
             f"schema {schema.name!r} has a field named {ATTENTION_MASK!r}; attention_mask=True "
             "would shadow it"
         )
+    return pad_to_multiple_of, pads
 
 
 def checked_schema(frame: Frame) -> Schema:

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from py_wire import _native
+from py_wire._args import count, flag, optional_count
 from py_wire._dtypes import DTYPES
 from py_wire._native import BatchError, Frame
 from py_wire._packed import PackedTensor
@@ -65,8 +66,8 @@ def encode(
     ``__torch_function__``) answers for their dtype, shape or data pointer.
     """
     schema = load_schema(schema)
-    _check_int("threads", threads, 1, MAX_THREADS)
-    check_flag("checksum", checksum)
+    optional_count("threads", threads, minimum=1, maximum=MAX_THREADS)
+    flag("checksum", checksum)
     fields = _fields(batch, schema, stage)
     with plain_tensors():
         frame = _native.encode(
@@ -100,17 +101,11 @@ def encode_parts(
     ``encode(..., checksum=True)`` writes (the digests are computed over the parts).
     """
     schema = load_schema(schema)
-    _check_int("min_borrow", min_borrow, 0, 2**63 - 1)
-    check_flag("checksum", checksum)
+    count("min_borrow", min_borrow)
+    flag("checksum", checksum)
     fields = _fields(batch, schema, stage)
     with plain_tensors():
         return _native.encode_parts(schema._codec_for(stage), fields, min_borrow, checksum=checksum)
-
-
-def check_flag(name: str, value: object) -> None:
-    """A keyword that must be a bool: anything else is a ``TypeError`` naming it."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
 
 
 #: The most copy threads ``encode`` accepts.
@@ -119,15 +114,6 @@ MAX_THREADS = 1024
 #: The codec reads tensors as they are: inside this context no torch function mode (or a
 #: subclass's ``__torch_function__``) answers for ``data_ptr()``, ``shape`` or ``dtype``.
 plain_tensors = torch._C.DisableTorchFunction
-
-
-def _check_int(name: str, value: Any, low: int, high: int) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise BatchError(f"{name} must be an int from {low} to {high}, not {value!r}")
-    if not low <= value <= high:
-        raise BatchError(f"{name} must be an int from {low} to {high}, not {value}")
 
 
 def _fields(
@@ -311,4 +297,5 @@ def placeholder_runs(input_ids: Any, token_id: int) -> list[list[int]]:
     """
     if isinstance(input_ids, torch.Tensor):
         input_ids = list(input_ids.unbind()) if input_ids.is_nested else [input_ids]
+    token_id = count("token_id", token_id, minimum=-(2**63), maximum=2**63 - 1)
     return _native.placeholder_runs(list(input_ids), token_id)

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from py_wire import _native
-from py_wire._encode import _fields, check_flag, plain_tensors
+from py_wire._args import flag
+from py_wire._encode import _fields, plain_tensors
 from py_wire._native import Frame, FrameError
 from py_wire._schema import Schema, load_schema
 from py_wire._source import as_frame
@@ -40,7 +42,7 @@ def encoded_nbytes(
     ``out=`` buffer. Validates the batch and its contracts as ``encode`` does (same errors),
     copies nothing."""
     schema = load_schema(schema)
-    check_flag("checksum", checksum)
+    flag("checksum", checksum)
     fields = _fields(batch, schema, stage)
     with plain_tensors():
         return _native.encoded_nbytes(schema._codec_for(stage), fields, checksum=checksum)
@@ -68,18 +70,78 @@ def save(frame: Any, path: str | os.PathLike[str]) -> None:
         raise
 
 
-def load(path: str | os.PathLike[str]) -> Frame:
+def load(path: str | os.PathLike[str], *, verify: bool = True) -> Frame:
     """Map the frame in ``path`` (validated; bytes after the frame are ignored) without
     reading it: views decoded from it lie in the mapping, pages are read on first touch.
 
+    Only the frame's own length is mapped (read from its header), so a frame at the start of
+    a larger or sparse file maps what the frame needs. ``path`` must be a regular file: a
+    directory, FIFO, socket or device is a :class:`FrameError` (a FIFO would otherwise block
+    the reader forever).
+
     The mapping is private copy-on-write (``mmap.ACCESS_COPY``): writing to a decoded view
     works and changes only this process's copy of that page, never the file, and never
-    faults as a read-only mapping would. The file must not be modified in place while
-    mapped (pages not yet written would show the change); :func:`save` replaces files by
-    rename, which is safe."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            raise FrameError(f"{os.fspath(path)!r} is empty, not a frame")
-        mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
-    return Frame.from_buffer(mapped)
+    faults as a read-only mapping would. The file must not be modified in place, and above
+    all not truncated, while mapped: pages not yet read would show the change, and reading a
+    view whose pages were cut off the file kills the process with ``SIGBUS`` (the kernel's
+    answer, which no library can catch). :func:`save` replaces files by rename, which is safe.
+
+    ``verify`` (default ``True``): when the frame carries payload checksums (``encode(...,
+    checksum=True)``), check them now, reading every page once; a changed byte is a
+    :class:`FrameError` naming the field. ``False`` keeps the load lazy.
+    """
+    flag("verify", verify)
+    name = os.fspath(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else _file_kind(st.st_mode)
+            raise FrameError(f"{name!r} is {kind}, not a regular file holding a frame")
+        if st.st_size == 0:
+            raise FrameError(f"{name!r} is empty, not a frame")
+        nbytes = frame_nbytes(_prefix(fd, name, st.st_size))
+        if nbytes > st.st_size:
+            raise FrameError(
+                f"{name!r} holds {st.st_size} bytes but its frame header describes a "
+                f"{nbytes}-byte frame: the file is truncated"
+            )
+        mapped = mmap.mmap(fd, nbytes, access=mmap.ACCESS_COPY)
+    finally:
+        os.close(fd)
+    frame = Frame.from_buffer(mapped)
+    if verify and frame.has_checksum:
+        frame.verify()
+    return frame
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def _prefix(fd: int, name: str, size: int) -> bytes:
+    """The frame's first ``8 + N`` bytes (the length word and the JSON header), read with
+    ``pread``: what :func:`frame_nbytes` needs to tell the frame's length."""
+    first = os.pread(fd, 8, 0)
+    if len(first) < 8:
+        raise FrameError(f"{name!r} is {size} bytes, shorter than a frame's 8-byte length word")
+    header_len = int.from_bytes(first, "little")
+    if header_len > _native.MAX_HEADER_BYTES:
+        raise FrameError(
+            f"{name!r}: header length {header_len} exceeds the "
+            f"{_native.MAX_HEADER_BYTES}-byte limit"
+        )
+    if header_len > size - 8:
+        raise FrameError(
+            f"{name!r}: its frame header claims {header_len} bytes but the file holds "
+            f"{size - 8} after the length word"
+        )
+    return first + os.pread(fd, header_len, 8)

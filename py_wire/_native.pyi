@@ -23,6 +23,7 @@ __all__ = [
     "FrameLayout",
     "Codec",
     "InternalError",
+    "MAX_HEADER_BYTES",
     "METADATA_KEYS",
     "ReceiveBuffer",
     "SchemaError",
@@ -65,6 +66,8 @@ class FrameError(WireError): ...
 class InternalError(WireError): ...
 
 __version__: str
+#: The largest JSON header a frame may declare, in bytes.
+MAX_HEADER_BYTES: int
 METADATA_KEYS: dict[str, str]
 
 @final

@@ -4,15 +4,19 @@ rows stay shared, and packed media are never cut as if dim 1 were the sequence."
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from typing import cast
 
 from py_wire import _native
+from py_wire._args import MAX_COUNT, count, flag, integer, optional_count
 from py_wire._decode import checked_schema
 from py_wire._native import Frame, SchemaError, WireError
 from py_wire._rows import resolve_slice
 from py_wire._source import as_frame
+
+#: The most sections ``split`` takes (zero-row sections are allowed, so the row count does not
+#: bound them).
+MAX_SECTIONS = 1 << 24
 
 
 def take_rows(frame: Frame, rows: Sequence[int] | Sequence[range] | range | slice) -> Frame:
@@ -34,9 +38,7 @@ def take_rows(frame: Frame, rows: Sequence[int] | Sequence[range] | range | slic
 def chunk(frame: Frame, chunks: int) -> list[Frame]:
     """``chunks`` frames of near-equal row counts (the first ones one row larger), as
     ``torch.tensor_split(x, chunks)`` cuts rows."""
-    if isinstance(chunks, bool) or not isinstance(chunks, int):
-        raise WireError(f"chunks must be an int, not {chunks!r}")
-    return _split(frame, chunks)
+    return _split(frame, count("chunks", chunks, minimum=1))
 
 
 def concat(frames: Sequence[Frame]) -> Frame:
@@ -72,19 +74,19 @@ def _split(frame: Frame, sections: int | Sequence[int]) -> list[Frame]:
     n = frame.num_rows
     if isinstance(sections, int) and not isinstance(sections, bool):
         if not 1 <= sections <= max(n, 1):
-            raise WireError(f"sections must be between 1 and the {n} rows, got {sections}")
+            raise WireError(f"chunks must be between 1 and the {n} rows, got {sections}")
         base, extra = divmod(n, sections)
         sizes = [base + (i < extra) for i in range(sections)]
     else:
+        if isinstance(sections, str | bytes) or not isinstance(sections, Sequence):
+            raise TypeError(f"sections must be a list of ints, not {type(sections).__name__}")
         try:
-            # A bool lands here too: iterating it raises the TypeError reported below.
-            sizes = [operator.index(s) for s in cast("Sequence[int]", sections)]
-        except TypeError:
-            raise WireError(
-                f"sections must be an int or a list of ints, not {sections!r}"
-            ) from None
-        if any(s < 0 for s in sizes):
-            raise WireError(f"section sizes {sizes} must not be negative")
+            too_many = len(sections) > MAX_SECTIONS
+        except OverflowError:
+            too_many = True
+        if too_many:
+            raise WireError(f"sections: more than {MAX_SECTIONS} sections")
+        sizes = [count(f"sections[{i}]", s) for i, s in enumerate(sections)]
     parts = _native.split_rows(frame, sizes)
     for part in parts:
         part.schema = schema
@@ -107,8 +109,12 @@ def shard(
     ``batch_size`` rows, each chunk into ``world_size`` equal parts, rank ``rank`` taking its
     part of every chunk, in chunk order (so every rank steps through the chunks together).
     """
-    if not 0 <= rank < world_size:
+    world_size = count("world_size", world_size, minimum=1)
+    rank = count("rank", rank)
+    if rank >= world_size:
         raise WireError(f"rank {rank} is not in 0..{world_size}")
+    batch_size = optional_count("batch_size", batch_size, minimum=1)
+    flag("allow_uneven", allow_uneven)
     frame = as_frame(frame)
     if batch_size is not None or allow_uneven:
         from py_wire._trainer import shard_rows
@@ -138,8 +144,10 @@ def truncate(frame: Frame, max_len: int) -> Frame:
     from py_wire._decode import decode
     from py_wire._encode import encode
 
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
-        raise WireError(f"max_len must be a non-negative int, got {max_len!r}")
+    max_len = integer("max_len", max_len)
+    if max_len < 0:
+        raise WireError(f"max_len must be a non-negative int, got {max_len}")
+    max_len = min(max_len, MAX_COUNT)  # longer than any row: nothing is cut
     frame = as_frame(frame)
     schema = checked_schema(frame)
     # Read only, then copied by encode: views even of a read-only source. Packed fields come

@@ -44,17 +44,18 @@ def row_range(rows: Any, num_rows: int, argument: str = "rows") -> range:
     if isinstance(rows, slice):
         picked = resolve_slice(rows, num_rows, argument)
     elif isinstance(rows, range):
-        if len(rows) > 1 and rows.step != 1:
-            picked = rows  # refused below, as a slice in that order would be
-        elif len(rows) == 0:
+        # No len(): a range past 2**63 rows has one, but Python cannot return it.
+        if not rows:
             picked = range(0)
-        elif rows[0] < 0:
+        elif rows[0] < 0 or rows[-1] < 0:
             raise WireError(f"{argument}: a range of rows cannot be negative, got {rows}")
+        elif rows.step != 1 and rows[0] != rows[-1]:
+            picked = rows  # refused below, as a slice in that order would be
         else:
-            picked = range(num_rows)[rows[0] : rows[-1] + 1]
+            picked = range(num_rows)[min(rows[0], num_rows) : min(rows[-1] + 1, num_rows)]
     else:
         raise TypeError(f"{argument} must be a range or a slice, not {type(rows).__name__}")
-    if picked.step != 1 and len(picked) > 1:
+    if picked.step != 1 and picked and picked[0] != picked[-1]:
         order = "in reverse order" if picked.step < 0 else f"with step {picked.step}"
         raise WireError(
             f"{argument}={rows!r} selects rows {order}; views need ascending, contiguous rows "

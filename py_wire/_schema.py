@@ -283,6 +283,8 @@ class Schema(BaseModel):
 
     def fields_for(self, stage: str) -> list[str]:
         """The fields a stage needs, in schema order."""
+        if not isinstance(stage, str):
+            raise TypeError(f"stage must be a str or None, not {type(stage).__name__}")
         if stage not in self.stages:
             raise SchemaError(
                 f"schema {self.name!r} has no stage {stage!r}; stages: {list(self.stages)}"
@@ -335,6 +337,8 @@ class Schema(BaseModel):
     def _codec_for(self, stage: str | None) -> _native.Codec:
         """The schema compiled for the codec, once per stage: it owns every field and contract
         rule (a stage's codec holds the contracts that stage is checked against)."""
+        if stage is not None and not isinstance(stage, str):
+            raise TypeError(f"stage must be a str or None, not {type(stage).__name__}")
         codec = self._codecs.get(stage)
         if codec is None:
             codec = _native.Codec(

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from py_wire import _native
+from py_wire._args import count, flag, optional_count
 from py_wire._native import WireError
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._source import as_frame
@@ -25,8 +26,7 @@ ATTENTION_MASK = "attention_mask"
 def padded_width(lengths: torch.Tensor, multiple: int | None) -> int:
     width = int(lengths.max()) if lengths.numel() else 0
     if multiple is not None:
-        if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
-            raise WireError(f"pad_to_multiple_of must be a positive int, not {multiple!r}")
+        multiple = count("pad_to_multiple_of", multiple, minimum=1)
         width = -(-width // multiple) * multiple
     return width
 
@@ -58,7 +58,13 @@ def micro_batches(
     ``decode(frame, rows=range(g[0], g[-1] + 1))``, a view). A row longer than the budget
     raises ``WireError``.
     """
-    return _native.micro_batch_rows(as_frame(frame), max_tokens, sort, padded, pad_to_multiple_of)
+    return _native.micro_batch_rows(
+        as_frame(frame),
+        count("max_tokens", max_tokens, minimum=1),
+        flag("sort", sort),
+        flag("padded", padded),
+        count("pad_to_multiple_of", pad_to_multiple_of, minimum=1),
+    )
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,11 @@ def pack_sequences(frame: Any, max_tokens: int, *, pad_to_multiple_of: int = 1) 
     sequence offsets; ``cu_seqlens`` and ``position_ids`` are built per bin with vectorised
     torch ops. Gather a bin's tokens with ``take_rows(frame, bin.rows)`` (one copy of that bin).
     """
-    bins, lengths = _native.pack_rows(as_frame(frame), max_tokens, pad_to_multiple_of)
+    bins, lengths = _native.pack_rows(
+        as_frame(frame),
+        count("max_tokens", max_tokens, minimum=1),
+        count("pad_to_multiple_of", pad_to_multiple_of, minimum=1),
+    )
     all_lengths = torch.tensor(lengths, dtype=torch.int64)
     out = []
     for rows in bins:
@@ -112,7 +122,11 @@ def shard_rows(
     return [
         range(a, b)
         for a, b in _native.interleaved_shard_ranges(
-            num_rows, rank, world_size, batch_size, allow_uneven
+            count("num_rows", num_rows),
+            count("rank", rank),
+            count("world_size", world_size, minimum=1),
+            optional_count("batch_size", batch_size, minimum=1),
+            flag("allow_uneven", allow_uneven),
         )
     ]
 
@@ -135,7 +149,18 @@ def to(
     first copies host tensors into page-locked memory (only meaningful, and only allowed,
     when CUDA is available), so ``non_blocking=True`` transfers are truly asynchronous.
     """
-    device = torch.device(device)
+    if not isinstance(device, str | torch.device | int) or isinstance(device, bool):
+        raise TypeError(f"device must be a str or torch.device, not {type(device).__name__}")
+    try:
+        device = torch.device(device)
+    except (RuntimeError, ValueError) as e:
+        raise WireError(f"device: {device!r} is not a torch device ({e})") from None
+    try:
+        torch.empty(0, device=device)  # an unavailable device fails here, not mid-batch
+    except (RuntimeError, AssertionError) as e:
+        raise WireError(f"device {device} is not available here: {e}") from None
+    flag("non_blocking", non_blocking)
+    flag("pin_memory", pin_memory)
     if pin_memory and not torch.cuda.is_available():
         raise WireError("pin_memory needs CUDA, which this machine does not have")
 

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from py_wire._args import count, optional_count
 from py_wire._decode import Writable, checked_schema, decode
 from py_wire._dtypes import DTYPES
 from py_wire._encode import encode
@@ -84,6 +85,11 @@ RESPONSE_KEYS = frozenset(
 
 def _err(message: str, **context: Any) -> BatchError:
     return with_context(BatchError(message), **context)
+
+
+#: The longest prompt_length / response_length from_frame pads to: 16M tokens, far beyond any
+#: context window, and small enough that a mistyped width fails here, not in the allocator.
+MAX_SEQUENCE = 1 << 24
 
 
 def dataproto_class() -> type | None:
@@ -328,6 +334,11 @@ def from_frame(
     importable, else ``{"batch": ..., "non_tensor_batch": ..., "meta_info": ...}``. Padded
     tensors are new; media tensors and scalars are views, under :func:`py_wire.decode`'s
     ``writable`` policy (the default copies a read-only source, such as a Ray object, once)."""
+    prompt_length = optional_count("prompt_length", prompt_length, maximum=MAX_SEQUENCE)
+    response_length = optional_count("response_length", response_length, maximum=MAX_SEQUENCE)
+    pad_token_id = count("pad_token_id", pad_token_id, minimum=-(2**63), maximum=2**63 - 1)
+    if meta_info is not None and not isinstance(meta_info, Mapping):
+        raise TypeError(f"meta_info must be a mapping, not {type(meta_info).__name__}")
     frame = as_frame(frame)
     sch = checked_schema(frame)
     dtypes = {k: DTYPES[f.dtype] for k, f in sch.fields.items()}
@@ -388,7 +399,7 @@ def _to_verl(
         if name == UID_KEY:
             non_tensor[name] = _strings(value)
         elif isinstance(value, PackedTensor) and name == "position_ids":
-            batch[name] = _mrope(value, mask, shapes[name])
+            batch[name] = _mrope(value, mask, shapes[name], lengths)
         elif isinstance(value, PackedTensor) and name in RESPONSE_KEYS:
             got = _row_numel(value)
             if not torch.equal(got, r):
@@ -437,8 +448,25 @@ def _width(lengths: torch.Tensor, want: int | None, name: str) -> int:
     return want
 
 
-def _mrope(value: PackedTensor, mask: torch.Tensor, channels: tuple[Any, ...]) -> torch.Tensor:
+def _mrope(
+    value: PackedTensor, mask: torch.Tensor, channels: tuple[Any, ...], lengths: torch.Tensor
+) -> torch.Tensor:
     flat = value.as_tensor()  # [C, sum L] (pack dim 1)
+    if flat is not None:
+        # Each row must hold exactly its own tokens' positions: otherwise the scatter below
+        # would move values across row boundaries whenever the totals agree.
+        got = _row_numel(value) // max(flat.shape[0], 1)
+        if not torch.equal(got, lengths):
+            row = int(torch.nonzero(got != lengths)[0, 0])
+            raise _err(
+                f"field 'position_ids', row {row}: positions for {int(got[row])} tokens, but "
+                f"the row has {int(lengths[row])} (input_ids)",
+                field="position_ids",
+                row=row,
+                kind="length",
+                expected=int(lengths[row]),
+                found=int(got[row]),
+            )
     if flat is None:  # no tokens at all: [B, C, L] of the fill
         lead = next((d for d in channels if isinstance(d, int)), 0)
         return torch.ones((mask.shape[0], lead, mask.shape[1]), dtype=torch.int64)
@@ -451,13 +479,26 @@ def _strings(value: PackedTensor) -> np.ndarray:
     out = np.empty(len(value), dtype=object)
     cache: dict[tuple[int, int], str] = {}
     for i, row in enumerate(value.rows()):
+        if row is not None and len(row) > 1:
+            raise _err(
+                f"field {UID_KEY!r}, row {i}: {len(row)} strings where a row holds one",
+                field=UID_KEY,
+                row=i,
+            )
         seg = row[0] if row else None
         if seg is None:
             out[i] = None
             continue
         key = (seg.data_ptr(), seg.numel())  # an empty segment shares its neighbour's ptr
         if key not in cache:
-            cache[key] = bytes(seg.numpy()).decode()
+            try:
+                cache[key] = bytes(seg.numpy()).decode()
+            except UnicodeDecodeError as e:
+                raise _err(
+                    f"field {UID_KEY!r}, row {i}: not UTF-8 ({e.reason} at byte {e.start})",
+                    field=UID_KEY,
+                    row=i,
+                ) from None
         out[i] = cache[key]
     return out
 

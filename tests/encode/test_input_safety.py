@@ -400,13 +400,21 @@ def test_nemo_len_mismatch_is_refused() -> None:
 # 7. Argument errors --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("threads", ["2", -1, 0, 1.5, True, 10**30])
-def test_bad_threads_is_a_batch_error(threads: object) -> None:
-    with pytest.raises(BatchError, match=r"threads must be an int from 1 to"):
+@pytest.mark.parametrize("threads", ["2", 1.5, True])
+def test_threads_of_another_type_is_a_type_error(threads: object) -> None:
+    with pytest.raises(TypeError, match=r"threads must be an int"):
         py_wire.encode({"x": [torch.ones(2)]}, S, threads=threads)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("min_borrow", ["2", -1, 2.0])
-def test_bad_min_borrow_is_a_batch_error(min_borrow: object) -> None:
-    with pytest.raises(BatchError, match=r"min_borrow must be an int"):
-        py_wire.encode_parts({"x": [torch.ones(2)]}, S, min_borrow=min_borrow)  # type: ignore[arg-type]
+@pytest.mark.parametrize("threads", [-1, 0, 10**30])
+def test_threads_out_of_range_is_a_wire_error(threads: int) -> None:
+    with pytest.raises(
+        py_wire.WireError, match=rf"threads must be between 1 and 1024, got {threads}"
+    ):
+        py_wire.encode({"x": [torch.ones(2)]}, S, threads=threads)
+
+
+def test_bad_min_borrow_names_it() -> None:
+    for bad, error in (("2", TypeError), (2.0, TypeError), (-1, py_wire.WireError)):
+        with pytest.raises(error, match=r"min_borrow must be"):
+            py_wire.encode_parts({"x": [torch.ones(2)]}, S, min_borrow=bad)  # type: ignore[arg-type]

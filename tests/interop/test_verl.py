@@ -356,3 +356,61 @@ def test_from_frame_of_read_only_bytes_follows_the_writable_policy(writable: str
     if writable == "auto":
         pixels.zero_()
         assert raw == bytes(pw_verl.to_frame(dp, "verl/qwen2_5_vl", drop_meta_info=True))
+
+
+def _edited_frame(schema: str, edit: Any) -> py_wire.Frame:
+    """A frame py_wire accepts whose rows were edited as a hostile producer could."""
+    dp, _ = verl_batch(schema.endswith("qwen2_5_vl"))
+    frame = pw_verl.to_frame(dp, schema, drop_meta_info=True)
+    rows = py_wire.decode(frame, layout="list")
+    edit(rows)
+    return py_wire.encode(rows, schema)
+
+
+def test_position_rows_that_disagree_with_input_ids_are_refused() -> None:
+    def move_a_column(rows: dict[str, Any]) -> None:
+        # Same total, one token's positions moved from row 0 to row 1.
+        (a,), (b,) = rows["position_ids"][0], rows["position_ids"][1]
+        rows["position_ids"][0] = [a[:, :-1]]
+        rows["position_ids"][1] = [torch.cat([a[:, -1:], b], dim=1)]
+
+    frame = _edited_frame("verl/qwen2_5_vl", move_a_column)
+    with pytest.raises(py_wire.BatchError, match=r"'position_ids', row 0: positions for") as e:
+        pw_verl.from_frame(frame)
+    assert (e.value.field, e.value.row) == ("position_ids", 0)
+
+
+def test_a_uid_row_of_two_strings_is_refused() -> None:
+    def two_strings(rows: dict[str, Any]) -> None:
+        rows["uid"][2] = [torch.tensor(list(b"abc"), dtype=torch.uint8)] * 2
+
+    with pytest.raises(py_wire.BatchError, match=r"'uid', row 2: 2 strings") as e:
+        pw_verl.from_frame(_edited_frame("verl/text", two_strings))
+    assert (e.value.field, e.value.row) == ("uid", 2)
+
+
+def test_a_uid_that_is_not_utf8_is_a_batch_error() -> None:
+    def not_utf8(rows: dict[str, Any]) -> None:
+        rows["uid"][1] = [torch.tensor([0x61, 0xFF, 0x62], dtype=torch.uint8)]
+
+    with pytest.raises(py_wire.BatchError, match=r"'uid', row 1: not UTF-8") as e:
+        pw_verl.from_frame(_edited_frame("verl/text", not_utf8))
+    assert (e.value.field, e.value.row) == ("uid", 1)
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "error"),
+    [
+        ("response_length", -1, py_wire.WireError),
+        ("response_length", "24", TypeError),
+        ("prompt_length", 2**70, py_wire.WireError),
+        ("pad_token_id", 2**64, py_wire.WireError),
+        ("pad_token_id", 1.5, TypeError),
+        ("meta_info", [("a", 1)], TypeError),
+    ],
+)
+def test_from_frame_arguments_name_themselves(argument: str, value: Any, error: type) -> None:
+    dp, _ = verl_batch(False)
+    frame = pw_verl.to_frame(dp, "verl/text", drop_meta_info=True)
+    with pytest.raises(error, match=argument):
+        pw_verl.from_frame(frame, **{argument: value})

@@ -7,6 +7,7 @@ tests/decode/test_device.py."""
 
 from __future__ import annotations
 
+import gc
 import socket
 
 import pytest
@@ -183,3 +184,104 @@ def test_a_frame_shorter_than_announced_is_a_frame_error() -> None:
             received = torch.frombuffer(host, dtype=torch.uint8)
         with pytest.raises(py_wire.FrameError, match=rf"rank 3 announced {len(frame) + 128}"):
             pwd._to_frame(received, host, len(frame) + 128, "rank 3")
+
+
+def _same_size_frames() -> tuple[py_wire.Frame, py_wire.Frame]:
+    """Two different frames of one size above the pool's floor: a receive of the second
+    reuses the pooled buffer of the first once it is dropped."""
+    batch = generate(SCHEMA, 12, seed=0)
+    a = py_wire.encode(batch, SCHEMA)
+    batch["advantages"] = [t + 1 for t in batch["advantages"]]
+    batch["reward"] = batch["reward"] + 1
+    b = py_wire.encode(batch, SCHEMA)
+    assert len(a) == len(b) > 4 << 20 and bytes(a) != bytes(b)
+    return a, b
+
+
+def _raw_send(frame_bytes: bytes, announce: py_wire.Frame, dst: int) -> None:
+    """What a hostile or broken peer does: announce ``announce``, send ``frame_bytes``."""
+    dist.send(pwd._header(announce, torch.device("cpu")), dst)
+    dist.send(torch.frombuffer(bytearray(frame_bytes), dtype=torch.uint8), dst)
+
+
+def _hostile_peer(rank: int, port: int) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        a, b = _same_size_frames()
+        checked = py_wire.encode(generate(SCHEMA, 3, seed=1), SCHEMA, checksum=True)
+        flipped = bytearray(bytes(checked))
+        ids = next(f for f in checked.layout.fields if f.name == "input_ids").values
+        flipped[ids.offset + 5] ^= 0x10
+        if rank == 0:
+            pwd.send(a, 1)
+            # 1. short: B announced, a third of it sent; the buffer last held A.
+            _raw_send(bytes(b)[: len(b) // 3], b, 1)
+            # 2. all but the last byte.
+            _raw_send(bytes(b)[:-1], b, 1)
+            # 3. garbage of the announced length whose last bytes match the announcement.
+            junk = bytearray(b"\x5a" * len(b))
+            junk[-8:] = bytes(b)[-8:]
+            _raw_send(bytes(junk), b, 1)
+            # 4. one payload bit flipped in flight in a frame that carries checksums.
+            _raw_send(bytes(flipped), checked, 1)
+            # 5. the same, received with verify=False: a valid frame of the changed bytes.
+            _raw_send(bytes(flipped), checked, 1)
+            pwd.send(b, 1)
+            return
+        first = pwd.recv(0)
+        _check(first, a)
+        span = _frame_span(first)
+        del first  # its pooled buffer is the next receive's
+        with pytest.raises(py_wire.FrameError, match=r"rank 0 announced .* ended early"):
+            pwd.recv(0)
+        with pytest.raises(py_wire.FrameError, match="ended early"):
+            pwd.recv(0)
+        with pytest.raises(py_wire.FrameError):
+            pwd.recv(0)
+        with pytest.raises(py_wire.FrameError, match="input_ids"):
+            pwd.recv(0)
+        unverified = pwd.recv(0, verify=False)
+        assert bytes(unverified) == bytes(flipped)
+        with pytest.raises(py_wire.FrameError, match="input_ids"):
+            unverified.verify()
+        del unverified
+        gc.collect()  # the refused receives' buffers, held by their tracebacks until now
+        last = pwd.recv(0)
+        _check(last, b)
+        # Every receive of B's size landed in A's recycled buffer, the short ones included:
+        # the buffer held A's bytes, and the end-of-message check is what refused them.
+        assert _frame_span(last) == span
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_hostile_peer_never_yields_another_frames_bytes() -> None:
+    mp.spawn(_hostile_peer, args=(_free_port(),), nprocs=2, join=True)
+
+
+def _dying_peer(rank: int, port: int) -> None:
+    import datetime
+    import os
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=2,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    a, b = _same_size_frames()
+    if rank == 0:
+        pwd.send(a, 1)
+        dist.send(pwd._header(b, torch.device("cpu")), 1)
+        os._exit(0)  # dies after the announcement, before the payload
+    first = pwd.recv(0)
+    _check(first, a)
+    del first
+    with pytest.raises(RuntimeError):  # gloo: the connection closed; no frame comes back
+        pwd.recv(0)
+    os._exit(0)
+
+
+def test_a_peer_dying_mid_send_yields_no_frame() -> None:
+    mp.spawn(_dying_peer, args=(_free_port(),), nprocs=2, join=True)

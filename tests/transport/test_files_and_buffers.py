@@ -160,3 +160,58 @@ def test_read_only_mmap_still_decodes(frame: py_wire.Frame, tmp_path) -> None:
     with open(path, "rb") as f:
         ro = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     assert py_wire.Frame.from_buffer(ro).readonly_buffer
+
+
+def test_load_refuses_what_is_not_a_regular_file(frame: py_wire.Frame, tmp_path) -> None:
+    with pytest.raises(py_wire.FrameError, match="is a directory, not a regular file"):
+        py_wire.load(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    # Opened without blocking and refused: no writer ever comes.
+    with pytest.raises(py_wire.FrameError, match="is a FIFO, not a regular file"):
+        py_wire.load(fifo)
+
+
+def test_load_maps_the_frame_not_the_whole_file(frame: py_wire.Frame, tmp_path) -> None:
+    sparse = tmp_path / "sparse"
+    with open(sparse, "wb") as f:
+        f.write(bytes(frame))
+        f.truncate(1 << 40)  # 1 TiB, almost all of it a hole
+    loaded = py_wire.load(sparse)
+    assert len(loaded) == len(frame) and len(memoryview(loaded)) == len(frame)
+    _same(py_wire.decode(loaded))
+
+
+def test_load_refuses_a_truncated_file_by_its_header(frame: py_wire.Frame, tmp_path) -> None:
+    path = tmp_path / "cut"
+    path.write_bytes(bytes(frame)[: len(frame) - 100])
+    with pytest.raises(py_wire.FrameError, match=rf"holds {len(frame) - 100} bytes .*truncated"):
+        py_wire.load(path)
+    header_only = tmp_path / "header_only"
+    header_only.write_bytes(bytes(frame)[:20])
+    with pytest.raises(py_wire.FrameError, match="header claims"):
+        py_wire.load(header_only)
+    huge = tmp_path / "huge_header"
+    huge.write_bytes((1 << 40).to_bytes(8, "little") + b"{}")
+    with pytest.raises(py_wire.FrameError, match="exceeds the 100000000-byte limit"):
+        py_wire.load(huge)
+
+
+def test_load_verifies_checksums_unless_asked_not_to(tmp_path) -> None:
+    checked = py_wire.encode(small_vlm_batch(), "qwen2_5_vl", checksum=True)
+    field = next(f for f in checked.layout.fields if f.name == "pixel_values")
+    damaged = bytearray(bytes(checked))
+    damaged[field.values.offset + 3] ^= 1
+    path = tmp_path / "damaged"
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(py_wire.FrameError, match="pixel_values"):
+        py_wire.load(path)
+    lazy = py_wire.load(path, verify=False)
+    assert bytes(lazy) == bytes(damaged)
+    with pytest.raises(py_wire.FrameError, match="pixel_values"):
+        lazy.verify()
+    intact = tmp_path / "intact"
+    py_wire.save(checked, intact)
+    assert bytes(py_wire.load(intact)) == bytes(checked)
+    with pytest.raises(TypeError, match="verify"):
+        py_wire.load(intact, verify="yes")  # type: ignore[arg-type]

@@ -86,10 +86,16 @@ def test_garbage_is_a_frame_error() -> None:
         py_wire.Frame.from_buffer(buf)
 
 
-@pytest.mark.parametrize("nbytes", [-1, -(1 << 40)])
-def test_a_negative_size_is_a_wire_error(nbytes: int) -> None:
-    with pytest.raises(py_wire.WireError, match=f"nbytes >= 0, not {nbytes}"):
+@pytest.mark.parametrize("nbytes", [-1, -(1 << 40), 1 << 63, 1 << 70])
+def test_a_negative_or_huge_size_is_a_wire_error(nbytes: int) -> None:
+    with pytest.raises(py_wire.WireError, match=rf"0 <= nbytes <= \d+, not {nbytes}"):
         ReceiveBuffer(nbytes)
+
+
+@pytest.mark.parametrize("nbytes", [None, 1.0, "8", True])
+def test_a_size_of_another_type_is_a_type_error(nbytes: object) -> None:
+    with pytest.raises(TypeError, match="nbytes must be an int"):
+        ReceiveBuffer(nbytes)  # type: ignore[arg-type]
 
 
 def test_an_impossible_size_is_a_wire_error() -> None:

@@ -60,7 +60,7 @@ pub fn micro_batches(
         let len = round_up(lengths[row], multiple)?;
         if len > max_tokens {
             return Err(argument_err!(
-                "row {row} has {} tokens ({len} rounded to a multiple of {multiple}), more than \
+                "row {row} has {} tokens ({len} rounded to pad_to_multiple_of = {multiple}), more than \
                  max_tokens = {max_tokens}",
                 lengths[row]
             ));
@@ -99,7 +99,7 @@ pub fn pack_first_fit_decreasing(
         let r = round_up(len, multiple)?;
         if r > max_tokens {
             return Err(argument_err!(
-                "row {row} has {len} tokens ({r} rounded to a multiple of {multiple}), more than \
+                "row {row} has {len} tokens ({r} rounded to pad_to_multiple_of = {multiple}), more than \
                  max_tokens = {max_tokens}"
             ));
         }
@@ -164,8 +164,12 @@ pub fn interleaved_shard(
         ));
     }
     if !allow_uneven && !batch.is_multiple_of(world_size) {
+        let what = match batch_size {
+            Some(_) => "batch_size",
+            None => "num_rows (the batch_size when none is given)",
+        };
         return Err(argument_err!(
-            "batch_size {batch} is not a multiple of world_size {world_size}"
+            "{what} {batch} is not a multiple of world_size {world_size}"
         ));
     }
     let shard = if allow_uneven {

@@ -173,7 +173,7 @@ pub fn split<'a>(source: Source<'a>, sizes: &[u64]) -> Result<Vec<EncodeRequest<
     let total = sizes.iter().try_fold(0u64, |acc, &s| acc.checked_add(s));
     if total != Some(rows) {
         return Err(argument_err!(
-            "section sizes {sizes:?} do not add up to the frame's {rows} rows"
+            "sections: sizes {sizes:?} do not add up to the frame's {rows} rows"
         ));
     }
     let tables = [Tables::read(source)?];

@@ -502,13 +502,33 @@ pub struct ReceiveBuffer {
 #[pymethods]
 impl ReceiveBuffer {
     #[new]
-    fn new(py: Python<'_>, nbytes: i64) -> PyResult<ReceiveBuffer> {
+    fn new(py: Python<'_>, nbytes: &Bound<'_, PyAny>) -> PyResult<ReceiveBuffer> {
         let wire_error = |m: String| super::errors::WireError::new_err(m);
-        let len = usize::try_from(nbytes)
-            .map_err(|_| wire_error(format!("a receive buffer needs nbytes >= 0, not {nbytes}")))?;
-        let buf = py
-            .detach(|| AlignedBuf::recycled(len))
-            .ok_or_else(|| wire_error(format!("cannot allocate a {len}-byte receive buffer")))?;
+        // Checked here rather than by PyO3's conversion, whose OverflowError names nothing.
+        if nbytes.is_instance_of::<pyo3::types::PyBool>()
+            || !nbytes.is_instance_of::<pyo3::types::PyInt>()
+        {
+            let kind = nbytes.get_type().name()?;
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "nbytes must be an int, not {kind}"
+            )));
+        }
+        let len = nbytes
+            .extract::<u64>()
+            .ok()
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(|| {
+                wire_error(format!(
+                    "a receive buffer needs 0 <= nbytes <= {}, not {nbytes}",
+                    isize::MAX
+                ))
+            })?;
+        let buf = py.detach(|| AlignedBuf::recycled(len)).ok_or_else(|| {
+            wire_error(format!(
+                "nbytes = {len}: cannot allocate a receive buffer that large"
+            ))
+        })?;
         Ok(ReceiveBuffer { buf })
     }
 

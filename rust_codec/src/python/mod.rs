@@ -435,7 +435,7 @@ fn row_selection(rows: Option<&Bound<'_, PyAny>>) -> PyResult<crate::ops::Rows> 
         let int = |name: &str| -> PyResult<i64> {
             range.getattr(name)?.extract().map_err(|_| {
                 errors::WireError::new_err(format!(
-                    "row range {range}: {name} does not fit in 64 bits"
+                    "rows: row range {range}: {name} does not fit in 64 bits"
                 ))
             })
         };
@@ -458,12 +458,12 @@ fn row_selection(rows: Option<&Bound<'_, PyAny>>) -> PyResult<crate::ops::Rows> 
                 })();
                 let (start, stop, step) = bounds.map_err(|_| {
                     errors::WireError::new_err(format!(
-                        "row spans must be ranges of non-negative rows, not {r}"
+                        "rows: row spans must be ranges of non-negative rows, not {r}"
                     ))
                 })?;
                 if step != 1 {
                     return Err(errors::WireError::new_err(format!(
-                        "row span {r} must have step 1"
+                        "rows: row span {r} must have step 1"
                     )));
                 }
                 if start < stop {
@@ -581,6 +581,7 @@ mod _native {
             keys.set_item(short, key)?;
         }
         m.add("METADATA_KEYS", keys)?;
+        m.add("MAX_HEADER_BYTES", crate::header::MAX_HEADER_BYTES)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))
     }
 

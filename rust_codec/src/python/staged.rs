@@ -1,24 +1,27 @@
-//! Per-token rows of many small tensors, read at the per-tensor floor.
+//! Per-token rows of many small tensors, read with as few Python calls as torch allows.
 //!
 //! The full reader (`extract::tensor_ref`) makes about ten Python calls per tensor and holds
-//! each tensor's untyped storage. Holding it creates a storage object per tensor, which the GC
-//! tracks and torch keeps alive with the tensor: on a batch of fresh tiny tensors that is
-//! ~1 µs per tensor, several times what copying one costs. This module reads a row with as few
-//! calls as torch's Python API allows, each a direct call of `torch.Tensor`'s own getter or C
-//! method (no attribute lookup, no bound method, nothing an instance `__dict__` can shadow, no
-//! object the GC tracks), and copies a small row's bytes into a staging buffer right after
-//! reading its data pointer, with the GIL held from that read to the end of the copy: no
-//! Python code runs in between, so no other thread can free or swap the memory, and no storage
-//! needs holding. A row larger than [`STAGE_MAX_ROW_BYTES`] is not staged: its storage is held
-//! and it is copied once, with the GIL released, as every other input is.
+//! each tensor's untyped storage. This module reads a row with direct calls of
+//! `torch.Tensor`'s and `torch.UntypedStorage`'s own getters and C methods (no attribute
+//! lookup, no bound method, nothing an instance `__dict__` can shadow), checks every fact the
+//! full reader checks (the row's bytes inside its storage among them: a storage shrunk with
+//! `resize_()` keeps the tensor's shape), and copies a small row's bytes into a staging
+//! buffer right after reading its data pointer, with the GIL held from that read to the end
+//! of the copy: no Python code runs in between, so no other thread can free, shrink or swap
+//! the memory, and no storage needs holding. Reading the storage's bounds makes torch create
+//! (and keep with the tensor) a storage object for a tensor that had none: the price of the
+//! bounds check, about 250 ns per tensor. A row larger than [`STAGE_MAX_ROW_BYTES`] is not
+//! staged: its storage is held and it is copied once, with the GIL released, as every other
+//! input is.
 //!
 //! A field whose rows are all plain, contiguous CPU tensors of one registered dtype and of
 //! the schema's rank becomes `FieldInput::Jagged` (the staging buffer and row offsets: per
 //! encode, the payload's bytes plus 8 per row) or, when some rows are large,
 //! `FieldInput::Ranges` (the staging buffer and the large rows as sources). Anything else about
 //! any row (another type or dtype, a lazy flag, a non-contiguous row, a `None` or a list, a row
-//! that overlaps `out`) hands the whole field to the full reader, which accepts or refuses it
-//! with the errors it always gave; the staged bytes are dropped.
+//! that overlaps `out`, a row whose bytes do not lie inside its storage) hands the whole field
+//! to the full reader, which accepts or refuses it with the errors it always gave; the staged
+//! bytes are dropped.
 
 use std::sync::Arc;
 
@@ -61,6 +64,13 @@ pub struct FastReader {
     is_neg: Method,
     stride: Method,
     data_ptr: Method,
+    untyped_storage: Method,
+    /// `torch.UntypedStorage` and its C methods: a row's bytes must lie inside its storage,
+    /// as the full reader checks (a storage shrunk with `resize_()` leaves the tensor's shape
+    /// as it was, and copying that shape would read past the allocation).
+    storage_type: Py<PyAny>,
+    storage_data_ptr: Method,
+    storage_nbytes: Method,
     /// `()`, the arguments of a METH_VARARGS call without arguments.
     no_args: Py<PyTuple>,
 }
@@ -139,6 +149,8 @@ impl FastReader {
         let t = tensor_type;
         let read = || -> PyResult<FastReader> {
             let sample = t.call0()?;
+            let storage = sample.call_method0("untyped_storage")?;
+            let storage_type = storage.get_type().into_any();
             Ok(FastReader {
                 dtype: getter(t, "dtype")?,
                 is_cpu: getter(t, "is_cpu")?,
@@ -147,6 +159,10 @@ impl FastReader {
                 is_neg: method(t, &sample, "is_neg")?,
                 stride: method(t, &sample, "stride")?,
                 data_ptr: method(t, &sample, "data_ptr")?,
+                untyped_storage: method(t, &sample, "untyped_storage")?,
+                storage_data_ptr: method(&storage_type, &storage, "data_ptr")?,
+                storage_nbytes: method(&storage_type, &storage, "nbytes")?,
+                storage_type: storage_type.unbind(),
                 no_args: PyTuple::empty(t.py()).unbind(),
             })
         };
@@ -170,7 +186,8 @@ fn get<'py>(
     }
 }
 
-/// `method(obj)`, `obj` being exactly a `torch.Tensor`.
+/// `method(obj)`, `obj` being exactly of the type the method was read from (`torch.Tensor`
+/// or `torch.UntypedStorage`).
 fn call<'py>(
     method: &Method,
     no_args: &Py<PyTuple>,
@@ -317,7 +334,8 @@ impl<'a, 'py> Reader<'a, 'py> {
     /// Checked: the negative bit, the dtype (a registered,
     /// non-complex one: a complex row's conjugate bit is left to the full reader), `is_cpu`,
     /// the rank and C-contiguity (from `stride()`, which raises for nested and sparse
-    /// compressed tensors), the shape (`nbytes` for rank 1) and a non-null data pointer. The
+    /// compressed tensors), the shape (`nbytes` for rank 1), a non-null data pointer and the
+    /// row's bytes inside its untyped storage (`storage_bounds`). The
     /// layout needs no call of its own: every non-strided layout fails `stride()` or
     /// `data_ptr()` (sparse COO, mkldnn: no storage).
     fn read(&mut self, obj: &Bound<'py, PyAny>, rank: usize) -> Result<FastRow, NotFast> {
@@ -361,8 +379,14 @@ impl<'a, 'py> Reader<'a, 'py> {
         if !crate::tensor::is_c_contiguous(&shape, &strides) {
             return Err(NotFast);
         }
+        let (base, len) = self.storage_bounds(obj)?;
         let ptr = as_usize(&call(&fast.data_ptr, &fast.no_args, obj)?)?;
         if ptr == 0 && nbytes > 0 {
+            return Err(NotFast);
+        }
+        // The row's bytes inside its storage's allocation, or the full reader refuses it.
+        let inside = ptr >= base && ptr.checked_add(nbytes).is_some_and(|end| end <= base + len);
+        if nbytes > 0 && !inside {
             return Err(NotFast);
         }
         Ok(FastRow {
@@ -371,6 +395,25 @@ impl<'a, 'py> Reader<'a, 'py> {
             ptr,
             nbytes,
         })
+    }
+}
+
+impl<'py> Reader<'_, 'py> {
+    /// The base address and byte length of the row's untyped storage, read by C methods of
+    /// `torch.Tensor` and `torch.UntypedStorage` (the storage's type checked exactly, so no
+    /// instance attribute or subclass runs Python code here).
+    fn storage_bounds(&self, obj: &Bound<'py, PyAny>) -> Result<(usize, usize), NotFast> {
+        let fast = self.fast;
+        let storage = call(&fast.untyped_storage, &fast.no_args, obj)?;
+        // SAFETY: Py_TYPE reads the type pointer of a live object (`storage` is a strong
+        // reference).
+        if unsafe { ffi::Py_TYPE(storage.as_ptr()) } != fast.storage_type.as_ptr().cast() {
+            return Err(NotFast);
+        }
+        let base = as_usize(&call(&fast.storage_data_ptr, &fast.no_args, &storage)?)?;
+        let len = as_usize(&call(&fast.storage_nbytes, &fast.no_args, &storage)?)?;
+        base.checked_add(len).ok_or(NotFast)?;
+        Ok((base, len))
     }
 }
 
@@ -453,7 +496,9 @@ fn stage(
     for (row, obj) in list.iter().enumerate() {
         let r = reader.read(&obj, rank)?;
         let same_dims = r.shape.iter().skip(1).zip(&trailing).all(|(a, b)| a == b);
-        if *dtype.get_or_insert(r.dtype) != r.dtype || !same_dims {
+        // A dtype the field does not take is the full reader's to refuse, naming the row.
+        let takes = r.dtype == spec.dtype || Some(r.dtype) == spec.wire_dtype;
+        if *dtype.get_or_insert(r.dtype) != r.dtype || !same_dims || !takes {
             return Err(NotFast);
         }
         if let Some((start, len)) = limits.out {
