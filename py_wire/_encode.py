@@ -15,6 +15,7 @@ import torch
 from py_wire import _native
 from py_wire._args import count, flag, optional_count
 from py_wire._dtypes import DTYPES
+from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame
 from py_wire._packed import PackedTensor
 from py_wire._schema import FieldDef, Schema, load_schema
@@ -121,9 +122,13 @@ def _fields(
 ) -> list[tuple[str, str, Any, Any]]:
     unknown = [k for k in batch if k not in schema.fields]
     if unknown:
-        raise BatchError(
-            f"fields {unknown} are not in schema {schema.name!r} (declare them; py_wire never "
-            f"drops a field silently). Schema fields: {list(schema.fields)}"
+        raise with_context(
+            BatchError(
+                f"fields {unknown} are not in schema {schema.name!r} (declare them; py_wire "
+                f"never drops a field silently). Schema fields: {list(schema.fields)}"
+            ),
+            field=str(unknown[0]),
+            kind="unknown_field",
         )
     needed = schema.required_for(stage)
     missing = [name for name in needed if batch.get(name) is None]

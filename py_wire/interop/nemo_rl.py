@@ -5,7 +5,7 @@
 dedup CSR: a GRPO group's images are stored once), dense per-sample tensors. A key the schema
 lacks raises (never dropped). ``from_frame(frame)`` gives a dict in NeMo-RL's shapes: per-token
 fields padded ``[B, L]`` (the schema's pad values, ``L`` the longest row, or a multiple of
-``pad_to_multiple``), ``input_lengths``, and packed fields as NeMo-RL's own ``PackedTensor``
+``pad_to_multiple_of``), ``input_lengths``, and packed fields as NeMo-RL's own ``PackedTensor``
 class when ``nemo_rl`` is importable (built over the frame's views, with its dedup CSR when
 rows share segments), py_wire's otherwise.
 """
@@ -45,7 +45,7 @@ def from_frame(
     frame: Any,
     stage: str | None = None,
     *,
-    pad_to_multiple: int = 1,
+    pad_to_multiple_of: int = 1,
     writable: Writable = "auto",
 ) -> dict[str, Any]:
     """The frame's fields as NeMo-RL holds them (see the module docstring). Wrap the result
@@ -56,7 +56,7 @@ def from_frame(
         frame,
         stage=stage,
         layout="padded",
-        pad_to_multiple_of=pad_to_multiple,
+        pad_to_multiple_of=pad_to_multiple_of,
         writable=writable,
     )
     nemo = nemo_packed_class()

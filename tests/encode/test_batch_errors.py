@@ -26,7 +26,8 @@ def expect(match: str, batch: dict, schema=QWEN, **kw) -> BatchError:
 def test_undeclared_field_is_never_dropped():
     batch = small_vlm_batch()
     batch["pixel_attention_mask"] = [None, None, None]
-    expect(r"\['pixel_attention_mask'\] are not in schema 'qwen2_5_vl'", batch)
+    error = expect(r"\['pixel_attention_mask'\] are not in schema 'qwen2_5_vl'", batch)
+    assert (error.field, error.kind) == ("pixel_attention_mask", "unknown_field")
 
 
 def test_missing_required_field():

@@ -84,7 +84,7 @@ def test_round_trip_bit_exact(with_nemo_rl: None, name: str, dedup: bool) -> Non
     schema = py_wire.load_schema(name)
     assert set(batch) == set(schema.fields)  # every field, optional ones included
     frame = nemo_rl.to_frame(batch, name)
-    out = nemo_rl.from_frame(bytes(frame), pad_to_multiple=8)
+    out = nemo_rl.from_frame(bytes(frame), pad_to_multiple_of=8)
     assert set(out) == set(batch)
     layouts = {f.name: f for f in frame.layout.fields}
     for k, v in batch.items():
