@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+from collections.abc import Mapping
 from typing import Any
 
 from py_wire._native import WireError
@@ -46,6 +47,34 @@ def optional_count(
     name: str, value: object, *, minimum: int = 0, maximum: int = MAX_COUNT
 ) -> int | None:
     return None if value is None else count(name, value, minimum=minimum, maximum=maximum)
+
+
+#: The most bytes of caller metadata a frame carries (keys and values together).
+MAX_METADATA_BYTES = 1 << 16
+
+
+def frame_metadata(value: object) -> dict[str, str] | None:
+    """``encode(metadata=)``: string keys and values for the frame's safetensors
+    ``__metadata__``, beside py_wire's own entries (keys starting ``py_wire.`` are reserved)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"metadata must be a mapping of str to str, not {type(value).__name__}")
+    out: dict[str, str] = {}
+    size = 0
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise TypeError(
+                f"metadata must map str to str, not {type(key).__name__} to "
+                f"{type(item).__name__} ({key!r})"
+            )
+        if not key or key.startswith("py_wire.") or key == "__metadata__":
+            raise WireError(f"metadata key {key!r} is reserved (py_wire.*) or empty")
+        size += len(key.encode()) + len(item.encode())
+        out[key] = item
+    if size > MAX_METADATA_BYTES:
+        raise WireError(f"metadata holds {size} bytes, more than {MAX_METADATA_BYTES}")
+    return out
 
 
 def fill_value(name: str, value: object, dtype: Any) -> int | float | bool:

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from py_wire import _native
-from py_wire._args import count, flag, optional_count
+from py_wire._args import count, flag, frame_metadata, optional_count
 from py_wire._dtypes import DTYPES
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame
@@ -30,6 +30,7 @@ def encode(
     threads: int | None = None,
     out: Any = None,
     checksum: bool = False,
+    metadata: Mapping[str, str] | None = None,
 ) -> Frame:
     """Encode ``batch`` (field name → value) into one frame.
 
@@ -52,27 +53,30 @@ def encode(
     the written frame (about a fifth of the copy's cost); ``Frame.verify()`` and
     ``decode(verify=True)`` check it, and ``load`` and ``py_wire.distributed`` check it by
     default when a frame carries one.
+    ``metadata`` adds string entries to the frame's safetensors ``__metadata__`` (keys starting
+    ``py_wire.`` are reserved; at most 64 KiB): what a producer wants a consumer to know that
+    is not a field, such as the padded width an adapter restores. Frame operations keep it.
 
     Inputs in flight: encode copies the inputs with the GIL released, so other threads run
     meanwhile. It holds what owns each input's bytes (a tensor's untyped storage, a buffer
     export for numpy), so dropping an input, ``t.set_()`` or shrinking ``t.resize_()`` in
     another thread is safe. Per-token rows of up to 4 KiB given as lists of plain CPU tensors
     are instead copied while their metadata is read, with the GIL held from reading a row's
-    data pointer to the end of its copy (holding a storage object per row costs more than
-    copying the row twice; their bytes then go into the frame with the rest). Writing to an
-    input while it is encoded gives torn data (each row holds bytes that were in memory at some
-    moment of the copy); growing an input's storage in place (``t.resize_()`` past its
-    capacity, ``t.untyped_storage().resize_()``) frees the old allocation under the reader and
-    is not allowed. Tensors are read as they are: no torch function mode (or subclass
+    data pointer to the end of its copy, after checking that the row lies inside its storage.
+    Writing to an input while it is encoded gives torn data (each row holds bytes that were in
+    memory at some moment of the copy); growing an input's storage in place (``t.resize_()``
+    past its capacity, ``t.untyped_storage().resize_()``) frees the old allocation under the
+    reader and is not allowed. Tensors are read as they are: no torch function mode (or subclass
     ``__torch_function__``) answers for their dtype, shape or data pointer.
     """
     schema = load_schema(schema)
     optional_count("threads", threads, minimum=1, maximum=MAX_THREADS)
     flag("checksum", checksum)
+    extra = frame_metadata(metadata)
     fields = _fields(batch, schema, stage)
     with plain_tensors():
         frame = _native.encode(
-            schema._codec_for(stage), fields, threads, None, out, checksum=checksum
+            schema._codec_for(stage, extra), fields, threads, None, out, checksum=checksum
         )
     frame.schema = schema
     return frame

@@ -12,6 +12,7 @@ import json
 import math
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
@@ -334,11 +335,23 @@ class Schema(BaseModel):
             if c.media_field in carried
         ]
 
-    def _codec_for(self, stage: str | None) -> _native.Codec:
+    def _codec_for(
+        self, stage: str | None, metadata: Mapping[str, str] | None = None
+    ) -> _native.Codec:
         """The schema compiled for the codec, once per stage: it owns every field and contract
-        rule (a stage's codec holds the contracts that stage is checked against)."""
+        rule (a stage's codec holds the contracts that stage is checked against). With
+        ``metadata`` (the caller's, checked by ``_args.frame_metadata``), a codec that also
+        writes those entries, built for this call."""
         if stage is not None and not isinstance(stage, str):
             raise TypeError(f"stage must be a str or None, not {type(stage).__name__}")
+        if metadata:
+            return _native.Codec(
+                list(self._specs.values()),
+                self._contracts_for(stage),
+                self.sequence_field,
+                self.lengths_field,
+                {**metadata, SCHEMA_KEY: self.canonical_json, FINGERPRINT_KEY: self.fingerprint},
+            )
         codec = self._codecs.get(stage)
         if codec is None:
             codec = _native.Codec(

@@ -9,7 +9,7 @@ views of the rows asked for (:func:`get_frames` the frames themselves).
 **Granularity: one TQ row per GRPO group** (``group_size`` rows of the batch, the ``n``
 generations of one prompt; ``group_size=1`` gives one TQ row per sample). A group's rows share
 their prompt's images: inside one frame they are one segment, stored and moved once (the
-Qwen2.5-VL batch of ``benchmarks/transfer_queue.py``: 73 MB instead of 291 MB); per-row frames
+Qwen2.5-VL batch of ``benchmarks/data_plane.py``: 73 MB instead of 291 MB); per-row frames
 would store every image ``n`` times. GRPO consumes whole groups anyway (advantages are
 normalised per group), so TQ's samplers pick groups: a sampler sees one key per group, and
 its tags are the caller's (nothing py_wire needs travels in tags).

@@ -107,7 +107,7 @@ CALLS: list[tuple[str, Callable[..., Any], list[str]]] = [
     (
         "encode",
         lambda **kw: py_wire.encode(TEXT, "text_grpo", **kw),
-        ["stage", "threads", "checksum"],
+        ["stage", "threads", "checksum", "metadata"],
     ),
     (
         "encode_parts",

@@ -124,8 +124,39 @@ def test_without_nemo_rl_packed_fields_are_py_wire_s() -> None:
 def test_unknown_key_is_never_dropped() -> None:
     batch = nemo_batch("nemo_rl/text", 4, False)
     batch["loss_multiplier"] = torch.ones(4)
-    with pytest.raises(py_wire.BatchError, match="loss_multiplier"):
+    with pytest.raises(py_wire.BatchError, match="loss_multiplier") as e:
         nemo_rl.to_frame(batch, "nemo_rl/text")
+    assert e.value.field == "loss_multiplier"
+
+
+def test_from_frame_restores_the_source_padded_width() -> None:
+    batch = nemo_batch("nemo_rl/text", 8, False)
+    ids = batch["input_ids"]
+    longest = int(batch["input_lengths"].max())
+    # NeMo-RL pads past the longest row (to a multiple, or a fixed width): keep that width.
+    wide = torch.full((ids.shape[0], longest + 13), 7, dtype=ids.dtype)
+    wide[:, : ids.shape[1]] = ids
+    batch = {k: v for k, v in batch.items()}
+    for k, v in list(batch.items()):
+        if isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[1] == ids.shape[1]:
+            grown = torch.zeros((v.shape[0], longest + 13, *v.shape[2:]), dtype=v.dtype)
+            grown[:, : v.shape[1]] = v
+            batch[k] = grown
+    frame = nemo_rl.to_frame(batch, "nemo_rl/text")
+    assert frame.metadata[nemo_rl.PADDED_WIDTH_KEY] == str(longest + 13)
+    out = nemo_rl.from_frame(frame)
+    assert out["input_ids"].shape == (8, longest + 13)
+    lengths = batch["input_lengths"]
+    for r in range(8):
+        n = int(lengths[r])
+        assert torch.equal(out["input_ids"][r, :n], batch["input_ids"][r, :n])
+    # A shard keeps the batch's width, as shard_by_batch_size does.
+    shard = py_wire.shard(frame, 1, 2)
+    assert nemo_rl.from_frame(shard)["input_ids"].shape == (4, longest + 13)
+    # An explicit multiple rounds the longest row instead.
+    assert nemo_rl.from_frame(frame, pad_to_multiple_of=4)["input_ids"].shape[1] == (
+        -(-longest // 4) * 4
+    )
 
 
 @pytest.mark.parametrize("writable", ["auto", "view"])
