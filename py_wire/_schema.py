@@ -20,11 +20,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
     StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
     ValidationError,
+    model_serializer,
     model_validator,
 )
 
@@ -156,10 +159,24 @@ class FieldDef(BaseModel):
         description="Input dtypes encode also takes, each widened losslessly into dtype "
         '(e.g. accept = ["int32"] on an int64 field). Never implicit for other dtypes.',
     )
+    encoding: Literal["utf8", "json"] | None = Field(
+        default=None,
+        description='packed uint8 ["*"] only: each row is one segment holding a UTF-8 string '
+        '("utf8") or a JSON value ("json"), for per-row Python objects (ids, tags, dicts) that '
+        "travel beside the tensors; adapters turn them back into str / JSON values.",
+    )
     description: StrictStr = ""
 
     @model_validator(mode="after")
     def _check(self) -> FieldDef:
+        if self.encoding is not None and (
+            self.tier != "packed" or self.dtype != "uint8" or self.shape != ("*",)
+        ):
+            raise ValueError(
+                f'encoding = "{self.encoding}" needs tier = "packed", dtype = "uint8" and '
+                f'shape = ["*"], not tier = "{self.tier}", dtype = "{self.dtype}", shape = '
+                f"{list(self.shape)}"
+            )
         # Only Python reads pad_value (the codec never sees it), so this rule lives here.
         for dtype in dict.fromkeys((self.dtype, self.stored_dtype)):
             problem = _pad_problem(self.pad_value, dtype)
@@ -175,6 +192,15 @@ class FieldDef(BaseModel):
                     f"{into or 'nothing'}); a narrowing is a wire_dtype with lossy = true"
                 )
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        # An unset encoding is left out, so that schemas which declare none keep the canonical
+        # form (and fingerprint) they had before the key existed.
+        out = handler(self)
+        if isinstance(out, dict) and out.get("encoding") is None:
+            out.pop("encoding", None)
+        return out
 
     def _decl(self, name: str) -> dict[str, Any]:
         """The field as the codec's rules read it (`spec.rs` `FieldDecl`)."""

@@ -19,9 +19,10 @@ setup() {
   VENV=$(cd "$VENV" && pwd)
   PY=$VENV/bin/python
   stamp=$VENV/.requirements.sha256
-  want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
+  want=$(cat requirements-dev.txt requirements-nodeps.txt | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$PY" -m pip install --quiet -r requirements-dev.txt
+    "$PY" -m pip install --quiet --no-deps -r requirements-nodeps.txt
     echo "$want" > "$stamp"
   fi
   # Release mode because the codec is measured. The first build installs the package

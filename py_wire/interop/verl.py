@@ -14,35 +14,45 @@
   rows) gives one packed field per dict key (``pixel_values``, ``image_grid_thw``,
   ``images_seqlens``); rows that hold the same tensor objects (a GRPO group after
   ``DataProto.repeat``) share one segment, stored once on the wire;
-- ``non_tensor_batch["uid"]`` strings become packed UTF-8 bytes (a group's equal strings are
-  stored once).
+- ``non_tensor_batch`` columns are fields the schema declares: per-row strings and JSON values
+  (``uid``, ``data_source``, ``reward_model``, ``extra_info``, ``index``, ``raw_prompt``, ...:
+  ``encoding = "utf8"`` / ``"json"``, equal values stored once, so a GRPO group's ``uid`` is one
+  segment) and numeric arrays (``__num_turns__`` as ``num_turns``). A batch with keys of its own
+  declares them in a schema that ``extends`` the bundled one; a value JSON would not give back
+  equal (a tuple, NaN) is refused with the field and row named.
 
 ``attention_mask`` itself is the row structure and ``prompts`` is ``input_ids[:, :P]``: both
 are consumed, not stored (``prompts`` is checked to equal that slice). Any other key the schema
-lacks raises :class:`~py_wire.BatchError` naming it, as does a non-empty ``meta_info`` unless
-``drop_meta_info=True`` (a frame carries no free-form metadata; hand it to ``from_frame``).
+lacks raises :class:`~py_wire.BatchError` naming it.
 
-``from_frame(frame)`` gives what verl holds: padded ``batch`` tensors (``input_ids``,
-``attention_mask`` rebuilt int64, ``prompts`` left-padded, ``responses`` and the other
-response-side tensors right-padded, ``position_ids``), ``non_tensor_batch`` numpy object arrays
-(``uid`` strings; ``multi_modal_inputs`` dicts, rows sharing media sharing one dict, ``{}`` for
-text-only rows), and ``meta_info``; a real ``DataProto`` when ``verl`` is importable.
+What rebuilds the original shapes travels in the frame's metadata (``verl.*`` entries): the
+padded widths ``P`` and ``R``, the value each padded tensor's padding held (``pad_token_id``
+for tokens, 0 for masks, when a tensor's padded cells hold one value), ``meta_info`` as JSON
+(a value JSON would not give back equal is refused, naming the key, unless
+``drop_meta_info=True``), and which fields were ``non_tensor_batch`` columns. Frame operations
+keep it, so a chunk or shard keeps verl's widths.
 
-What round-trips bit-exactly: every cell the mask marks (tokens, positions, log-probs,
-advantages, ...), the media tensors and their sharing, the ``uid`` strings, and the row order.
-What cannot: values verl wrote into padded cells. They come back as verl's builders write
-them: ``input_ids`` / ``prompts`` / ``responses`` padded with ``pad_token_id``;
-``attention_mask``, ``response_mask`` and float fields with 0; text ``position_ids`` as
-``compute_position_id_with_mask`` does (0 on the left, the last position repeated on the right);
-mRoPE ``position_ids`` with 1 (``get_rope_index``'s fill). The padded widths are the batch's
-longest prompt and response unless ``prompt_length`` / ``response_length`` (verl's
-``rollout.prompt_length`` / ``response_length``) are given. A mask with holes inside a row comes
-back compacted (prompt tokens right-aligned, response tokens left-aligned), and a batch whose
-padded cells held other values comes back with the values above.
+``from_frame(frame)``, with no arguments, gives what verl held: padded ``batch`` tensors
+(``input_ids``, ``attention_mask`` rebuilt int64, ``prompts`` left-padded, ``responses`` and
+the other response-side tensors right-padded, ``position_ids``), ``non_tensor_batch`` numpy
+arrays (strings and JSON values, rows sharing a stored value sharing one object;
+``multi_modal_inputs`` dicts, rows sharing media sharing one dict, ``{}`` for text-only rows),
+and ``meta_info``: a real ``DataProto`` when ``verl`` is importable. Arguments override the
+record (``pad_token_id``, ``prompt_length``, ``response_length``, ``meta_info``).
+
+What round-trips bit-exactly: every cell verl's builders write (tokens, masks, positions,
+rollout log-probs, reward scores, padding included), model outputs on the cells the mask marks,
+the media tensors and their sharing, the ``non_tensor_batch`` values and the row order. What
+cannot: garbage in padded cells of model outputs (``old_log_probs``, ...): it comes back as 0.
+Text ``position_ids`` padding comes back as ``compute_position_id_with_mask`` writes it, mRoPE
+padding as ``get_rope_index`` does (1). A mask with holes inside a row comes back compacted
+(prompt tokens right-aligned, response tokens left-aligned).
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -50,13 +60,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from py_wire._args import count, optional_count
+from py_wire._args import count, fill_value, optional_count
 from py_wire._decode import Writable, checked_schema, decode
 from py_wire._dtypes import DTYPES
 from py_wire._encode import encode
 from py_wire._errors import with_context
-from py_wire._native import BatchError, Frame
+from py_wire._native import BatchError, Frame, FrameError, WireError
 from py_wire._packed import PackedTensor
+from py_wire._rowvalues import decode_rows, encode_rows, shared_rows
 from py_wire._schema import FieldDef, Schema, load_schema
 from py_wire._source import as_frame
 
@@ -65,6 +76,10 @@ DERIVED_KEYS = ("attention_mask", "prompts")
 #: ``non_tensor_batch`` key whose per-row dicts become packed media fields.
 MM_KEY = "multi_modal_inputs"
 UID_KEY = "uid"
+#: ``non_tensor_batch`` keys stored under another field name (py_wire names cannot start with
+#: ``__``, which the frame reserves for its own tensors).
+KEY_TO_FIELD = {"__num_turns__": "num_turns"}
+FIELD_TO_KEY = {v: k for k, v in KEY_TO_FIELD.items()}
 #: Response-aligned ``[B, R]`` tensors verl keeps in ``batch``: each becomes one ``[r_i]``
 #: segment per row (a packed field of the schema).
 RESPONSE_KEYS = frozenset(
@@ -79,6 +94,7 @@ RESPONSE_KEYS = frozenset(
         "token_level_rewards",
         "advantages",
         "returns",
+        "rm_scores",
     }
 )
 
@@ -99,37 +115,6 @@ def dataproto_class() -> type | None:
     except ImportError:
         return None
     return DataProto  # type: ignore[no-any-return, unused-ignore]
-
-
-class _Shared:
-    """Packed rows in the CSR form ``encode`` accepts from NeMo-RL-shaped objects: physical
-    ``tensors``, ``_row_offsets`` over logical references, ``_segment_indices`` into
-    ``tensors``."""
-
-    def __init__(self, tensors: list[Any], offsets: list[int], indices: list[int]) -> None:
-        self.tensors = tensors
-        self.dim_to_pack = 0
-        self._row_offsets = offsets
-        self._segment_indices = indices
-
-    def __len__(self) -> int:
-        return len(self._row_offsets) - 1
-
-
-def _shared_rows(rows: list[Any], key: Any) -> _Shared:
-    """One segment (or none) per row; rows whose ``key`` is equal share a physical segment."""
-    tensors: list[Any] = []
-    seen: dict[Any, int] = {}
-    offsets, indices = [0], []
-    for row in rows:
-        if row is not None:
-            k = key(row)
-            if k not in seen:
-                seen[k] = len(tensors)
-                tensors.append(row)
-            indices.append(seen[k])
-        offsets.append(len(indices))
-    return _Shared(tensors, offsets, indices)
 
 
 def _keys(batch: Any) -> list[str]:
@@ -162,6 +147,16 @@ def _split(flat: torch.Tensor, lengths: list[int], dim: int = 0) -> list[torch.T
     return list(torch.split(flat, lengths, dim=dim))
 
 
+#: Frame metadata written by :func:`to_frame` and read back by :func:`from_frame`.
+META_KEYS = {
+    "prompt_length": "verl.prompt_length",  # P of the source's [B, P + R]
+    "response_length": "verl.response_length",  # R
+    "pad_values": "verl.pad_values",  # JSON {key: value} of batch tensors padded uniformly
+    "meta_info": "verl.meta_info",  # JSON of DataProto.meta_info
+    "non_tensor": "verl.non_tensor",  # JSON list: fields that were non_tensor_batch arrays
+}
+
+
 def to_frame(
     data: Any,
     schema: Schema | str | Path = "verl/qwen2_5_vl",
@@ -170,44 +165,79 @@ def to_frame(
     drop_meta_info: bool = False,
 ) -> Frame:
     """Encode a verl ``DataProto`` (or a mapping of its tensors and numpy arrays) with no edits
-    to it (see the module docstring)."""
+    to it (see the module docstring). What :func:`from_frame` needs to rebuild the original
+    shapes travels in the frame's metadata: the padded widths ``P`` and ``R``, the value each
+    padded tensor was padded with (when its padding holds one value), ``meta_info`` as JSON
+    (refused, naming the key, when it would not come back equal, unless ``drop_meta_info``)."""
     sch = load_schema(schema)
     batch, non_tensor, meta = _parts(data)
-    if meta and not drop_meta_info:
-        raise _err(
-            f"meta_info keys {sorted(meta)} have no place in a frame (py_wire never drops data "
-            "silently): pass drop_meta_info=True and hand meta_info to from_frame(...)"
-        )
     unknown = [
         f"batch[{k!r}]" for k in _keys(batch) if k not in sch.fields and k not in DERIVED_KEYS
     ]
     unknown += [
         f"non_tensor_batch[{k!r}]"
         for k in non_tensor
-        if k not in sch.fields and k not in (MM_KEY, UID_KEY)
+        if KEY_TO_FIELD.get(k, k) not in sch.fields and k != MM_KEY
     ]
     if unknown:
         raise _err(
-            f"{unknown} are not in schema {sch.name!r} (declare them; py_wire never drops a "
-            f"field silently). Schema fields: {list(sch.fields)}",
+            f"{unknown} are not in schema {sch.name!r} (declare them, e.g. a field with "
+            'encoding = "json" in a schema that extends this one; py_wire never drops a field '
+            f"silently). Schema fields: {list(sch.fields)}",
             field=unknown[0],
         )
     out: dict[str, Any] = {}
+    metadata: dict[str, str] = {}
     if _keys(batch):
-        out.update(_tensor_fields(batch, sch))
+        out.update(_tensor_fields(batch, sch, metadata))
+    carried: list[str] = []
     for key, value in non_tensor.items():
         if key == MM_KEY:
             out.update(_media_fields(value, sch))
-        elif key == UID_KEY and sch.fields.get(UID_KEY) is not None:
-            out[UID_KEY] = _uid_field(value)
-        elif key == UID_KEY:
-            raise _err(f"non_tensor_batch['uid'] is not in schema {sch.name!r}", field="uid")
+            carried.append(key)  # so that a batch whose rows hold no media keeps the column
+            continue
+        name = KEY_TO_FIELD.get(key, key)
+        field = sch.fields[name]
+        if field.encoding is not None:
+            out[name] = encode_rows(name, list(value), field.encoding)
+        elif field.tier == "packed" and field.dtype == "uint8":
+            raise _err(
+                f"non_tensor_batch[{key!r}]: field {name!r} of schema {sch.name!r} declares no "
+                'encoding (encoding = "utf8" for strings, "json" for other values)',
+                field=name,
+            )
         else:
-            out[key] = value
-    return encode(out, sch, stage=stage)
+            out[name] = value
+        carried.append(name)
+    metadata[META_KEYS["non_tensor"]] = json.dumps(carried)
+    if meta and not drop_meta_info:
+        metadata[META_KEYS["meta_info"]] = _meta_json(meta)
+    return encode(out, sch, stage=stage, metadata=metadata)
 
 
-def _tensor_fields(batch: Mapping[str, Any], sch: Schema) -> dict[str, Any]:
+def _meta_json(meta: Mapping[str, Any]) -> str:
+    for key, value in meta.items():
+        if not isinstance(key, str) or not _json_equal(value):
+            raise _err(
+                f"meta_info[{key!r}] ({type(value).__name__}) would not come back equal from the "
+                "frame's JSON metadata (py_wire never drops data silently): store JSON values "
+                "(lists, str keys, finite floats), or pass drop_meta_info=True and hand "
+                "meta_info to from_frame(...)",
+                field=f"meta_info[{key!r}]",
+            )
+    return json.dumps(dict(meta), sort_keys=True, separators=(",", ":"))
+
+
+def _json_equal(value: Any) -> bool:
+    try:
+        return bool(json.loads(json.dumps(value, allow_nan=False)) == value)
+    except (TypeError, ValueError, RecursionError):
+        return False
+
+
+def _tensor_fields(
+    batch: Mapping[str, Any], sch: Schema, metadata: dict[str, str]
+) -> dict[str, Any]:
     keys = _keys(batch)
     if "attention_mask" not in keys:
         raise _err(
@@ -239,6 +269,9 @@ def _tensor_fields(batch: Mapping[str, Any], sch: Schema) -> dict[str, Any]:
             "batch['prompts'] differs from input_ids[:, :P] (it is not stored: it would be lost)",
             field="prompts",
         )
+    metadata[META_KEYS["prompt_length"]] = str(total - r_len)
+    metadata[META_KEYS["response_length"]] = str(r_len)
+    pads: dict[str, int | float | bool] = {}
     out: dict[str, Any] = {}
     for key in keys:
         if key in DERIVED_KEYS:
@@ -248,6 +281,8 @@ def _tensor_fields(batch: Mapping[str, Any], sch: Schema) -> dict[str, Any]:
         if field.tier == "per_token":
             _check_shape(key, value, (b, total))
             out[key] = _jagged(value[mask], lengths)
+            if key != "position_ids":  # from_frame rebuilds text positions by verl's rule
+                _record_pad(pads, key, value[~mask])
         elif key == "position_ids":
             out[key] = _position_rows(value, mask, lengths.tolist(), field)
         elif field.tier == "packed":
@@ -260,9 +295,23 @@ def _tensor_fields(batch: Mapping[str, Any], sch: Schema) -> dict[str, Any]:
                 )
             _check_shape(key, value, (b, r_len))
             out[key] = _split(value[resp_mask], r_lengths)
+            _record_pad(pads, key, value[~resp_mask])
         else:
             out[key] = value
+    metadata[META_KEYS["pad_values"]] = json.dumps(pads, sort_keys=True, separators=(",", ":"))
     return out
+
+
+def _record_pad(pads: dict[str, int | float | bool], key: str, cells: torch.Tensor) -> None:
+    """The value a tensor's padded cells hold, when they all hold one (verl's builders pad
+    with ``pad_token_id`` or 0); model outputs with garbage in their padding record none."""
+    if cells.numel() == 0:
+        return
+    first = cells.reshape(-1)[0]
+    if bool((cells == first).all()):
+        value = first.item()
+        if not isinstance(value, float) or math.isfinite(value):
+            pads[key] = value
 
 
 def _check_shape(key: str, value: Any, want: tuple[int, int]) -> None:
@@ -305,19 +354,7 @@ def _media_fields(value: Any, sch: Schema) -> dict[str, Any]:
             f"{sch.name!r} (py_wire never drops a field silently)",
             field=bad[0],
         )
-    return {k: _shared_rows([(row or {}).get(k) for row in rows], id) for k in keys}
-
-
-def _uid_field(value: Any) -> _Shared:
-    def utf8(s: Any) -> torch.Tensor:
-        if not isinstance(s, str):
-            raise _err(f"non_tensor_batch['uid'] holds {type(s).__name__}, not str", field="uid")
-        return torch.from_numpy(np.frombuffer(bytearray(s.encode()), dtype=np.uint8))
-
-    strings = list(value)
-    shared = _shared_rows(strings, lambda s: s)
-    shared.tensors = [utf8(s) for s in shared.tensors]
-    return shared
+    return {k: shared_rows([(row or {}).get(k) for row in rows], id) for k in keys}
 
 
 def from_frame(
@@ -325,7 +362,7 @@ def from_frame(
     stage: str | None = None,
     *,
     meta_info: Mapping[str, Any] | None = None,
-    pad_token_id: int = 0,
+    pad_token_id: int | None = None,
     prompt_length: int | None = None,
     response_length: int | None = None,
     writable: Writable = "auto",
@@ -333,23 +370,103 @@ def from_frame(
     """The frame as verl holds it (see the module docstring): a ``DataProto`` when ``verl`` is
     importable, else ``{"batch": ..., "non_tensor_batch": ..., "meta_info": ...}``. Padded
     tensors are new; media tensors and scalars are views, under :func:`py_wire.decode`'s
-    ``writable`` policy (the default copies a read-only source, such as a Ray object, once)."""
+    ``writable`` policy (the default copies a read-only source, such as a Ray object, once).
+
+    With no arguments, what :func:`to_frame` recorded rebuilds the source: its widths ``P`` and
+    ``R`` (or the longest rows, where a frame operation made a row longer), each tensor's pad
+    value, ``meta_info`` and which fields were ``non_tensor_batch`` arrays. Arguments override
+    the record: ``pad_token_id`` pads ``input_ids``, ``prompts`` and ``responses``; the widths
+    must hold the longest row; ``meta_info`` replaces the recorded one."""
     prompt_length = optional_count("prompt_length", prompt_length, maximum=MAX_SEQUENCE)
     response_length = optional_count("response_length", response_length, maximum=MAX_SEQUENCE)
-    pad_token_id = count("pad_token_id", pad_token_id, minimum=-(2**63), maximum=2**63 - 1)
+    if pad_token_id is not None:
+        pad_token_id = count("pad_token_id", pad_token_id, minimum=-(2**63), maximum=2**63 - 1)
     if meta_info is not None and not isinstance(meta_info, Mapping):
         raise TypeError(f"meta_info must be a mapping, not {type(meta_info).__name__}")
     frame = as_frame(frame)
     sch = checked_schema(frame)
-    dtypes = {k: DTYPES[f.dtype] for k, f in sch.fields.items()}
-    shapes = {k: tuple(f.shape) for k, f in sch.fields.items()}
+    record = _Record.read(frame, sch)
+    if pad_token_id is not None:
+        record.pads.update(dict.fromkeys(TOKEN_KEYS, pad_token_id))
     fields = decode(frame, stage=stage, writable=writable)
-    out = _to_verl(fields, dtypes, shapes, pad_token_id, prompt_length, response_length)
-    meta = dict(meta_info or {})
+    batch, non_tensor = _to_verl(
+        fields,
+        sch,
+        record,
+        prompt_length if prompt_length is not None else record.prompt_length,
+        response_length if response_length is not None else record.response_length,
+        strict=(prompt_length is not None, response_length is not None),
+    )
+    meta = dict(meta_info) if meta_info is not None else record.meta_info
     cls: Any = dataproto_class()
     if cls is None:
-        return {"batch": out[0], "non_tensor_batch": out[1], "meta_info": meta}
-    return cls.from_dict(tensors=out[0] or None, non_tensors=out[1], meta_info=meta)
+        return {"batch": batch, "non_tensor_batch": non_tensor, "meta_info": meta}
+    return cls.from_dict(tensors=batch or None, non_tensors=non_tensor, meta_info=meta)
+
+
+#: ``batch`` keys padded with the tokenizer's pad id.
+TOKEN_KEYS = ("input_ids", "prompts", "responses")
+
+
+class _Record:
+    """What :func:`to_frame` wrote into the frame's metadata, read as hostile input: a value
+    that is not what ``to_frame`` writes is a :class:`FrameError` naming its key."""
+
+    def __init__(self) -> None:
+        self.prompt_length: int | None = None
+        self.response_length: int | None = None
+        self.pads: dict[str, int | float | bool] = {}
+        self.meta_info: dict[str, Any] = {}
+        self.non_tensor: set[str] = set()
+
+    @classmethod
+    def read(cls, frame: Frame, sch: Schema) -> _Record:
+        record = cls()
+        meta = frame.metadata
+        for attr in ("prompt_length", "response_length"):
+            key = META_KEYS[attr]
+            if key in meta:
+                text = meta[key]
+                if not (text.isascii() and text.isdigit()) or int(text) > MAX_SEQUENCE:
+                    raise _bad_record(key, text, f"a width of 0..{MAX_SEQUENCE}")
+                setattr(record, attr, int(text))
+        pads = _json_record(meta, META_KEYS["pad_values"], dict)
+        for name, value in pads.items():
+            field = sch.fields.get(name)
+            if field is None or isinstance(value, (dict, list, str)) or value is None:
+                raise _bad_record(META_KEYS["pad_values"], meta[META_KEYS["pad_values"]], "")
+            try:
+                record.pads[name] = fill_value(name, value, DTYPES[field.dtype])
+            except WireError as e:
+                raise _bad_record(META_KEYS["pad_values"], repr(value), str(e)) from None
+        record.meta_info = _json_record(meta, META_KEYS["meta_info"], dict)
+        names = _json_record(meta, META_KEYS["non_tensor"], list)
+        if not all(isinstance(n, str) and (n in sch.fields or n == MM_KEY) for n in names):
+            raise _bad_record(META_KEYS["non_tensor"], meta[META_KEYS["non_tensor"]], "")
+        record.non_tensor = set(names)
+        return record
+
+
+def _json_record(meta: Mapping[str, str], key: str, kind: type) -> Any:
+    if key not in meta:
+        return kind()
+    try:
+        value = json.loads(meta[key])
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, kind):
+        raise _bad_record(key, meta[key][:200], f"JSON {kind.__name__}")
+    return value
+
+
+def _bad_record(key: str, found: str, want: str) -> FrameError:
+    return with_context(
+        FrameError(
+            f"frame metadata {key!r} is {found!r}, not what verl.to_frame writes"
+            + (f" ({want})" if want else "")
+        ),
+        field=key,
+    )
 
 
 def _row_numel(pt: PackedTensor) -> torch.Tensor:
@@ -366,11 +483,12 @@ def _row_numel(pt: PackedTensor) -> torch.Tensor:
 
 def _to_verl(
     fields: dict[str, Any],
-    dtypes: dict[str, torch.dtype],
-    shapes: dict[str, tuple[Any, ...]],
-    pad_id: int,
+    sch: Schema,
+    record: _Record,
     p_len: int | None,
     r_len: int | None,
+    *,
+    strict: tuple[bool, bool],
 ) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
     ids = fields.get("input_ids")
     if ids is None:
@@ -387,8 +505,8 @@ def _to_verl(
             field="responses",
             row=row,
         )
-    big_p = _width(p, p_len, "prompt_length")
-    big_r = _width(r, r_len, "response_length")
+    big_p = _width(p, p_len, "prompt_length", strict[0])
+    big_r = _width(r, r_len, "response_length", strict[1])
     cols = torch.arange(big_p + big_r)
     mask = (cols >= big_p - p[:, None]) & (cols < big_p + r[:, None])
     resp_mask = mask[:, big_p:]
@@ -396,54 +514,71 @@ def _to_verl(
     non_tensor: dict[str, np.ndarray] = {}
     media: dict[str, PackedTensor] = {}
     for name, value in fields.items():
-        if name == UID_KEY:
-            non_tensor[name] = _strings(value)
+        field = sch.fields[name]
+        pad = record.pads.get(name, 0)
+        if field.encoding is not None:
+            non_tensor[FIELD_TO_KEY.get(name, name)] = decode_rows(name, value, field.encoding)
+        elif name in record.non_tensor and isinstance(value, torch.Tensor):
+            non_tensor[FIELD_TO_KEY.get(name, name)] = value.numpy()
         elif isinstance(value, PackedTensor) and name == "position_ids":
-            batch[name] = _mrope(value, mask, shapes[name], lengths)
+            batch[name] = _mrope(value, mask, tuple(field.shape), lengths)
         elif isinstance(value, PackedTensor) and name in RESPONSE_KEYS:
-            got = _row_numel(value)
-            if not torch.equal(got, r):
-                row = int(torch.nonzero(got != r)[0, 0])
-                raise _err(
-                    f"field {name!r}, row {row}: {int(got[row])} values for "
-                    f"{int(r[row])} response tokens",
-                    field=name,
-                    row=row,
-                    kind="length",
-                    expected=int(r[row]),
-                    found=int(got[row]),
-                )
-            pad = pad_id if name == "responses" else 0
-            flat = value.as_tensor()
-            dtype = dtypes[name] if flat is None else flat.dtype
-            full = torch.full((b, big_r), pad, dtype=dtype)
-            if flat is not None:
-                full[resp_mask] = flat.reshape(-1)
-            batch[name] = full
+            batch[name] = _response_tensor(name, value, r, resp_mask, pad, DTYPES[field.dtype])
         elif isinstance(value, PackedTensor):
             media[name] = value
         elif isinstance(value, torch.Tensor) and value.is_nested:
             flat = value.values()
-            if name == "position_ids":
+            if name == "position_ids":  # compute_position_id_with_mask
                 full = torch.clamp(torch.cumsum(mask.long(), 1) - 1, min=0).to(flat.dtype)
             else:
-                full = torch.full((b, big_p + big_r), pad_id, dtype=flat.dtype)
+                full = torch.full((b, big_p + big_r), pad, dtype=flat.dtype)
             full[mask] = flat
             batch[name] = full
         else:
             batch[name] = value
     batch["attention_mask"] = mask.long()
     batch["prompts"] = batch["input_ids"][:, :big_p]
-    if media:
+    if media or MM_KEY in record.non_tensor:
         non_tensor[MM_KEY] = _media_rows(media, b)
     return batch, non_tensor
 
 
-def _width(lengths: torch.Tensor, want: int | None, name: str) -> int:
+def _response_tensor(
+    name: str,
+    value: PackedTensor,
+    r: torch.Tensor,
+    resp_mask: torch.Tensor,
+    pad: int | float | bool,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    got = _row_numel(value)
+    if not torch.equal(got, r):
+        row = int(torch.nonzero(got != r)[0, 0])
+        raise _err(
+            f"field {name!r}, row {row}: {int(got[row])} values for {int(r[row])} response tokens",
+            field=name,
+            row=row,
+            kind="length",
+            expected=int(r[row]),
+            found=int(got[row]),
+        )
+    flat = value.as_tensor()
+    full = torch.full(tuple(resp_mask.shape), pad, dtype=dtype if flat is None else flat.dtype)
+    if flat is not None:
+        full[resp_mask] = flat.reshape(-1)
+    return full
+
+
+def _width(lengths: torch.Tensor, want: int | None, name: str, strict: bool) -> int:
+    """``want`` (an argument, or the recorded width) when it holds the longest row; a recorded
+    width a frame operation outgrew (a concat of batches padded differently) gives way to the
+    longest row, an argument does not."""
     longest = int(lengths.max()) if lengths.numel() else 0
     if want is None:
         return longest
     if want < longest:
+        if not strict:
+            return longest
         raise _err(f"{name}={want} is shorter than the frame's longest ({longest})")
     return want
 
@@ -473,34 +608,6 @@ def _mrope(
     full = torch.ones((mask.shape[0], flat.shape[0], mask.shape[1]), dtype=flat.dtype)
     full.transpose(1, 2)[mask] = flat.t()
     return full
-
-
-def _strings(value: PackedTensor) -> np.ndarray:
-    out = np.empty(len(value), dtype=object)
-    cache: dict[tuple[int, int], str] = {}
-    for i, row in enumerate(value.rows()):
-        if row is not None and len(row) > 1:
-            raise _err(
-                f"field {UID_KEY!r}, row {i}: {len(row)} strings where a row holds one",
-                field=UID_KEY,
-                row=i,
-            )
-        seg = row[0] if row else None
-        if seg is None:
-            out[i] = None
-            continue
-        key = (seg.data_ptr(), seg.numel())  # an empty segment shares its neighbour's ptr
-        if key not in cache:
-            try:
-                cache[key] = bytes(seg.numpy()).decode()
-            except UnicodeDecodeError as e:
-                raise _err(
-                    f"field {UID_KEY!r}, row {i}: not UTF-8 ({e.reason} at byte {e.start})",
-                    field=UID_KEY,
-                    row=i,
-                ) from None
-        out[i] = cache[key]
-    return out
 
 
 def _media_rows(media: dict[str, PackedTensor], b: int) -> np.ndarray:

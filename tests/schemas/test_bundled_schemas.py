@@ -159,7 +159,10 @@ def test_default_batch_is_realistic(name: str) -> None:
     """Default size: text-only rows, GRPO groups sharing the prompt's media tensor, stored once."""
     schema = py_wire.load_schema(name)
     batch = GENERATORS[name]()
-    media = next(n for n, f in schema.fields.items() if f.tier == "packed")
+    # The first packed field of tensors (per-row strings and JSON values are not media).
+    media = next(n for n, f in schema.fields.items() if f.tier == "packed" and f.encoding is None)
+    if schema.contracts:  # the images the schema's contract checks
+        media = schema.contracts[0].media_field
     rows = batch[media]
     assert any(r is None for r in rows), "no text-only row"
     assert any(r is not None for r in rows), "no row with media"

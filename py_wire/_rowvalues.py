@@ -1,0 +1,150 @@
+"""Per-row Python values in encoded fields (a field's ``encoding = "utf8" | "json"``): one
+packed ``uint8`` segment per row holding the value's UTF-8 text, so that ids, tags and dicts
+(verl's ``uid``, ``data_source``, ``reward_model``, ...) travel inside the frame instead of in
+side-channel pickles. Rows holding equal values share one stored segment (a GRPO group's
+``uid`` is stored once). A value that would not come back equal (a tuple, NaN, a set, a
+numpy array) is refused with the field and row named, never converted silently."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from py_wire._errors import with_context
+from py_wire._native import BatchError
+from py_wire._packed import PackedTensor
+
+Encoding = Literal["utf8", "json"]
+
+
+class SharedRows:
+    """Packed rows in the CSR form ``encode`` accepts from NeMo-RL-shaped objects: physical
+    ``tensors``, ``_row_offsets`` over logical references, ``_segment_indices`` into
+    ``tensors``."""
+
+    def __init__(self, tensors: list[Any], offsets: list[int], indices: list[int]) -> None:
+        self.tensors = tensors
+        self.dim_to_pack = 0
+        self._row_offsets = offsets
+        self._segment_indices = indices
+
+    def __len__(self) -> int:
+        return len(self._row_offsets) - 1
+
+
+def shared_rows(rows: Sequence[Any], key: Any) -> SharedRows:
+    """One segment (or none, for ``None``) per row; rows whose ``key`` is equal share one."""
+    tensors: list[Any] = []
+    seen: dict[Any, int] = {}
+    offsets, indices = [0], []
+    for row in rows:
+        if row is not None:
+            k = key(row)
+            if k not in seen:
+                seen[k] = len(tensors)
+                tensors.append(row)
+            indices.append(seen[k])
+        offsets.append(len(indices))
+    return SharedRows(tensors, offsets, indices)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as the Python numbers they hold (verl's ``index`` column is often
+    ``np.int64``); anything else ``json`` cannot write is refused by the caller."""
+    if isinstance(value, np.generic) and not isinstance(value, np.void):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+def _text(name: str, row: int, value: Any, encoding: Encoding) -> str:
+    if encoding == "utf8":
+        if not isinstance(value, str):
+            raise with_context(
+                BatchError(f"field {name!r}, row {row}: holds {type(value).__name__}, not str"),
+                field=name,
+                row=row,
+                kind="dtype",
+            )
+        return value
+    try:
+        text = json.dumps(
+            value, default=_plain, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        )
+        same = json.loads(text) == value
+    except (TypeError, ValueError) as e:
+        raise with_context(
+            BatchError(f"field {name!r}, row {row}: not a JSON value ({e})"),
+            field=name,
+            row=row,
+            kind="dtype",
+        ) from None
+    if not same:
+        raise with_context(
+            BatchError(
+                f"field {name!r}, row {row}: {value!r} would not come back equal from JSON "
+                "(tuples become lists, dict keys become strings): store lists and str keys"
+            ),
+            field=name,
+            row=row,
+            kind="dtype",
+        )
+    return text
+
+
+def encode_rows(name: str, values: Sequence[Any], encoding: Encoding) -> SharedRows:
+    """One segment of UTF-8 bytes per row (``utf8``: ``None`` is a row with no segment;
+    ``json``: ``None`` is JSON ``null``); equal texts share a segment."""
+    texts: list[str | None] = []
+    for row, value in enumerate(values):
+        if value is None and encoding == "utf8":
+            texts.append(None)
+        else:
+            texts.append(_text(name, row, value, encoding))
+    shared = shared_rows(texts, lambda t: t)
+    shared.tensors = [
+        torch.from_numpy(np.frombuffer(bytearray(t.encode()), dtype=np.uint8))
+        for t in shared.tensors
+    ]
+    return shared
+
+
+def decode_rows(name: str, value: PackedTensor, encoding: Encoding) -> np.ndarray:
+    """The rows of a decoded field as a numpy object array (as verl keeps them); rows that
+    share a segment share one Python object. A row of two segments, text that is not UTF-8,
+    or (``json``) not JSON is a :class:`BatchError` naming the field and row (the frame is
+    valid; its rows are not what the encoding says)."""
+    out = np.empty(len(value), dtype=object)
+    cache: dict[tuple[int, int], Any] = {}
+    for i, row in enumerate(value.rows()):
+        if row is not None and len(row) > 1:
+            raise with_context(
+                BatchError(f"field {name!r}, row {i}: {len(row)} values where a row holds one"),
+                field=name,
+                row=i,
+            )
+        seg = row[0] if row else None
+        if seg is None:
+            out[i] = None
+            continue
+        key = (seg.data_ptr(), seg.numel())  # an empty segment shares its neighbour's ptr
+        if key not in cache:
+            cache[key] = _parse(name, i, bytes(seg.numpy()), encoding)
+        out[i] = cache[key]
+    return out
+
+
+def _parse(name: str, row: int, data: bytes, encoding: Encoding) -> Any:
+    try:
+        text = data.decode()
+        return text if encoding == "utf8" else json.loads(text)
+    except UnicodeDecodeError as e:
+        problem = f"not UTF-8 ({e.reason} at byte {e.start})"
+    except ValueError as e:  # json.JSONDecodeError, or a nesting json cannot hold
+        problem = f"not JSON ({e})"
+    except RecursionError:
+        problem = "JSON nested deeper than Python's recursion limit"
+    raise with_context(BatchError(f"field {name!r}, row {row}: {problem}"), field=name, row=row)
