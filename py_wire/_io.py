@@ -48,11 +48,18 @@ def encoded_nbytes(
         return _native.encoded_nbytes(schema._codec_for(stage), fields, checksum=checksum)
 
 
-def save(frame: Any, path: str | os.PathLike[str]) -> None:
+def save(frame: Any, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
     """Write ``frame`` (a :class:`Frame` or bytes-like frame, validated first) to ``path``
     atomically: into a temporary file beside it, flushed to disk, then renamed over ``path``.
     A reader never sees a partial file, and a process that mapped the old file keeps its
-    bytes (the rename replaces the directory entry, not the old file's contents)."""
+    bytes (the rename replaces the directory entry, not the old file's contents).
+
+    ``fsync=True`` (the default) waits until the bytes are on the device, so a crash after
+    ``save`` returns never leaves a replay buffer or checkpoint with a torn or empty file; it
+    costs the device's write time (``torch.save`` does not wait, so it looks faster).
+    ``fsync=False`` skips that wait, for scratch files a crash may lose: the rename still
+    makes the write atomic for readers."""
+    flag("fsync", fsync)
     frame = as_frame(frame)
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -60,7 +67,8 @@ def save(frame: Any, path: str | os.PathLike[str]) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(memoryview(frame))
             f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                os.fsync(f.fileno())
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)

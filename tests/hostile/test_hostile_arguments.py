@@ -135,6 +135,7 @@ CALLS: list[tuple[str, Callable[..., Any], list[str]]] = [
         ["token_id"],
     ),
     ("load", lambda verify: py_wire.load(SAVED, verify=verify), ["verify"]),
+    ("save", lambda fsync: py_wire.save(FRAME, TMP / "scratch", fsync=fsync), ["fsync"]),
     ("ReceiveBuffer", lambda nbytes: py_wire.ReceiveBuffer(nbytes), ["nbytes"]),
     (
         "trainer.micro_batches",

@@ -148,6 +148,20 @@ def test_save_replaces_atomically_while_mapped(frame: py_wire.Frame, tmp_path) -
     assert os.stat(path).st_mode & 0o777 == 0o666 & ~_umask()
 
 
+def test_save_without_fsync_is_still_atomic(frame: py_wire.Frame, tmp_path, monkeypatch) -> None:
+    """fsync=False skips only the wait for the device: the same bytes, renamed into place."""
+    calls: list[int] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd))
+    path = tmp_path / "scratch"
+    py_wire.save(frame, path, fsync=False)
+    assert calls == [] and path.read_bytes() == bytes(frame)
+    assert not [p for p in tmp_path.iterdir() if p.name != path.name]
+    py_wire.save(frame, path)  # the durable default waits for the device
+    assert len(calls) == 1
+    with pytest.raises(TypeError, match="fsync"):
+        py_wire.save(frame, path, fsync="no")  # type: ignore[arg-type]
+
+
 def _umask() -> int:
     m = os.umask(0)
     os.umask(m)
