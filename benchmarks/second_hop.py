@@ -6,7 +6,9 @@ On a Qwen2.5-VL GRPO batch (``grpo_shard.build``: 2 prompts x 16 generations, 4 
 every row its own pixels as NeMo-RL holds them with deduplication off; ~257 MB):
 
 1. A 4-row shard of the batch decoded as NeMo-RL's objects (``py_wire.interop.nemo_rl``) against
-   the same shard of the original dict: pickled bytes and ``ray.put`` time.
+   the same shard of the original dict: pickled bytes and ``ray.put`` time; then the same for a
+   chunk of a decoded verl ``DataProto`` (real verl; the small batch of
+   ``tests/interop/test_verl.py``, 48 rows) against the original's chunk.
 2. A ~300 MB frame through Ray: a task's ``ray.get`` + ``decode`` under the default
    (``writable="auto"``: copy-on-write where the process may remap the store's pages) against
    ``writable="view"``; the same for a read-only ``mmap`` of a file in ``/dev/shm``.
@@ -117,6 +119,31 @@ def shard_section(reps: int) -> None:
         print(
             f"   from {source_name:5}: pickled {a / 1e6:8.1f} MB vs original shard "
             f"{b / 1e6:.1f} MB ({a / b:.2f}x); ray.put {times['decoded']:.1f} ms vs "
+            f"{times['original']:.1f} ms ({times['decoded'] / times['original']:.2f}x)"
+        )
+
+
+def verl_section(reps: int) -> None:
+    """A chunk of a decoded verl DataProto (the real class) against the same chunk of the
+    original: verl's ``DataProto.chunk`` then pickle / ``ray.put``, as a driver sends chunks."""
+    from py_wire.interop import verl
+    from tests.interop.test_verl import verl_batch
+
+    original = verl_batch(True, n=16)
+    frame = verl.to_frame(original, "verl/qwen2_5_vl")
+    print(
+        f"1b. chunk of 12 rows of a {frame.nbytes / 1e6:.1f} MB verl DataProto "
+        f"({len(original)} rows, Qwen2.5-VL)"
+    )
+    for source_name, source in (("Frame", frame), ("bytes", bytes(frame))):
+        ours, theirs = verl.from_frame(source).chunk(4)[0], original.chunk(4)[0]
+        a, b = len(pickle.dumps(ours, protocol=5)), len(pickle.dumps(theirs, protocol=5))
+        times = medians_ms_interleaved(
+            {"decoded": lambda o=ours: ray.put(o), "original": lambda t=theirs: ray.put(t)}, reps
+        )
+        print(
+            f"   from {source_name:5}: pickled {a / 1e6:8.2f} MB vs original chunk "
+            f"{b / 1e6:.2f} MB ({a / b:.2f}x); ray.put {times['decoded']:.1f} ms vs "
             f"{times['original']:.1f} ms ({times['decoded'] / times['original']:.2f}x)"
         )
 
@@ -253,6 +280,7 @@ def main() -> None:
     )
     try:
         shard_section(args.reps)
+        verl_section(args.reps)
         ray_section(args.reps)
     finally:
         ray.shutdown()

@@ -75,8 +75,7 @@ def _split(frame: Frame, sections: int | Sequence[int]) -> list[Frame]:
     if isinstance(sections, int) and not isinstance(sections, bool):
         if not 1 <= sections <= max(n, 1):
             raise WireError(f"chunks must be between 1 and the {n} rows, got {sections}")
-        base, extra = divmod(n, sections)
-        sizes = [base + (i < extra) for i in range(sections)]
+        sizes = [len(_near_equal_part(n, sections, i)) for i in range(sections)]
     else:
         if isinstance(sections, str | bytes) or not isinstance(sections, Sequence):
             raise TypeError(f"sections must be a list of ints, not {type(sections).__name__}")
@@ -123,9 +122,15 @@ def shard(
             frame.num_rows, rank, world_size, batch_size=batch_size, allow_uneven=allow_uneven
         )
         return take_rows(frame, ranges)
-    base, extra = divmod(frame.num_rows, world_size)
-    start = rank * base + min(rank, extra)
-    return take_rows(frame, range(start, start + base + (rank < extra)))
+    return take_rows(frame, _near_equal_part(frame.num_rows, world_size, rank))
+
+
+def _near_equal_part(rows: int, parts: int, index: int) -> range:
+    """Rows of part ``index`` of ``parts`` near-equal contiguous parts, the first ones one row
+    larger (``torch.tensor_split``'s rule): the one rule for ``chunk`` and ``shard``."""
+    base, extra = divmod(rows, parts)
+    start = index * base + min(index, extra)
+    return range(start, start + base + (index < extra))
 
 
 def truncate(frame: Frame, max_len: int) -> Frame:
