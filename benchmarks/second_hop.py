@@ -112,15 +112,20 @@ def shard_section(reps: int) -> None:
     for source_name, source in (("Frame", frame), ("bytes", bytes(frame))):
         decoded = nemo_rl.from_frame(source)
         ours, theirs = nemo_slice(decoded, 0, 4), nemo_slice(original, 0, 4)
-        a, b = len(pickle.dumps(ours, protocol=5)), len(pickle.dumps(theirs, protocol=5))
-        times = medians_ms_interleaved(
-            {"decoded": lambda o=ours: ray.put(o), "original": lambda t=theirs: ray.put(t)}, reps
-        )
-        print(
-            f"   from {source_name:5}: pickled {a / 1e6:8.1f} MB vs original shard "
-            f"{b / 1e6:.1f} MB ({a / b:.2f}x); ray.put {times['decoded']:.1f} ms vs "
-            f"{times['original']:.1f} ms ({times['decoded'] / times['original']:.2f}x)"
-        )
+        compare_moves(source_name, "shard", ours, theirs, reps)
+
+
+def compare_moves(source_name: str, what: str, ours: Any, theirs: Any, reps: int) -> None:
+    """Pickled bytes and ``ray.put`` time of a decoded object against the original's."""
+    a, b = len(pickle.dumps(ours, protocol=5)), len(pickle.dumps(theirs, protocol=5))
+    times = medians_ms_interleaved(
+        {"decoded": lambda: ray.put(ours), "original": lambda: ray.put(theirs)}, reps
+    )
+    print(
+        f"   from {source_name:5}: pickled {a / 1e6:8.2f} MB vs original {what} "
+        f"{b / 1e6:.2f} MB ({a / b:.2f}x); ray.put {times['decoded']:.1f} ms vs "
+        f"{times['original']:.1f} ms ({times['decoded'] / times['original']:.2f}x)"
+    )
 
 
 def verl_section(reps: int) -> None:
@@ -137,15 +142,7 @@ def verl_section(reps: int) -> None:
     )
     for source_name, source in (("Frame", frame), ("bytes", bytes(frame))):
         ours, theirs = verl.from_frame(source).chunk(4)[0], original.chunk(4)[0]
-        a, b = len(pickle.dumps(ours, protocol=5)), len(pickle.dumps(theirs, protocol=5))
-        times = medians_ms_interleaved(
-            {"decoded": lambda o=ours: ray.put(o), "original": lambda t=theirs: ray.put(t)}, reps
-        )
-        print(
-            f"   from {source_name:5}: pickled {a / 1e6:8.2f} MB vs original chunk "
-            f"{b / 1e6:.2f} MB ({a / b:.2f}x); ray.put {times['decoded']:.1f} ms vs "
-            f"{times['original']:.1f} ms ({times['decoded'] / times['original']:.2f}x)"
-        )
+        compare_moves(source_name, "chunk", ours, theirs, reps)
 
 
 def ray_section(reps: int) -> None:
