@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from py_wire._native import WireError
+from py_wire._native import ERROR_CONTEXT, WireError
 
 E = TypeVar("E", bound=WireError)
 
 
 def with_context(error: E, *, kind: str | None = None, **context: Any) -> E:
     """``error`` with its structured attributes set (``kind`` defaults to the class's)."""
-    unknown = set(context) - {"field", "row", "segment", "item", "expected", "found"}
+    unknown = set(context) - set(ERROR_CONTEXT)  # the codec's names (errors.rs CONTEXT)
     if unknown:
         raise TypeError(f"unknown error context {sorted(unknown)}")
     if kind is not None:

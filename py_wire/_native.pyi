@@ -23,6 +23,8 @@ __all__ = [
     "FrameLayout",
     "Codec",
     "InternalError",
+    "ERROR_CONTEXT",
+    "LOSSLESS_WIDENINGS",
     "MAX_HEADER_BYTES",
     "METADATA_KEYS",
     "ReceiveBuffer",
@@ -67,6 +69,8 @@ class InternalError(WireError): ...
 
 __version__: str
 #: The largest JSON header a frame may declare, in bytes.
+ERROR_CONTEXT: tuple[str, ...]
+LOSSLESS_WIDENINGS: dict[str, list[str]]
 MAX_HEADER_BYTES: int
 METADATA_KEYS: dict[str, str]
 

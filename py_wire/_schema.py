@@ -70,50 +70,10 @@ UInt64 = Annotated[StrictInt, Field(ge=0, le=2**64 - 1)]
 Dim = Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] | Literal["*"]
 
 #: Input dtype → the dtypes it converts into exactly (every value representable, no rounding):
-#: what a field's ``accept`` may list.
+#: what a field's ``accept`` may list. The table is the codec's (``cast.rs``
+#: ``widens_exactly``), which also decides whether a wire cast is lossy.
 LOSSLESS_WIDENINGS: dict[str, frozenset[str]] = {
-    "bool": frozenset(
-        {
-            "uint8",
-            "int8",
-            "int16",
-            "uint16",
-            "int32",
-            "uint32",
-            "int64",
-            "uint64",
-            "float16",
-            "bfloat16",
-            "float32",
-            "float64",
-        }
-    ),
-    "uint8": frozenset(
-        {
-            "int16",
-            "uint16",
-            "int32",
-            "uint32",
-            "int64",
-            "uint64",
-            "float16",
-            "bfloat16",
-            "float32",
-            "float64",
-        }
-    ),
-    "int8": frozenset({"int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"}),
-    "uint16": frozenset({"int32", "uint32", "int64", "uint64", "float32", "float64"}),
-    "int16": frozenset({"int32", "int64", "float32", "float64"}),
-    "uint32": frozenset({"int64", "uint64", "float64"}),
-    "int32": frozenset({"int64", "float64"}),
-    "float16": frozenset({"float32", "float64", "complex64", "complex128"}),
-    "bfloat16": frozenset({"float32", "float64", "complex64", "complex128"}),
-    "float32": frozenset({"float64", "complex64", "complex128"}),
-    "float64": frozenset({"complex128"}),
-    "float8_e4m3fn": frozenset({"float16", "bfloat16", "float32", "float64"}),
-    "float8_e5m2": frozenset({"float16", "bfloat16", "float32", "float64"}),
-    "complex64": frozenset({"complex128"}),
+    src: frozenset(into) for src, into in _native.LOSSLESS_WIDENINGS.items()
 }
 
 DEFAULT_STAGES = ("generation", "logprob", "ref_logprob", "train")

@@ -581,6 +581,21 @@ mod _native {
             keys.set_item(short, key)?;
         }
         m.add("METADATA_KEYS", keys)?;
+        let widenings = pyo3::types::PyDict::new(m.py());
+        for from in crate::dtype::DType::all() {
+            let into: Vec<&str> = crate::dtype::DType::all()
+                .filter(|&to| crate::cast::widens_exactly(from, to))
+                .map(|to| to.name())
+                .collect();
+            if !into.is_empty() {
+                widenings.set_item(from.name(), into)?;
+            }
+        }
+        m.add("LOSSLESS_WIDENINGS", widenings)?;
+        m.add(
+            "ERROR_CONTEXT",
+            pyo3::types::PyTuple::new(m.py(), super::errors::CONTEXT)?,
+        )?;
         m.add("MAX_HEADER_BYTES", crate::header::MAX_HEADER_BYTES)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))
     }

@@ -60,19 +60,34 @@ pub fn is_wire_cast(from: DType, to: DType) -> bool {
 /// value of `to`. Any other pair (integers, bool, real <-> complex) is never cast by the codec and
 /// is conservatively reported as lossy.
 pub fn is_lossy(from: DType, to: DType) -> bool {
+    from != to && !widens_exactly(from, to)
+}
+
+/// Whether every value of `from` is exactly a value of `to` (no rounding, no overflow): the
+/// one table of lossless widenings. A schema field's `accept` list may name only these (the
+/// Python loader reads the table as `_native.LOSSLESS_WIDENINGS`), and a wire cast that is not
+/// one must be declared `lossy`.
+pub fn widens_exactly(from: DType, to: DType) -> bool {
     use DType::*;
-    if from == to {
-        return false;
-    }
-    let exact = match (from, to) {
-        (F16 | BF16, F32 | F64) | (F32, F64) => true,
+    match from {
+        Bool => !matches!(to, Bool | F8E4M3 | F8E5M2 | C64 | C128),
+        U8 => matches!(
+            to,
+            I16 | U16 | I32 | U32 | I64 | U64 | F16 | BF16 | F32 | F64
+        ),
+        I8 => matches!(to, I16 | I32 | I64 | F16 | BF16 | F32 | F64),
+        U16 => matches!(to, I32 | U32 | I64 | U64 | F32 | F64),
+        I16 => matches!(to, I32 | I64 | F32 | F64),
+        U32 => matches!(to, I64 | U64 | F64),
+        I32 => matches!(to, I64 | F64),
         // e4m3fn: 4 exponent bits, 3 mantissa bits, |x| <= 448, min subnormal 2^-9.
         // e5m2: float16's exponent range with 2 mantissa bits.
-        (F8E4M3 | F8E5M2, F16 | BF16 | F32 | F64) => true,
-        (C64, C128) => true,
-        _ => false,
-    };
-    !exact
+        F8E4M3 | F8E5M2 => matches!(to, F16 | BF16 | F32 | F64),
+        F16 | BF16 => matches!(to, F32 | F64 | C64 | C128),
+        F32 => matches!(to, F64 | C64 | C128),
+        F64 | C64 => to == C128,
+        I64 | U64 | C128 => false,
+    }
 }
 
 /// Convert a contiguous run of little-endian source elements into destination elements.
@@ -376,6 +391,49 @@ mod tests {
                 .try_into()
                 .expect("8 bytes"),
         ))
+    }
+
+    /// Integer sources against what the targets hold: an integer target must contain the
+    /// whole range, a real floating target must represent every integer in it exactly (up to
+    /// 2^mantissa digits); complex targets take no integer. The table agrees with that rule.
+    #[test]
+    fn integer_widenings_follow_ranges_and_mantissas() {
+        let range = |d: DType| -> Option<(i128, i128)> {
+            Some(match d {
+                Bool => (0, 1),
+                U8 => (0, 255),
+                I8 => (-128, 127),
+                U16 => (0, 65_535),
+                I16 => (-32_768, 32_767),
+                U32 => (0, u32::MAX as i128),
+                I32 => (i32::MIN as i128, i32::MAX as i128),
+                U64 => (0, u64::MAX as i128),
+                I64 => (i64::MIN as i128, i64::MAX as i128),
+                _ => return None,
+            })
+        };
+        let exact_integers = |d: DType| -> Option<i128> {
+            Some(match d {
+                F16 => 1 << 11,
+                BF16 => 1 << 8,
+                F32 => 1 << 24,
+                F64 => 1 << 53,
+                _ => return None,
+            })
+        };
+        for from in DType::all() {
+            let Some((lo, hi)) = range(from) else {
+                continue;
+            };
+            for to in DType::all().filter(|&t| t != from) {
+                let want = match (range(to), exact_integers(to)) {
+                    (Some((tlo, thi)), _) => tlo <= lo && hi <= thi,
+                    (None, Some(limit)) => lo.abs().max(hi) <= limit,
+                    (None, None) => false,
+                };
+                assert_eq!(widens_exactly(from, to), want, "{from:?} -> {to:?}");
+            }
+        }
     }
 
     #[test]
