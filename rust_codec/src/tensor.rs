@@ -100,6 +100,15 @@ pub fn checked_numel(shape: &[u64]) -> Option<u64> {
     shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
 }
 
+/// The offset from `base` of `extent` bytes at address `ptr`, when they lie inside the
+/// allocation of `len` bytes at `base` (checked arithmetic: nothing wraps); `None` otherwise.
+/// Both tensor readers check a row's bytes against its storage with this rule.
+pub fn span_in_storage(ptr: usize, extent: u64, base: usize, len: usize) -> Option<usize> {
+    let offset = ptr.checked_sub(base)?;
+    let end = usize::try_from(extent).ok()?.checked_add(offset)?;
+    (end <= len).then_some(offset)
+}
+
 /// Bytes spanned from the first to one past the last element, or `None` on overflow.
 pub fn extent_bytes(shape: &[u64], strides: &[u64], elem_size: usize) -> Option<u64> {
     if shape.contains(&0) {

@@ -7,6 +7,7 @@
 mod check;
 mod input;
 mod layout;
+pub mod staged;
 mod write;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -338,12 +338,7 @@ pub(super) fn held_view<'py>(
     let bytes: &'static [u8] = if extent == 0 {
         &[]
     } else {
-        let inside = ptr >= base
-            && usize::try_from(extent)
-                .ok()
-                .and_then(|e| (ptr - base).checked_add(e))
-                .is_some_and(|end| end <= len);
-        if !inside {
+        if crate::tensor::span_in_storage(ptr, extent, base, len).is_none() {
             return Err(BatchError::new_err(format!(
                 "{}: the tensor's {extent} bytes at {ptr:#x} do not lie inside its storage \
                  ({len} bytes at {base:#x}); was it resized or set_() while being encoded?",

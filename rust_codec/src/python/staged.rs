@@ -22,8 +22,11 @@
 //! that overlaps `out`, a row whose bytes do not lie inside its storage) hands the whole field
 //! to the full reader, which accepts or refuses it with the errors it always gave; the staged
 //! bytes are dropped.
-
-use std::sync::Arc;
+//!
+//! The decisions themselves (bounds, sizes and offsets, checked arithmetic; where each row's
+//! bytes go in the staging buffer; the rows of the result) are plain arithmetic in the core,
+//! `crate::encode::staged`, which the `staged_rows` fuzz target drives without Python; this
+//! module reads the numbers from torch and copies the bytes.
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -31,15 +34,11 @@ use pyo3::types::{PyBool, PyList, PyTuple, PyType};
 
 use super::extract::{held_view, rows, KeepAlive, Registry};
 use crate::dtype::DType;
-use crate::encode::{FieldInput, RowItems, RowSpan, RowSpans};
+use crate::encode::staged::{check_row, rank1_shape, Placement, RowFacts, StagePlan, StageRow};
+pub use crate::encode::staged::{StageLimits, STAGE_MAX_ROW_BYTES};
+use crate::encode::FieldInput;
 use crate::spec::FieldSpec;
 use crate::tensor::{Dims, TensorRef, MAX_RANK};
-
-/// Rows up to this many bytes are copied into the staging buffer while their metadata is read
-/// (GIL held). Copying 4 KiB costs about what reading a tensor's metadata does, so the GIL is
-/// held at most about twice as long as reading alone would hold it; holding a larger row's
-/// storage instead costs less than copying it twice.
-pub const STAGE_MAX_ROW_BYTES: usize = 4096;
 
 /// `tp_descr_get`: what `descr.__get__(obj, type)` calls.
 type DescrGet = unsafe extern "C" fn(
@@ -229,20 +228,18 @@ fn call<'py>(
     }
 }
 
-/// One row as the fast reader sees it: a plain, contiguous CPU tensor with no lazy flag.
-struct FastRow {
-    dtype: DType,
-    shape: Dims,
-    ptr: usize,
-    nbytes: usize,
-}
-
 /// What stops a row from being read fast. Not an error: the full reader then reads the field
 /// and says what, if anything, is wrong.
 struct NotFast;
 
 impl From<PyErr> for NotFast {
     fn from(_: PyErr) -> NotFast {
+        NotFast
+    }
+}
+
+impl From<crate::encode::staged::NotStaged> for NotFast {
+    fn from(_: crate::encode::staged::NotStaged) -> NotFast {
         NotFast
     }
 }
@@ -338,7 +335,7 @@ impl<'a, 'py> Reader<'a, 'py> {
     /// row's bytes inside its untyped storage (`storage_bounds`). The
     /// layout needs no call of its own: every non-strided layout fails `stride()` or
     /// `data_ptr()` (sparse COO, mkldnn: no storage).
-    fn read(&mut self, obj: &Bound<'py, PyAny>, rank: usize) -> Result<FastRow, NotFast> {
+    fn read(&mut self, obj: &Bound<'py, PyAny>, rank: usize) -> Result<StageRow, NotFast> {
         let (fast, py) = (self.fast, obj.py());
         // SAFETY: Py_TYPE reads the type pointer of a live object (`obj` is a strong reference).
         if unsafe { ffi::Py_TYPE(obj.as_ptr()) } != self.ty.as_ptr().cast() {
@@ -362,39 +359,29 @@ impl<'a, 'py> Reader<'a, 'py> {
         // `stride()` gives the rank and raises for a nested tensor (a plain `torch.Tensor`
         // whose `nbytes` looks like a tensor's) and for sparse compressed layouts.
         let strides = dims_of(&call(&fast.stride, &fast.no_args, obj)?, rank)?;
-        let es = dtype.size();
         let shape = if rank == 1 {
-            let nbytes = as_usize(&get(&fast.nbytes, obj, ty)?)?;
-            if nbytes % es != 0 {
-                return Err(NotFast);
-            }
-            Dims::new(&[(nbytes / es) as u64]).map_err(|_| NotFast)?
+            rank1_shape(as_usize(&get(&fast.nbytes, obj, ty)?)?, dtype)?
         } else {
             dims_of(&get(&fast.shape, obj, ty)?, rank)?
         };
-        let nbytes = crate::tensor::checked_numel(&shape)
-            .and_then(|n| usize::try_from(n).ok())
-            .and_then(|n| n.checked_mul(es))
-            .ok_or(NotFast)?;
         if !crate::tensor::is_c_contiguous(&shape, &strides) {
             return Err(NotFast);
         }
-        let (base, len) = self.storage_bounds(obj)?;
-        let ptr = as_usize(&call(&fast.data_ptr, &fast.no_args, obj)?)?;
-        if ptr == 0 && nbytes > 0 {
-            return Err(NotFast);
-        }
-        // The row's bytes inside its storage's allocation, or the full reader refuses it.
-        let inside = ptr >= base && ptr.checked_add(nbytes).is_some_and(|end| end <= base + len);
-        if nbytes > 0 && !inside {
-            return Err(NotFast);
-        }
-        Ok(FastRow {
-            dtype,
-            shape,
-            ptr,
-            nbytes,
-        })
+        let (storage_ptr, storage_nbytes) = self.storage_bounds(obj)?;
+        let data_ptr = as_usize(&call(&fast.data_ptr, &fast.no_args, obj)?)?;
+        // Sizes (checked), contiguity, a non-null pointer and the row's bytes inside its
+        // storage's allocation, or the full reader refuses it.
+        Ok(check_row(
+            &RowFacts {
+                dtype,
+                shape: &shape,
+                strides: &strides,
+                data_ptr,
+                storage_ptr,
+                storage_nbytes,
+            },
+            rank,
+        )?)
     }
 }
 
@@ -412,33 +399,8 @@ impl<'py> Reader<'_, 'py> {
         }
         let base = as_usize(&call(&fast.storage_data_ptr, &fast.no_args, &storage)?)?;
         let len = as_usize(&call(&fast.storage_nbytes, &fast.no_args, &storage)?)?;
-        base.checked_add(len).ok_or(NotFast)?;
         Ok((base, len))
     }
-}
-
-/// Where staging may happen: the largest row to stage, and the byte range of `encode(out=)`
-/// (a row inside it is left to the full reader, which refuses it by name).
-#[derive(Clone, Copy, Debug)]
-pub struct StageLimits {
-    pub max_row_bytes: usize,
-    pub out: Option<(usize, usize)>,
-}
-
-impl StageLimits {
-    pub const NONE: StageLimits = StageLimits {
-        max_row_bytes: 0,
-        out: None,
-    };
-}
-
-/// Rows read before the staging buffer is sized for the rest.
-const ESTIMATE_ROWS: usize = 64;
-
-/// A large row: its full view (storage held) and where it sits among the rows.
-struct Large {
-    row: usize,
-    view: TensorRef<'static>,
 }
 
 /// The rows of a per-token field, staged where that is safe and cheap (see the module doc);
@@ -479,107 +441,54 @@ fn stage(
     fast: &FastReader,
 ) -> Result<FieldInput<'static>, NotFast> {
     let name = spec.name.as_str();
-    let rank = 1 + spec.shape.len();
-    let trailing: Vec<u64> = spec
-        .shape
-        .iter()
-        .map(|d| d.ok_or(NotFast))
-        .collect::<Result<_, _>>()?;
-    let item_bytes = |dtype: DType| trailing.iter().product::<u64>() as usize * dtype.size();
+    let mut plan = StagePlan::new(spec, limits, list.len())?;
+    let rank = plan.rank();
     let mut staging: Vec<u8> = Vec::new();
-    let mut offsets: Vec<u64> = Vec::with_capacity(list.len() + 1);
-    offsets.push(0);
-    let mut large: Vec<Large> = Vec::new();
-    let mut dtype: Option<DType> = None;
+    // The large rows' full views (storage held), in the plan's order.
+    let mut large: Vec<TensorRef<'static>> = Vec::new();
     let mut reader = Reader::new(list.py(), reg, fast)?;
-    let mut staged_items = 0u64;
     for (row, obj) in list.iter().enumerate() {
         let r = reader.read(&obj, rank)?;
-        let same_dims = r.shape.iter().skip(1).zip(&trailing).all(|(a, b)| a == b);
-        // A dtype the field does not take is the full reader's to refuse, naming the row.
-        let takes = r.dtype == spec.dtype || Some(r.dtype) == spec.wire_dtype;
-        if *dtype.get_or_insert(r.dtype) != r.dtype || !same_dims || !takes {
-            return Err(NotFast);
-        }
-        if let Some((start, len)) = limits.out {
-            if r.nbytes > 0
-                && r.ptr < start.saturating_add(len)
-                && start < r.ptr.saturating_add(r.nbytes)
-            {
-                return Err(NotFast);
+        let reserve = plan.reserve_hint(list.len());
+        match plan.push(&r)? {
+            Placement::Stage { at, len } => {
+                if at != staging.len() || len != r.nbytes {
+                    return Err(NotFast);
+                }
+                staging.reserve(reserve);
+                if len > 0 {
+                    // SAFETY: torch reports a contiguous CPU tensor of `nbytes` bytes starting
+                    // at `ptr`, non-null and inside its storage's allocation (`check_row`). The
+                    // GIL has been held since `ptr` was read and no Python code ran since
+                    // (`read` calls nothing after data_ptr), so no thread has freed or swapped
+                    // the tensor's storage, and the list (held by the caller) keeps the tensor
+                    // alive.
+                    let bytes = unsafe { std::slice::from_raw_parts(r.ptr as *const u8, len) };
+                    staging.extend_from_slice(bytes);
+                }
+            }
+            Placement::Large { .. } => {
+                let loc = || format!("field {name:?}, row {row}");
+                let strides = crate::tensor::contiguous_strides(&r.shape);
+                let view = held_view(&obj, r.dtype, &r.shape, &strides, keep, &loc)
+                    .map_err(|_| NotFast)?;
+                large.push(view);
             }
         }
-        if r.nbytes <= limits.max_row_bytes {
-            if row == ESTIMATE_ROWS {
-                // Size the staging buffer once from the rows seen so far, rather than
-                // doubling it (and copying what it holds) a dozen times.
-                let rest = list.len().saturating_sub(row);
-                staging.reserve((staging.len() / ESTIMATE_ROWS).saturating_mul(rest) / 8 * 9);
-            }
-            if r.nbytes > 0 {
-                // SAFETY: torch reports a contiguous CPU tensor of `nbytes` bytes starting at
-                // `ptr` (non-null, checked in `read`). The GIL has been held since `ptr` was
-                // read and no Python code ran since (`read` calls nothing after data_ptr),
-                // so no thread has freed or swapped the tensor's storage, and the list (held
-                // by the caller) keeps the tensor alive.
-                let bytes = unsafe { std::slice::from_raw_parts(r.ptr as *const u8, r.nbytes) };
-                staging.extend_from_slice(bytes);
-            }
-            staged_items += r.shape[0];
-        } else {
-            let loc = || format!("field {name:?}, row {row}");
-            let strides = crate::tensor::contiguous_strides(&r.shape);
-            let view =
-                held_view(&obj, r.dtype, &r.shape, &strides, keep, &loc).map_err(|_| NotFast)?;
-            large.push(Large { row, view });
-        }
-        offsets.push(staged_items);
     }
-    let dtype = dtype.ok_or(NotFast)?;
-    if staged_items.checked_mul(item_bytes(dtype) as u64) != Some(staging.len() as u64) {
-        return Err(NotFast);
-    }
-    let mut shape = vec![staged_items];
-    shape.extend(&trailing);
+    let field = plan.finish(staging.len())?;
     let bytes = keep.stage(staging);
-    let values = TensorRef::contiguous(dtype, &shape, bytes).map_err(|_| NotFast)?;
-    if large.is_empty() {
-        return Ok(FieldInput::Jagged { values, offsets });
-    }
-    // Some rows are views of their own: rows as spans of [staging, large rows...]; a large
-    // row has no items in the staging offsets.
-    let rows = offsets.len() as u64 - 1;
-    let mut items = Vec::with_capacity(large.len() + 1);
-    let mut spans = Vec::with_capacity(2 * large.len() + 1);
-    let mut staged_from = 0u64;
-    for (i, l) in large.iter().enumerate() {
-        let row = l.row as u64;
-        if row > staged_from {
-            spans.push(RowSpan {
-                source: 0,
-                start: staged_from,
-                end: row,
-            });
-        }
-        items.push(RowItems::Offsets(Arc::new(vec![0, l.view.shape[0]])));
-        spans.push(RowSpan {
-            source: u32::try_from(i + 1).map_err(|_| NotFast)?,
-            start: 0,
-            end: 1,
+    let values =
+        TensorRef::contiguous(field.dtype, &field.values_shape, bytes).map_err(|_| NotFast)?;
+    let Some(spans) = field.spans else {
+        return Ok(FieldInput::Jagged {
+            values,
+            offsets: field.offsets,
         });
-        staged_from = row + 1;
-    }
-    if rows > staged_from {
-        spans.push(RowSpan {
-            source: 0,
-            start: staged_from,
-            end: rows,
-        });
-    }
-    items.insert(0, RowItems::Offsets(Arc::new(offsets)));
-    let spans = Arc::new(RowSpans::new(items, spans).map_err(|_| NotFast)?);
+    };
+    // Some rows are views of their own: rows as spans of [staging, large rows...].
     let mut sources = Vec::with_capacity(large.len() + 1);
     sources.push(values);
-    sources.extend(large.into_iter().map(|l| l.view));
+    sources.extend(large);
     Ok(FieldInput::Ranges { sources, spans })
 }
