@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../rust_codec"
 
-TARGETS=(parse_frame gather padded contracts schema_json)
+TARGETS=(parse_frame gather padded contracts schema_json staged_rows row_selection)
 targets=("${1:-all}")
 [ "${targets[0]}" = all ] && targets=("${TARGETS[@]}")
 runs=${2:-${RUNS:-20000}}
@@ -21,13 +21,15 @@ max_len() {
   case "$1" in
     schema_json) echo 8192 ;;       # a field table or a contract, not a frame
     gather) echo 131072 ;;          # two frames and a row list
+    row_selection) echo 66560 ;;    # one frame and a short selection program
+    staged_rows) echo 4096 ;;       # row descriptions, not bytes of a frame
     *) echo 65536 ;;                # one frame (seeds are <= 64 KiB)
   esac
 }
 
 seeds_of() {
   case "$1" in
-    gather|schema_json) echo "fuzz/seeds/$1" ;;
+    gather|schema_json|staged_rows) echo "fuzz/seeds/$1" ;;
     *) echo "fuzz/seeds/frames" ;;     # every target that reads one frame
   esac
 }

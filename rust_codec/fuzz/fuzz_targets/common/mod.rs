@@ -123,3 +123,28 @@ pub fn walk(buf: &[u8], layout: &FrameLayout) {
         }
     }
 }
+
+/// A fuzz input read front to back; bytes past its end read as 0.
+pub struct Bytes<'a>(pub &'a [u8]);
+
+impl Bytes<'_> {
+    pub fn u8(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+
+    pub fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+
+    pub fn u64(&mut self) -> u64 {
+        let mut b = [0u8; 8];
+        b.iter_mut().for_each(|x| *x = self.u8());
+        u64::from_le_bytes(b)
+    }
+}
