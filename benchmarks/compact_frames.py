@@ -1,0 +1,118 @@
+"""The fixed cost of small frames, embedded against compact headers (issue 19): header bytes,
+encode, wrap + decode and take_rows of a 1-row and a 1k-row text_grpo frame (16 tokens a row),
+each beside a memcpy of the same data section into a preallocated buffer. Medians over many
+reps, the cases interleaved rep by rep (so load drifts hit every case alike), one thread.
+
+    .venv/bin/python benchmarks/compact_frames.py            # --reps 2000 --rows 1 1000
+
+Run it with a py_wire that predates compact frames and it measures the embedded form only
+(the "before" figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import statistics
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import machine
+import torch
+
+import py_wire
+
+TOKENS = 16
+
+
+def batch(rows: int) -> dict[str, Any]:
+    """The batch benchmarks/ops_memory.py uses: ``rows`` rows of TOKENS tokens."""
+    lengths = torch.full((rows,), TOKENS, dtype=torch.int64)
+    values = torch.arange(rows * TOKENS, dtype=torch.int64)
+    offsets = torch.arange(0, rows * TOKENS + 1, TOKENS)
+    ids = torch.nested.nested_tensor_from_jagged(values, offsets)
+    floats = torch.nested.nested_tensor_from_jagged(values.float(), offsets)
+    return {
+        "input_ids": ids,
+        "advantages": floats,
+        "generation_logprobs": floats,
+        "input_lengths": lengths,
+        "loss_multiplier": torch.ones(rows),
+        "reward": torch.ones(rows),
+    }
+
+
+def header_bytes(frame: py_wire.Frame) -> int:
+    (n,) = struct.unpack("<Q", bytes(memoryview(frame)[:8]))
+    return 8 + int(n)
+
+
+def medians_us(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
+    """Median µs of each function, run interleaved: one call of each per rep."""
+    for fn in fns.values():  # warm code, pools and caches
+        for _ in range(20):
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    clock = time.perf_counter_ns
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t = clock()
+            fn()
+            times[name].append(clock() - t)
+    return {k: statistics.median(v) / 1e3 for k, v in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 1000])
+    parser.add_argument("--reps", type=int, default=2000, help="interleaved reps (median)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    os.environ.setdefault("PY_WIRE_THREADS", "1")
+    has_compact = "compact" in inspect.signature(py_wire.encode).parameters
+    forms = ["embedded", "compact"] if has_compact else ["embedded"]
+    print(machine.describe())
+    print(f"py_wire {py_wire.__version__} from {Path(py_wire.__file__).parent}")
+    print(f"{args.reps} interleaved reps, medians; {TOKENS} tokens/row; one thread")
+    if not has_compact:
+        print("(this py_wire has no compact frames: embedded form only)")
+    cols = ("header B", "encode", "wrap", "decode", "take_rows", "memcpy")
+    print(f"{'rows':>5} {'form':<9}" + "".join(f"{c:>11}" for c in cols) + "   (µs)")
+    schema = py_wire.load_schema("text_grpo")
+    for rows in args.rows:
+        b = batch(rows)
+        frames = {
+            form: py_wire.encode(
+                b, schema, threads=1, **({"compact": True} if form == "compact" else {})
+            )
+            for form in forms
+        }
+        raw = {form: bytearray(memoryview(f)) for form, f in frames.items()}
+        # The same data section (payload and index tables) for every form.
+        data = {form: len(f) - header_bytes(f) for form, f in frames.items()}
+        assert len(set(data.values())) == 1, data
+        src = torch.frombuffer(raw[forms[0]], dtype=torch.uint8)[header_bytes(frames[forms[0]]) :]
+        dst = torch.empty_like(src)
+        fns: dict[str, Callable[[], Any]] = {"memcpy": lambda s=src, d=dst: d.copy_(s)}
+        for form in forms:
+            f, r = frames[form], raw[form]
+            kw = {"compact": True} if form == "compact" else {}
+            fns[f"{form}/encode"] = lambda kw=kw, b=b: py_wire.encode(b, schema, threads=1, **kw)
+            fns[f"{form}/wrap"] = lambda r=r: py_wire.Frame.from_buffer(r)
+            fns[f"{form}/decode"] = lambda r=r: py_wire.decode(r)
+            fns[f"{form}/take_rows"] = lambda f=f, n=rows: py_wire.take_rows(f, range(n))
+        us = medians_us(fns, args.reps)
+        for form in forms:
+            cells = [f"{header_bytes(frames[form]):>11}"]
+            cells += [f"{us[f'{form}/{op}']:>11.1f}" for op in cols[1:5]]
+            cells.append(f"{us['memcpy']:>11.1f}")
+            print(f"{rows:>5} {form:<9}" + "".join(cells))
+        print(f"{'':>5} data section {data[forms[0]]} B (both forms); decode = wrap + views")
+
+
+if __name__ == "__main__":
+    main()
