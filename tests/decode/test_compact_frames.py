@@ -259,3 +259,15 @@ def test_compact_headers_refuse_embedded_keys():
     raw = struct.pack("<Q", len(text) + pad) + text + b" " * pad + data_section(compact)
     with pytest.raises(py_wire.FrameError, match="only embedded frames carry"):
         py_wire.Frame.from_buffer(raw)
+
+
+def test_cli_inspect_of_a_compact_frame(tmp_path, capsys):
+    from py_wire.cli import main
+
+    path = tmp_path / "compact.pywire"
+    path.write_bytes(bytes(py_wire.encode(small_text_batch(), TEXT, compact=True)))
+    assert main(["inspect", str(path), "--schema", "text_grpo"]) == 0
+    out = capsys.readouterr().out
+    assert f"fingerprint: {TEXT.fingerprint}" in out
+    assert "header form: compact" in out
+    assert main(["inspect", str(path), "--schema", "no_such_schema"]) == 1
