@@ -1,7 +1,8 @@
 """The fixed cost of small frames, embedded against compact headers (issue 19): header bytes,
 encode, wrap + decode and take_rows of a 1-row and a 1k-row text_grpo frame (16 tokens a row),
 each beside a memcpy of the same data section into a preallocated buffer. Medians over many
-reps, the cases interleaved rep by rep (so load drifts hit every case alike), one thread.
+reps, one thread, twice: the cases interleaved rep by rep (so load drifts hit every case alike,
+and each call finds caches as the other cases left them), then each case alone in a warm loop.
 
     .venv/bin/python benchmarks/compact_frames.py            # --reps 2000 --rows 1 1000
 
@@ -51,18 +52,27 @@ def header_bytes(frame: py_wire.Frame) -> int:
     return 8 + int(n)
 
 
-def medians_us(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
-    """Median µs of each function, run interleaved: one call of each per rep."""
+def medians_us(fns: dict[str, Callable[[], Any]], reps: int, interleaved: bool) -> dict[str, float]:
+    """Median µs of each function: ``interleaved``, one call of each per rep (every call finds
+    caches as the other cases left them, and load drifts hit every case alike); else each
+    case alone, ``reps`` calls in a row (warm caches: the floor)."""
     for fn in fns.values():  # warm code, pools and caches
         for _ in range(20):
             fn()
     times: dict[str, list[float]] = {k: [] for k in fns}
     clock = time.perf_counter_ns
-    for _ in range(reps):
+    if interleaved:
+        for _ in range(reps):
+            for name, fn in fns.items():
+                t = clock()
+                fn()
+                times[name].append(clock() - t)
+    else:
         for name, fn in fns.items():
-            t = clock()
-            fn()
-            times[name].append(clock() - t)
+            for _ in range(reps):
+                t = clock()
+                fn()
+                times[name].append(clock() - t)
     return {k: statistics.median(v) / 1e3 for k, v in times.items()}
 
 
@@ -77,7 +87,7 @@ def main() -> None:
     forms = ["embedded", "compact"] if has_compact else ["embedded"]
     print(machine.describe())
     print(f"py_wire {py_wire.__version__} from {Path(py_wire.__file__).parent}")
-    print(f"{args.reps} interleaved reps, medians; {TOKENS} tokens/row; one thread")
+    print(f"{args.reps} reps, medians; {TOKENS} tokens/row; one thread")
     if not has_compact:
         print("(this py_wire has no compact frames: embedded form only)")
     cols = ("header B", "encode", "wrap", "decode", "take_rows", "memcpy")
@@ -105,12 +115,14 @@ def main() -> None:
             fns[f"{form}/wrap"] = lambda r=r: py_wire.Frame.from_buffer(r)
             fns[f"{form}/decode"] = lambda r=r: py_wire.decode(r)
             fns[f"{form}/take_rows"] = lambda f=f, n=rows: py_wire.take_rows(f, range(n))
-        us = medians_us(fns, args.reps)
-        for form in forms:
-            cells = [f"{header_bytes(frames[form]):>11}"]
-            cells += [f"{us[f'{form}/{op}']:>11.1f}" for op in cols[1:5]]
-            cells.append(f"{us['memcpy']:>11.1f}")
-            print(f"{rows:>5} {form:<9}" + "".join(cells))
+        for interleaved in (True, False):
+            us = medians_us(fns, args.reps, interleaved)
+            for form in forms:
+                cells = [f"{header_bytes(frames[form]):>11}"]
+                cells += [f"{us[f'{form}/{op}']:>11.1f}" for op in cols[1:5]]
+                cells.append(f"{us['memcpy']:>11.1f}")
+                how = "interleaved" if interleaved else "warm"
+                print(f"{rows:>5} {form:<9}" + "".join(cells) + f"   {how}")
         print(f"{'':>5} data section {data[forms[0]]} B (both forms); decode = wrap + views")
 
 
