@@ -31,17 +31,17 @@ TOKENS = 16
 
 
 def batch(rows: int) -> dict[str, Any]:
-    """The batch benchmarks/ops_memory.py uses: ``rows`` rows of TOKENS tokens."""
-    lengths = torch.full((rows,), TOKENS, dtype=torch.int64)
+    """``rows`` rows of TOKENS tokens, per-token fields as lists of row tensors (what a
+    producer of per-row frames hands in; a jagged nested tensor input costs about 0.7 ms more
+    per encode here, in torch, whatever the header form)."""
     values = torch.arange(rows * TOKENS, dtype=torch.int64)
-    offsets = torch.arange(0, rows * TOKENS + 1, TOKENS)
-    ids = torch.nested.nested_tensor_from_jagged(values, offsets)
-    floats = torch.nested.nested_tensor_from_jagged(values.float(), offsets)
+    ids = list(values.split(TOKENS))
+    floats = list(values.float().split(TOKENS))
     return {
         "input_ids": ids,
         "advantages": floats,
         "generation_logprobs": floats,
-        "input_lengths": lengths,
+        "input_lengths": torch.full((rows,), TOKENS, dtype=torch.int64),
         "loss_multiplier": torch.ones(rows),
         "reward": torch.ones(rows),
     }
