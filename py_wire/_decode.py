@@ -21,7 +21,7 @@ from py_wire._dtypes import DTYPES
 from py_wire._native import Frame, FrameError, FrameLayout, SchemaError, TensorLoc
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._rows import RowWindow
-from py_wire._schema import FINGERPRINT_KEY, Schema, load_schema
+from py_wire._schema import Schema, load_schema
 from py_wire._source import as_frame
 from py_wire._storage import StorageSlicer
 from py_wire._trainer import ATTENTION_MASK, padded_width
@@ -170,6 +170,12 @@ def decode(
       read-only mapping).
     - ``"copy"``: always a private copy, as ``"auto"`` does for ``bytes``.
 
+    ``schema`` (a :class:`Schema`, bundled name or path), when given, must be the frame's
+    (:class:`SchemaError` otherwise), and is held for this process before the frame is read: a
+    compact frame (``encode(..., compact=True)``) that names it by fingerprint can then be
+    decoded. A compact frame whose schema the process does not hold is a :class:`FrameError`
+    naming the fingerprint.
+
     ``verify=True`` checks the frame's payload checksums first (see ``encode(...,
     checksum=True)``; O(bytes)): :class:`FrameError` names the field whose bytes changed, or
     says the frame carries none. For a device frame the bytes are copied to the host for the
@@ -180,6 +186,8 @@ def decode(
     if layout not in (None, "nested", "padded", "list"):
         raise _native.WireError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
     partial = rows is not None or stage is not None
+    # Held before the frame is read: a compact frame naming it is then readable.
+    wanted = load_schema(schema) if schema is not None else None
     frame, clone, payload = _source_frame(data, policy, partial)
     if verify:
         if not frame.has_checksum:
@@ -189,14 +197,12 @@ def decode(
         host = frame if payload is None else Frame.from_buffer(payload.cpu().numpy())
         host.verify()
     frame_schema = checked_schema(frame)
-    if schema is not None:
-        wanted = load_schema(schema)
-        if wanted.fingerprint != frame.metadata.get(FINGERPRINT_KEY):
-            raise SchemaError(
-                f"frame was encoded with schema {frame_schema.name!r} v{frame_schema.version} "
-                f"({frame.metadata.get(FINGERPRINT_KEY)}), not {wanted.name!r} v{wanted.version} "
-                f"({wanted.fingerprint})"
-            )
+    if wanted is not None and wanted.fingerprint != frame_schema.fingerprint:
+        raise SchemaError(
+            f"frame was encoded with schema {frame_schema.name!r} v{frame_schema.version} "
+            f"({frame_schema.fingerprint}), not {wanted.name!r} v{wanted.version} "
+            f"({wanted.fingerprint})"
+        )
     pad_to_multiple_of, pad_values = _check_trainer_options(
         frame_schema, layout, pad_to_multiple_of, pad_values, attention_mask, source_dtype
     )
@@ -315,7 +321,12 @@ def _check_trainer_options(
 def checked_schema(frame: Frame) -> Schema:
     """The schema a frame carries (checked against its fingerprint, size and nesting), after
     checking that the codec's field table and sequence field say what it says: every reader of
-    a frame (decode, frame ops, contract checks) starts here. O(fields)."""
+    a frame (decode, frame ops, contract checks) starts here. O(fields). A compact frame's
+    field table was derived, in the codec, from the schema this process holds under its
+    fingerprint: that schema is the answer, with nothing to compare."""
+    if frame.compact:
+        held: Schema = Schema.from_frame(frame)
+        return held
     schema: Schema = frame.schema
     layout = frame.layout
     for f in layout.fields:

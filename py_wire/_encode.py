@@ -31,6 +31,7 @@ def encode(
     out: Any = None,
     checksum: bool = False,
     metadata: Mapping[str, str] | None = None,
+    compact: bool = False,
 ) -> Frame:
     """Encode ``batch`` (field name → value) into one frame.
 
@@ -56,6 +57,14 @@ def encode(
     ``metadata`` adds string entries to the frame's safetensors ``__metadata__`` (keys starting
     ``py_wire.`` are reserved; at most 64 KiB): what a producer wants a consumer to know that
     is not a field, such as the padded width an adapter restores. Frame operations keep it.
+    ``compact=True`` writes a compact frame: its header names the schema by fingerprint
+    (``py_wire.schema_ref``) instead of embedding it, and carries no field table (a 1-row
+    ``text_grpo`` header is about a third of the embedded one). Its reader must hold the
+    schema (:func:`load_schema` holds every schema it returns; ``decode(..., schema=)`` and
+    ``Frame.from_buffer(..., schema=)`` too), else reading it is a :class:`FrameError` naming
+    the fingerprint. For streams, data planes and replay buffers whose readers know the
+    schema; files (:func:`save`) and one-off frames stay embedded. Frame operations keep a
+    compact frame compact. See docs/compact-frames.md.
 
     Inputs in flight: encode copies the inputs with the GIL released, so other threads run
     meanwhile. It holds what owns each input's bytes (a tensor's untyped storage, a buffer
@@ -72,11 +81,12 @@ def encode(
     schema = load_schema(schema)
     optional_count("threads", threads, minimum=1, maximum=MAX_THREADS)
     flag("checksum", checksum)
+    flag("compact", compact)
     extra = frame_metadata(metadata)
     fields = _fields(batch, schema, stage)
     with plain_tensors():
         frame = _native.encode(
-            schema._codec_for(stage, extra), fields, threads, None, out, checksum=checksum
+            schema._codec_for(stage, extra, compact), fields, threads, None, out, checksum=checksum
         )
     frame.schema = schema
     return frame
@@ -89,6 +99,7 @@ def encode_parts(
     stage: str | None = None,
     min_borrow: int = 0,
     checksum: bool = False,
+    compact: bool = False,
 ) -> list[Any]:
     """Encode ``batch`` as a list of buffers for scatter/gather I/O (``socket.sendmsg``,
     ``writev``): read-only buffers over the caller's own tensors for every payload (no copy),
@@ -103,14 +114,17 @@ def encode_parts(
     header no longer matches a cast or a contract check made at encode); growing an input's
     storage in place (``t.resize_()`` past its capacity, ``untyped_storage().resize_()``)
     frees the bytes the parts read and is not allowed. ``checksum=True`` gives the header
-    ``encode(..., checksum=True)`` writes (the digests are computed over the parts).
+    ``encode(..., checksum=True)`` writes (the digests are computed over the parts);
+    ``compact=True`` the compact header ``encode(..., compact=True)`` writes.
     """
     schema = load_schema(schema)
     count("min_borrow", min_borrow)
     flag("checksum", checksum)
+    flag("compact", compact)
     fields = _fields(batch, schema, stage)
+    codec = schema._codec_for(stage, None, compact)
     with plain_tensors():
-        return _native.encode_parts(schema._codec_for(stage), fields, min_borrow, checksum=checksum)
+        return _native.encode_parts(codec, fields, min_borrow, checksum=checksum)
 
 
 #: The most copy threads ``encode`` accepts.

@@ -37,15 +37,18 @@ def encoded_nbytes(
     stage: str | None = None,
     *,
     checksum: bool = False,
+    compact: bool = False,
 ) -> int:
-    """The exact size of ``encode(batch, schema, stage=stage, checksum=checksum)``, to size an
-    ``out=`` buffer. Validates the batch and its contracts as ``encode`` does (same errors),
-    copies nothing."""
+    """The exact size of ``encode(batch, schema, stage=stage, checksum=checksum,
+    compact=compact)``, to size an ``out=`` buffer. Validates the batch and its contracts as
+    ``encode`` does (same errors), copies nothing."""
     schema = load_schema(schema)
     flag("checksum", checksum)
+    flag("compact", compact)
     fields = _fields(batch, schema, stage)
+    codec = schema._codec_for(stage, None, compact)
     with plain_tensors():
-        return _native.encoded_nbytes(schema._codec_for(stage), fields, checksum=checksum)
+        return _native.encoded_nbytes(codec, fields, checksum=checksum)
 
 
 def save(frame: Any, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
@@ -58,9 +61,17 @@ def save(frame: Any, path: str | os.PathLike[str], *, fsync: bool = True) -> Non
     ``save`` returns never leaves a replay buffer or checkpoint with a torn or empty file; it
     costs the device's write time (``torch.save`` does not wait, so it looks faster).
     ``fsync=False`` skips that wait, for scratch files a crash may lose: the rename still
-    makes the write atomic for readers."""
+    makes the write atomic for readers.
+
+    A file describes itself: a compact frame (``encode(..., compact=True)``) is written with
+    its schema embedded (``concat([frame], compact=False)``, one copy of its bytes); the
+    payload bytes are the same."""
     flag("fsync", fsync)
     frame = as_frame(frame)
+    if frame.compact:
+        from py_wire._ops import concat
+
+        frame = concat([frame], compact=False)
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

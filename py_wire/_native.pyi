@@ -3,6 +3,7 @@
 Checked against the compiled module by ``python -m mypy.stubtest py_wire._native``."""
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from pickle import PickleBuffer
 from typing import Any, Literal, SupportsIndex, TypeAlias, final
 
@@ -39,6 +40,7 @@ __all__ = [
     "frame_nbytes",
     "frame_validation_ranges",
     "gather",
+    "hold_schema",
     "interleaved_shard_ranges",
     "micro_batch_rows",
     "pack_rows",
@@ -160,7 +162,9 @@ class Frame:
     """An encoded batch: a valid safetensors file in one 64-byte-aligned buffer."""
 
     @staticmethod
-    def from_buffer(data: _BufferLike) -> Frame: ...
+    def from_buffer(data: _BufferLike, schema: Schema | str | Path | None = None) -> Frame:
+        """Wrap and validate ``data``; ``schema`` is held first (a compact frame naming it
+        can then be read)."""
     def copy(self) -> Frame:
         """A private, writable copy in a pooled, 64-byte-aligned buffer (validated)."""
     def copy_on_write(self) -> Frame | None:
@@ -186,6 +190,8 @@ class Frame:
     def schema(self, value: Schema) -> None: ...
     @property
     def layout(self) -> FrameLayout: ...
+    @property
+    def compact(self) -> bool: ...
     @property
     def has_checksum(self) -> bool: ...
     def verify(self) -> None:
@@ -260,8 +266,13 @@ def pad_rows(
     values: torch.Tensor, offsets: torch.Tensor, out: torch.Tensor, pad: bytes
 ) -> None: ...
 def gather(
-    frames: Sequence[Frame], rows: range | Sequence[range] | Sequence[int] | None = None
+    frames: Sequence[Frame],
+    rows: range | Sequence[range] | Sequence[int] | None = None,
+    schema_entries: Mapping[str, str] | None = None,
 ) -> Frame: ...
+def hold_schema(
+    fingerprint: str, specs: Sequence[str], sequence_field: str | None, learnt: bool = False
+) -> bool: ...
 def split_rows(frame: Frame, sizes: Sequence[int]) -> list[Frame]: ...
 def validate_field_spec(decl_json: str) -> str: ...
 def validate_contract(

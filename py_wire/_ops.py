@@ -41,17 +41,25 @@ def chunk(frame: Frame, chunks: int) -> list[Frame]:
     return _split(frame, count("chunks", chunks, minimum=1))
 
 
-def concat(frames: Sequence[Frame]) -> Frame:
+def concat(frames: Sequence[Frame], *, compact: bool | None = None) -> Frame:
     """All rows of ``frames``, in order. The frames must share a schema; a packed field that
-    some frames lack (text-only beside multimodal batches) gives their rows no segments."""
+    some frames lack (text-only beside multimodal batches) gives their rows no segments.
+
+    The output's header takes the first frame's form (embedded or compact, see
+    ``encode(..., compact=True)``) and its metadata, whatever the form of the others;
+    ``compact=True`` or ``False`` chooses the form instead (``concat([frame], compact=False)``
+    embeds the schema in a compact frame)."""
     frames = [as_frame(f) for f in frames]
     if not frames:
         raise WireError("concat needs at least one frame")
+    if compact is not None:
+        flag("compact", compact)
     schemas = [checked_schema(f) for f in frames]
     prints = sorted({s.fingerprint for s in schemas})
     if len(prints) != 1:
         raise SchemaError(f"cannot concatenate frames of different schemas: {prints}")
-    joined = _native.gather(frames, None)
+    entries = None if compact is None else schemas[0]._schema_entries(compact)
+    joined = _native.gather(frames, None, entries)
     joined.schema = schemas[0]
     return joined
 
@@ -172,4 +180,4 @@ def truncate(frame: Frame, max_len: int) -> Frame:
     key = schema.lengths_field
     if key is not None and key in batch and offsets is not None:
         batch[key] = batch[key].clamp(max=max_len)
-    return encode(batch, schema)
+    return encode(batch, schema, compact=frame.compact)

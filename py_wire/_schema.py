@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 #: ``__metadata__`` keys, declared once in the codec (rust_codec/src/spec.rs, ``meta``).
 SCHEMA_KEY = _native.METADATA_KEYS["schema"]
 FINGERPRINT_KEY = _native.METADATA_KEYS["fingerprint"]
+#: A compact frame's only schema entry: the fingerprint of a schema its reader holds.
+SCHEMA_REF_KEY = _native.METADATA_KEYS["schema_ref"]
 
 #: dtype names a schema may use (torch's names).
 DTypeName = Literal[
@@ -321,37 +323,50 @@ class Schema(BaseModel):
             if c.media_field in carried
         ]
 
+    def _schema_entries(self, compact: bool = False) -> dict[str, str]:
+        """The header entries that name this schema: embedded (its canonical JSON and
+        fingerprint) or compact (the fingerprint alone, under ``py_wire.schema_ref``)."""
+        if compact:
+            return {SCHEMA_REF_KEY: self.fingerprint}
+        return {SCHEMA_KEY: self.canonical_json, FINGERPRINT_KEY: self.fingerprint}
+
     def _codec_for(
-        self, stage: str | None, metadata: Mapping[str, str] | None = None
+        self,
+        stage: str | None,
+        metadata: Mapping[str, str] | None = None,
+        compact: bool = False,
     ) -> _native.Codec:
-        """The schema compiled for the codec, once per stage: it owns every field and contract
-        rule (a stage's codec holds the contracts that stage is checked against). With
-        ``metadata`` (the caller's, checked by ``_args.frame_metadata``), a codec that also
-        writes those entries, built for this call."""
+        """The schema compiled for the codec, once per stage and header form: it owns every
+        field and contract rule (a stage's codec holds the contracts that stage is checked
+        against). With ``metadata`` (the caller's, checked by ``_args.frame_metadata``), a
+        codec that also writes those entries, built for this call. ``compact``: frames that
+        name the schema by fingerprint only (the schema is held, so they can be read back)."""
         if stage is not None and not isinstance(stage, str):
             raise TypeError(f"stage must be a str or None, not {type(stage).__name__}")
+        if compact:
+            hold_schema(self)
         if metadata:
             return _native.Codec(
                 list(self._specs.values()),
                 self._contracts_for(stage),
                 self.sequence_field,
                 self.lengths_field,
-                {**metadata, SCHEMA_KEY: self.canonical_json, FINGERPRINT_KEY: self.fingerprint},
+                {**metadata, **self._schema_entries(compact)},
             )
-        codec = self._codecs.get(stage)
+        codec = self._codecs.get((stage, compact))
         if codec is None:
             codec = _native.Codec(
                 list(self._specs.values()),
                 self._contracts_for(stage),
                 self.sequence_field,
                 self.lengths_field,
-                {SCHEMA_KEY: self.canonical_json, FINGERPRINT_KEY: self.fingerprint},
+                self._schema_entries(compact),
             )
-            self._codecs[stage] = codec
+            self._codecs[(stage, compact)] = codec
         return codec
 
     @functools.cached_property
-    def _codecs(self) -> dict[str | None, _native.Codec]:
+    def _codecs(self) -> dict[tuple[str | None, bool], _native.Codec]:
         return {}
 
     def __hash__(self) -> int:
@@ -390,8 +405,22 @@ class Schema(BaseModel):
     def from_frame(cls, frame: Frame) -> Schema:
         """The schema a frame carries, checked against its fingerprint (``FrameError`` if the
         two disagree: the header was damaged). The fingerprint, the size and the nesting are
-        checked before the text is parsed; every failure is a ``FrameError``."""
+        checked before the text is parsed; every failure is a ``FrameError``. A compact frame
+        (``py_wire.schema_ref``) gives the schema this process holds under its fingerprint
+        (``FrameError`` naming the fingerprint when it holds none). A schema read from an
+        embedded frame is held from then on (up to a cap), so that later compact frames of it
+        can be read."""
         meta = frame.metadata
+        reference = meta.get(SCHEMA_REF_KEY)
+        if reference is not None:
+            held = _HELD.get(reference)
+            if held is None:
+                raise FrameError(
+                    f"the frame is compact: it names its schema by fingerprint {reference[:80]} "
+                    "only, and this process holds no schema with that fingerprint (load it with "
+                    "py_wire.load_schema, or pass schema= to decode / Frame.from_buffer)"
+                )
+            return held
         text = meta.get(SCHEMA_KEY)
         if text is None:
             raise FrameError("the frame carries no schema")
@@ -437,7 +466,41 @@ def _schema_from_frame_text(text: str, fingerprint: Any) -> Schema:
         raise FrameError(f"the frame's schema is invalid: {e}") from None
     if schema.fingerprint != fingerprint:
         raise FrameError(f"{where} is not in canonical form (its fingerprint {fingerprint!r})")
+    _hold(schema, learnt=True)
     return schema
+
+
+#: Every schema this process holds, by fingerprint: what compact frames may name. The codec
+#: keeps the same set (``frame::compact``), so frames are validated against it without Python.
+_HELD: dict[str, Schema] = {}
+
+
+def _hold(schema: Schema, learnt: bool = False) -> None:
+    """Hold ``schema`` (codec first, then here). ``learnt``: read from a frame, not loaded by
+    the process; the codec keeps those only up to a cap."""
+    fingerprint = schema.fingerprint
+    if fingerprint in _HELD:
+        return
+    if _native.hold_schema(
+        fingerprint, list(schema._specs.values()), schema.sequence_field, learnt
+    ):
+        _HELD[fingerprint] = schema
+
+
+def hold_schema(schema: Schema | str | Path) -> Schema:
+    """The schema (``Schema``, bundled name or ``.toml`` path, as :func:`load_schema` takes),
+    held for this process: compact frames naming its fingerprint can be read from then on.
+    :func:`load_schema` holds every schema it returns, so this is what ``schema=`` of
+    ``decode`` and ``Frame.from_buffer`` does."""
+    if not isinstance(schema, Schema | str | Path):
+        raise TypeError(f"schema must be a Schema, a name or a path, not {type(schema).__name__}")
+    return load_schema(schema)
+
+
+def frame_fingerprint(frame: Frame) -> str | None:
+    """The fingerprint of the schema ``frame`` was encoded with: embedded or compact."""
+    meta = frame.metadata
+    return meta.get(SCHEMA_REF_KEY) or meta.get(FINGERPRINT_KEY)
 
 
 def _check_size(text: str, source: str, error: type[Exception]) -> None:
@@ -710,6 +773,7 @@ def load_schema(name_or_path: str | Path | Schema) -> Schema:
     """A bundled schema by name (``"qwen2_5_vl"``, ``"nemo_rl/qwen2_5_vl"``: a name with a
     slash resolves under py_wire's schema folder) or a schema file by path (``.toml``)."""
     if isinstance(name_or_path, Schema):
+        _hold(name_or_path)
         return name_or_path
     text = str(name_or_path)
     path = Path(text)
@@ -726,4 +790,6 @@ def load_schema(name_or_path: str | Path | Schema) -> Schema:
         resolved = path.resolve()
     except (OSError, ValueError, RuntimeError) as e:
         raise SchemaError(f"schema file {text}: {e}") from None
-    return _load_path(resolved, text)
+    schema = _load_path(resolved, text)
+    _hold(schema)
+    return schema

@@ -3,6 +3,7 @@
     py-wire schema list               bundled schemas: name, version, fields, description
     py-wire schema check FILE         validate a schema file and print its fields and contracts
     py-wire inspect FRAME_FILE        a frame's schema, rows, bytes and per-field layout
+                                      (--schema S: hold S first, for a compact frame)
 
 Maintenance: ``py-wire schema export-json-schema > schemas/schema-file.schema.json`` regenerates
 the JSON Schema of the schema-file format from the pydantic model.
@@ -24,6 +25,7 @@ from py_wire._native import Frame, FrameError, WireError
 from py_wire._schema import (
     Schema,
     bundled_schemas,
+    frame_fingerprint,
     load_schema,
     schema_file_json_schema,
     schema_from_file,
@@ -89,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
         "inspect", help="a frame's schema, rows, bytes and fields, without decoding it"
     )
     inspect.add_argument("frame", help="a frame file (a py_wire safetensors file)")
+    inspect.add_argument(
+        "--schema",
+        help="a bundled schema name or .toml path to hold first: what a compact frame "
+        "(its schema named by fingerprint only) needs",
+    )
     inspect.set_defaults(run=_inspect)
     return parser
 
@@ -224,7 +231,7 @@ def _inspect(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:  # ValueError: an empty file cannot be mapped
         raise FrameError(f"{args.frame}: cannot map: {e}") from None
     try:
-        frame = Frame.from_buffer(mm)
+        frame = Frame.from_buffer(mm, schema=args.schema)
         header = 8 + struct.unpack_from("<Q", mm, 0)[0]
         _print_frame(args.frame, frame, header)
         del frame
@@ -242,7 +249,8 @@ def _print_frame(name: str, frame: Frame, header: int) -> None:
     fields = layout.fields
     print(f"frame: {name}")
     print(f"schema: {schema_name} v{version}")
-    print(f"fingerprint: {meta.get('py_wire.fingerprint', '-')}")
+    print(f"fingerprint: {frame_fingerprint(frame) or '-'}")
+    print(f"header form: {'compact' if frame.compact else 'embedded'}")
     print(f"format: {meta.get('py_wire.format', '-')}")
     print(f"rows: {layout.num_rows}")
     seq = layout.sequence_field

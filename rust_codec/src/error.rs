@@ -161,6 +161,12 @@ impl Error {
         self.detail_mut().found = Some(value.into());
         self
     }
+    /// The same error, its message preceded by `context` (what it is about).
+    pub fn context(mut self, context: &str) -> Self {
+        let detail = self.detail_mut();
+        detail.message = format!("{context}: {}", detail.message);
+        self
+    }
 }
 
 impl fmt::Display for Error {

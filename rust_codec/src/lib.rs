@@ -24,7 +24,7 @@ mod python;
 // Short paths to the modules readers use most.
 pub use contract::placeholder;
 pub use frame::layout as decode;
-pub use frame::{buffer, checksum, copy, header, pad, stream};
+pub use frame::{buffer, checksum, compact, copy, header, pad, stream};
 pub use ops::batching;
 pub use schema::{cast, dtype, spec};
 

@@ -541,6 +541,19 @@ def meta_fingerprint(c: Ctx, p: Parsed) -> None:
     c.note(f"fingerprint -> {v[:20]!r}")
 
 
+@structural
+def meta_schema_ref(c: Ctx, p: Parsed) -> None:
+    """A compact frame's schema reference: another held schema's fingerprint (its tensors are
+    then the wrong schema's), an unknown or malformed one, or one beside an embedded schema."""
+    import py_wire
+
+    held = [py_wire.load_schema(n).fingerprint for n in ("text_grpo", "qwen2_5_vl", "smolvlm")]
+    v = c.rng.choice([*held, *held, "sha256:" + "0" * 64, "sha256:", "", "x" * 10000,
+                      fingerprint("{}"), "SHA256:" + "a" * 64])  # fmt: skip
+    p.meta_set("py_wire.schema_ref", v)
+    c.note(f"schema_ref -> {v[:20]!r}")
+
+
 def _write_i64(data: bytearray, pos: int, value: int) -> None:
     data[pos : pos + 8] = struct.pack("<Q", value % 2**64)
 

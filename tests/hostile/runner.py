@@ -133,6 +133,8 @@ def run_mutant(data: bytes, seed: Any, ref: Any, tmp: str) -> tuple[list[dict[st
     import py_wire
 
     calls = Calls()
+    if seed.schema:  # a reader of compact frames holds the schema
+        py_wire.load_schema(seed.schema)
     ok, frame = calls("Frame.from_buffer", lambda: py_wire.Frame.from_buffer(data))
     if ok:
         calls("Frame.schema", lambda: frame.schema)
@@ -227,6 +229,8 @@ def _materialize(out: dict[str, Any], layout: str | None) -> dict[str, list[Any]
 def _reference(seed: Any) -> dict[str, list[Any]]:
     import py_wire
 
+    if seed.schema:
+        py_wire.load_schema(seed.schema)
     return _materialize(py_wire.decode(seed.data, layout="list"), "list")
 
 

@@ -1,6 +1,6 @@
 """Seed frames for the hostile-input suite: every bundled schema, kept small (a few rows, tiny
-media), plus frame-op outputs (shared and reordered segments, zero rows) and frames that lack
-optional packed fields."""
+media), plus frame-op outputs (shared and reordered segments, zero rows), frames that lack
+optional packed fields, and compact frames (their schema named by fingerprint)."""
 
 from __future__ import annotations
 
@@ -106,6 +106,12 @@ def build_seeds(rows: int = 3) -> list[Seed]:
                           bytes(py_wire.take_rows(frame, [n - 1, 0, 0]))))  # fmt: skip
         seeds.append(Seed(f"{label}/zero-rows", bundled, schema.stages,
                           bytes(py_wire.take_rows(frame, []))))  # fmt: skip
+        if bundled and name in ("smolvlm", "text_grpo", "nemotron_omni", "qwen2_5_vl"):
+            # compact headers (the schema named by fingerprint; the runner holds it)
+            compact = py_wire.encode(batch, schema, compact=True)
+            seeds.append(Seed(f"{label}/compact", bundled, schema.stages, bytes(compact)))
+            seeds.append(Seed(f"{label}/compact-select-rev", bundled, schema.stages,
+                              bytes(py_wire.take_rows(compact, [n - 1, 0, 0]))))  # fmt: skip
         if name in ("smolvlm", "text_grpo", "nemotron_omni"):
             seeds.append(Seed(f"{label}/concat", bundled, schema.stages,
                               bytes(py_wire.concat([frame, py_wire.chunk(frame, 2)[1]]))))  # fmt: skip  # noqa: E501

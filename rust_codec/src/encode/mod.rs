@@ -170,12 +170,16 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
     let mut metadata = request.metadata.clone();
     metadata.insert(meta::FORMAT.into(), meta::FORMAT_VERSION.into());
     metadata.insert(meta::NUM_ROWS.into(), num_rows.to_string());
-    metadata.insert(
-        meta::FIELDS.into(),
-        serde_json::to_string(&field_table).map_err(|e| batch_err!("field table: {e}"))?,
-    );
-    if let Some(seq) = &request.sequence_field {
-        metadata.insert(meta::SEQUENCE_FIELD.into(), seq.clone());
+    // A compact frame (its schema named by `py_wire.schema_ref`) carries no field table and
+    // no sequence field: its reader derives both from the schema it holds.
+    if !metadata.contains_key(meta::SCHEMA_REF) {
+        metadata.insert(
+            meta::FIELDS.into(),
+            serde_json::to_string(&field_table).map_err(|e| batch_err!("field table: {e}"))?,
+        );
+        if let Some(seq) = &request.sequence_field {
+            metadata.insert(meta::SEQUENCE_FIELD.into(), seq.clone());
+        }
     }
     // The data section's end must be covered: pad the final tensor out to alignment so the next
     // frame in a stream (or a file) starts aligned too.

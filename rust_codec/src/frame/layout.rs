@@ -4,7 +4,8 @@
 
 use crate::buffer::ALIGNMENT;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::frame::compact;
 use crate::frame_err;
 use crate::header::{parse_header, parse_prefix, Entry, Header};
 use crate::spec::{meta, names, FieldSpec, Tier};
@@ -95,12 +96,25 @@ fn find(header: &Header, name: &str, dtype: DType, rank: usize) -> Result<Tensor
     locate(header, entry)
 }
 
-/// The field table a frame's metadata carries.
-fn field_table(metadata: &std::collections::BTreeMap<String, String>) -> Result<Vec<FieldSpec>> {
+/// The field table and sequence field of the frame whose header is `header`: what its metadata
+/// carries (an embedded frame), or what the held schema its `py_wire.schema_ref` names says (a
+/// compact frame, see `frame::compact`; a `FrameError` naming the fingerprint when this
+/// process holds no such schema).
+fn field_table(header: &Header) -> Result<(Vec<FieldSpec>, Option<String>)> {
+    let metadata = &header.metadata;
+    if let Some(reference) = compact::schema_ref(metadata)? {
+        let schema = compact::resolve(reference)?;
+        return Ok((
+            compact::field_table(&schema, header),
+            schema.sequence_field.clone(),
+        ));
+    }
     let json = metadata
         .get(meta::FIELDS)
         .ok_or_else(|| frame_err!("{:?} is missing", meta::FIELDS))?;
-    serde_json::from_str(json).map_err(|e| frame_err!("field table is malformed: {e}"))
+    let specs =
+        serde_json::from_str(json).map_err(|e| frame_err!("field table is malformed: {e}"))?;
+    Ok((specs, metadata.get(meta::SEQUENCE_FIELD).cloned()))
 }
 
 /// Parses and validates a whole frame. `buf` may hold bytes after the frame's end (a frame in a
@@ -110,8 +124,20 @@ pub fn parse_frame(buf: &[u8]) -> Result<FrameLayout> {
 }
 
 /// The layout of the frame in `buf` whose header is `header` (from [`parse_header`], or what
-/// an encoder wrote there): every check of [`parse_frame`] but the JSON parse.
+/// an encoder wrote there): every check of [`parse_frame`] but the JSON parse. A compact
+/// frame's errors name the schema fingerprint it was read against.
 pub fn layout_from_header(header: Header, buf: &[u8]) -> Result<FrameLayout> {
+    let compact = header.metadata.get(meta::SCHEMA_REF).cloned();
+    checked_layout(header, buf).map_err(|e| match compact {
+        Some(fp) if matches!(e, Error::Frame(_)) && e.kind() != "unknown_schema" => {
+            let shown: String = fp.chars().take(80).collect();
+            e.context(&format!("compact frame of schema {shown}"))
+        }
+        _ => e,
+    })
+}
+
+fn checked_layout(header: Header, buf: &[u8]) -> Result<FrameLayout> {
     let buf = buf
         .get(..header.frame_len)
         .ok_or_else(|| frame_err!("frame length {} exceeds the buffer", header.frame_len))?;
@@ -145,8 +171,7 @@ pub fn layout_from_header(header: Header, buf: &[u8]) -> Result<FrameLayout> {
             buf.len()
         ));
     }
-    let specs = field_table(md)?;
-    let sequence_field = md.get(meta::SEQUENCE_FIELD).cloned();
+    let (specs, sequence_field) = field_table(&header)?;
 
     let mut layout = FrameLayout {
         header: Header {
@@ -284,7 +309,7 @@ fn check_every_entry_claimed(header: &Header, fields: &[DecodedField]) -> Result
 /// buffer holding only these bytes; the payload is never read by `parse_frame`.
 pub fn validation_ranges(prefix: &[u8]) -> Result<(usize, Vec<(usize, usize)>)> {
     let header = parse_prefix(prefix)?;
-    let specs = field_table(&header.metadata)?;
+    let (specs, _) = field_table(&header)?;
     let mut ranges = vec![(0, header.data_start)];
     for entry in &header.entries {
         if !specs.iter().any(|s| s.name == entry.name) {

@@ -3,6 +3,7 @@
 
 pub mod buffer;
 pub mod checksum;
+pub mod compact;
 pub mod copy;
 pub mod header;
 pub mod layout;

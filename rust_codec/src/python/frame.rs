@@ -124,8 +124,20 @@ impl Frame {
     /// without copying, after validating it. A base not aligned to 16 bytes is copied once
     /// into an aligned buffer. The frame is read by its own length (from its header): bytes
     /// after its end (a reused shared-memory segment) are ignored and not part of the Frame.
+    /// `schema` (a `Schema`, bundled name or path) is held for this process first
+    /// (`py_wire.hold_schema`), so that a compact frame naming it can be read.
     #[staticmethod]
-    fn from_buffer(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Frame> {
+    #[pyo3(signature = (data, schema=None))]
+    fn from_buffer(
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        schema: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Frame> {
+        if let Some(schema) = schema {
+            py.import("py_wire._schema")?
+                .getattr("hold_schema")?
+                .call1((schema,))?;
+        }
         let buffer: PyBuffer<u8> = PyBuffer::get(data).map_err(|e| {
             super::errors::FrameError::new_err(format!(
                 "cannot read a frame from {}: {e}",
@@ -289,6 +301,16 @@ impl Frame {
     fn set_schema(&self, schema: Py<PyAny>) -> PyResult<()> {
         *self.schema.lock().map_err(|_| poisoned())? = Some(schema);
         Ok(())
+    }
+
+    /// Whether the frame is compact: its header names its schema by fingerprint
+    /// (`py_wire.schema_ref`) instead of embedding it (`encode(..., compact=True)`).
+    #[getter]
+    fn compact(&self) -> bool {
+        self.layout
+            .header
+            .metadata
+            .contains_key(crate::spec::meta::SCHEMA_REF)
     }
 
     /// Whether the frame carries payload checksums (`encode(..., checksum=True)`).

@@ -9,11 +9,13 @@ mod layout;
 mod staged;
 mod transport;
 
+use std::collections::BTreeMap;
+
 use pyo3::prelude::*;
 
 use crate::contract::{check_contracts, PlaceholderContract};
 use crate::encode::{EncodeOptions, EncodeRequest, FieldData, FieldInput, Part, Plan};
-use crate::spec::FieldSpec;
+use crate::spec::{meta, FieldSpec};
 use codec::Codec;
 use errors::{guarded, to_py, BatchError, OnPanic, SchemaError};
 use extract::{index_values, logical_rows, rows, tensor_ref, KeepAlive};
@@ -494,12 +496,18 @@ fn new_frame(request: &crate::encode::EncodeRequest<'_>) -> crate::Result<Frame>
 }
 
 /// A new frame holding `rows` (see `row_selection`) of the concatenation of `frames`' rows.
+///
+/// The output takes the first frame's header form (embedded or compact) and metadata, unless
+/// `schema_entries` is given: the schema entries of the output's header instead (the embedded
+/// form's `py_wire.schema` and `py_wire.fingerprint`, or the compact form's
+/// `py_wire.schema_ref`), replacing whichever the first frame carries.
 #[pyfunction]
-#[pyo3(signature = (frames, rows=None))]
+#[pyo3(signature = (frames, rows=None, schema_entries=None))]
 fn gather(
     py: Python<'_>,
     frames: Vec<Bound<'_, Frame>>,
     rows: Option<Bound<'_, PyAny>>,
+    schema_entries: Option<BTreeMap<String, String>>,
 ) -> PyResult<Frame> {
     let rows = row_selection(rows.as_ref())?;
     let frames: Vec<&Frame> = frames.iter().map(|f| f.get()).collect();
@@ -512,10 +520,43 @@ fn gather(
                     layout: f.layout(),
                 })
                 .collect();
-            new_frame(&crate::ops::gather(&sources, &rows)?)
+            let mut request = crate::ops::gather(&sources, &rows)?;
+            if let Some(entries) = &schema_entries {
+                for key in [meta::SCHEMA, meta::FINGERPRINT, meta::SCHEMA_REF] {
+                    request.metadata.remove(key);
+                }
+                request
+                    .metadata
+                    .extend(entries.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            new_frame(&request)
         })
     })
     .map_err(to_py)
+}
+
+/// Holds a schema for this process (see `frame::compact`): compact frames that name
+/// `fingerprint` are then read with these field specs (JSON, as `validate_field_spec` returns
+/// them) and sequence field. `learnt` marks a schema read from a frame, kept only up to a cap;
+/// the result says whether it is held.
+#[pyfunction]
+#[pyo3(signature = (fingerprint, specs, sequence_field, learnt=false))]
+fn hold_schema(
+    fingerprint: String,
+    specs: Vec<String>,
+    sequence_field: Option<String>,
+    learnt: bool,
+) -> PyResult<bool> {
+    let specs = specs
+        .iter()
+        .map(|j| serde_json::from_str(j).map_err(|e| SchemaError::new_err(format!("{j}: {e}"))))
+        .collect::<PyResult<Vec<FieldSpec>>>()?;
+    let schema = crate::compact::HeldSchema {
+        fingerprint,
+        specs,
+        sequence_field,
+    };
+    crate::compact::hold(schema, learnt).map_err(to_py)
 }
 
 /// Consecutive sections of `frame` of `sizes` rows each (adding up to its row count), reading
@@ -624,7 +665,7 @@ mod _native {
     #[pymodule_export]
     use super::{encode, encode_parts};
     #[pymodule_export]
-    use super::{gather, split_rows};
+    use super::{gather, hold_schema, split_rows};
     #[pymodule_export]
     use super::{validate_contract, validate_field_spec};
 }

@@ -257,16 +257,20 @@ pub mod meta {
     /// The schema as canonical JSON, and `sha256:` + its hex digest (written by Python).
     pub const SCHEMA: &str = "py_wire.schema";
     pub const FINGERPRINT: &str = "py_wire.fingerprint";
+    /// A compact frame's only schema entry: the fingerprint of a schema the reader holds (see
+    /// `frame::compact`). Compact headers carry no schema, field table or sequence field.
+    pub const SCHEMA_REF: &str = "py_wire.schema_ref";
     /// Optional payload checksums (see `frame::checksum`).
     pub const CHECKSUM: &str = "py_wire.checksum";
     /// Every key, by short name, for the Python layer (one declaration of each).
-    pub const ALL: [(&str, &str); 6] = [
+    pub const ALL: [(&str, &str); 7] = [
         ("format", FORMAT),
         ("num_rows", NUM_ROWS),
         ("fields", FIELDS),
         ("sequence_field", SEQUENCE_FIELD),
         ("schema", SCHEMA),
         ("fingerprint", FINGERPRINT),
+        ("schema_ref", SCHEMA_REF),
     ];
 }
 

@@ -1,0 +1,273 @@
+"""Compact frames (issue 19): a header that names the schema by fingerprint
+(``py_wire.schema_ref``) instead of embedding it. Same data section, bit for bit, as the
+embedded form; readable by a process that holds the schema, a FrameError naming the fingerprint
+elsewhere; frame ops keep the form; stock safetensors still opens it."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+
+import py_wire
+from py_wire._schema import SCHEMA_REF_KEY
+from py_wire.synth.registry import GENERATORS
+from py_wire.testing import assert_batch_equal
+from tests.helpers import small_text_batch
+from tests.hostile.seeds import SMALL
+
+TEXT = py_wire.load_schema("text_grpo")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def header(frame: py_wire.Frame) -> tuple[int, dict]:
+    """The header's length (8-byte prefix included) and its JSON."""
+    raw = bytes(memoryview(frame)[:8])
+    (n,) = struct.unpack("<Q", raw)
+    return 8 + n, json.loads(bytes(memoryview(frame)[8 : 8 + n]))
+
+
+def data_section(frame: py_wire.Frame) -> bytes:
+    return bytes(memoryview(frame)[header(frame)[0] :])
+
+
+def swap_ref(frame: py_wire.Frame, fingerprint: str) -> bytes:
+    """The frame's bytes with its schema_ref replaced by ``fingerprint`` (same length)."""
+    old = frame.metadata[SCHEMA_REF_KEY].encode()
+    raw = bytes(frame)
+    assert raw.count(old) == 1 and len(fingerprint) == len(old)
+    return raw.replace(old, fingerprint.encode())
+
+
+def small_batch(name: str) -> dict:
+    gen = GENERATORS[name]
+    return gen(2 if name.endswith("gemma3") else 3, seed=1, group_size=2, **SMALL.get(name, {}))
+
+
+@pytest.mark.parametrize("name", py_wire.bundled_schemas())
+def test_round_trip_is_bit_exact_against_the_embedded_form(name):
+    schema = py_wire.load_schema(name)
+    batch = small_batch(name)
+    embedded = py_wire.encode(batch, schema)
+    compact = py_wire.encode(batch, schema, compact=True)
+    assert compact.compact and not embedded.compact
+    # The same data section, byte for byte: only the header differs.
+    assert data_section(compact) == data_section(embedded)
+    assert header(compact)[0] < header(embedded)[0]
+    meta = compact.metadata
+    assert meta[SCHEMA_REF_KEY] == schema.fingerprint
+    assert not {"py_wire.schema", "py_wire.fingerprint", "py_wire.fields"} & meta.keys()
+    # Read back from bytes (a fresh parse, the schema held by load_schema above).
+    again = py_wire.Frame.from_buffer(bytes(compact))
+    assert again.schema == schema and again.num_rows == embedded.num_rows
+    assert [f.name for f in again.layout.fields] == [f.name for f in embedded.layout.fields]
+    for layout in (None, "list"):
+        got = py_wire.decode(bytes(compact), layout=layout)
+        assert_batch_equal(got, batch, schema)
+        want = py_wire.decode(embedded, layout=layout)
+        assert got.keys() == want.keys()
+    py_wire.check_contracts(again)
+    assert py_wire.encoded_nbytes(batch, schema, compact=True) == len(compact)
+    parts = py_wire.encode_parts(batch, schema, compact=True)
+    assert b"".join(bytes(p) for p in parts) == bytes(compact)
+
+
+def test_a_one_row_text_grpo_frame_is_small():
+    """Issue 19's acceptance: the py_wire part of a 1-row compact text_grpo header (its
+    __metadata__) within 512 bytes, and the whole header a third of the embedded one. The rest
+    is safetensors' own tensor table (7 tensors, 7 alignment paddings), the same in both."""
+    batch = small_text_batch((1,))
+    compact = py_wire.encode(batch, TEXT, compact=True)
+    embedded = py_wire.encode(batch, TEXT)
+    size, table = header(compact)
+    meta = json.dumps(table.pop("__metadata__"), separators=(",", ":"))
+    assert len(meta) <= 512, meta
+    assert size <= 1152, size
+    assert size * 3 <= header(embedded)[0]
+    assert header(embedded)[1].keys() - {"__metadata__"} == table.keys()
+
+
+def test_stock_safetensors_opens_a_compact_frame():
+    batch = small_text_batch()
+    compact = py_wire.encode(batch, TEXT, compact=True)
+    tensors = safetensors.torch.load(bytes(compact))
+    assert torch.equal(tensors["reward"], batch["reward"])
+    assert torch.equal(tensors["input_ids"], torch.cat(batch["input_ids"]))
+
+
+def test_frame_ops_keep_compact_frames_compact():
+    batch = small_text_batch((3, 1, 4, 1, 5))
+    compact = py_wire.encode(batch, TEXT, compact=True, metadata={"step": "7"})
+    embedded = py_wire.encode(batch, TEXT, metadata={"step": "7"})
+
+    def ops(frame: py_wire.Frame) -> dict[str, list[py_wire.Frame]]:
+        return {
+            "take_rows": [py_wire.take_rows(frame, [4, 0, 0])],
+            "chunk": py_wire.chunk(frame, 2),
+            "split": py_wire.split(frame, [2, 3]),
+            "shard": [py_wire.shard(frame, 1, 2)],
+            "concat": [py_wire.concat([frame, frame])],
+            "truncate": [py_wire.truncate(frame, 2)],
+        }
+
+    outputs, twins = ops(compact), ops(embedded)
+    for op, frames in outputs.items():
+        for got, want in zip(frames, twins[op], strict=True):
+            assert got.compact, op
+            assert data_section(got) == data_section(want), op
+            if op != "truncate":  # truncate re-encodes, without the caller's metadata
+                assert got.metadata["step"] == "7", op
+            again = py_wire.Frame.from_buffer(bytes(got))
+            assert_batch_equal(py_wire.decode(again), py_wire.decode(want), TEXT)
+
+
+def test_concat_of_compact_and_embedded_takes_the_first_frames_form():
+    batch = small_text_batch()
+    compact = py_wire.encode(batch, TEXT, compact=True)
+    embedded = py_wire.encode(batch, TEXT)
+    assert py_wire.concat([compact, embedded]).compact
+    assert not py_wire.concat([embedded, compact]).compact
+    # compact= chooses the form: converting either way, same data section.
+    to_embedded = py_wire.concat([compact], compact=False)
+    to_compact = py_wire.concat([embedded], compact=True)
+    assert not to_embedded.compact and to_compact.compact
+    assert bytes(to_embedded) == bytes(embedded)
+    assert bytes(to_compact) == bytes(compact)
+    with pytest.raises(TypeError, match="compact"):
+        py_wire.concat([compact], compact="yes")  # type: ignore[arg-type]
+
+
+def test_checksums_cover_the_compact_header():
+    batch = small_text_batch()
+    compact = py_wire.encode(batch, TEXT, compact=True, checksum=True)
+    assert compact.compact and compact.has_checksum
+    compact.verify()
+    py_wire.take_rows(compact, [2, 1]).verify()
+    # Naming another (held) schema's fingerprint changes the header digest.
+    other = py_wire.load_schema("qwen2_5_vl").fingerprint
+    with pytest.raises(py_wire.FrameError):
+        py_wire.decode(swap_ref(compact, other), verify=True)
+
+
+def test_save_embeds_the_schema(tmp_path):
+    batch = small_text_batch()
+    compact = py_wire.encode(batch, TEXT, compact=True)
+    path = tmp_path / "f.safetensors"
+    py_wire.save(compact, path)
+    loaded = py_wire.load(path)
+    assert not loaded.compact
+    assert bytes(loaded) == bytes(py_wire.encode(batch, TEXT))
+
+
+def test_pickle_and_decode_schema_argument():
+    batch = small_text_batch()
+    compact = py_wire.encode(batch, TEXT, compact=True)
+    again = pickle.loads(pickle.dumps(compact, protocol=5))
+    assert again.compact and again.schema == TEXT
+    assert_batch_equal(py_wire.decode(bytes(compact), "text_grpo"), batch, TEXT)
+    with pytest.raises(py_wire.SchemaError, match="text_grpo"):
+        py_wire.decode(bytes(compact), "qwen2_5_vl")
+    with pytest.raises(TypeError, match="schema"):
+        py_wire.Frame.from_buffer(bytes(compact), schema=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="compact"):
+        py_wire.encode(batch, TEXT, compact=1)  # type: ignore[arg-type]
+
+
+def test_unknown_fingerprint_is_a_frame_error_naming_it():
+    compact = py_wire.encode(small_text_batch(), TEXT, compact=True)
+    unknown = "sha256:" + "0" * 64
+    data = swap_ref(compact, unknown)
+    for read in (py_wire.Frame.from_buffer, py_wire.decode, lambda d: py_wire.take_rows(d, [0])):
+        with pytest.raises(py_wire.FrameError, match=unknown) as info:
+            read(data)
+        assert info.value.kind == "unknown_schema"
+        assert info.value.found == unknown
+    not_a_fingerprint = swap_ref(compact, "sha256:" + "Z" * 64)
+    with pytest.raises(py_wire.FrameError, match="not a schema fingerprint"):
+        py_wire.Frame.from_buffer(not_a_fingerprint)
+
+
+def test_a_process_that_never_loaded_the_schema():
+    """In a fresh process: FrameError naming the fingerprint; ``schema=`` (or load_schema, or
+    any embedded frame of the schema read first) makes the frame readable."""
+    compact = py_wire.encode(small_text_batch(), TEXT, compact=True)
+    embedded = py_wire.encode(small_text_batch(), TEXT)
+    child = f"""
+import sys, py_wire
+data, embedded = sys.stdin.buffer.read().split(b"|SPLIT|")
+try:
+    py_wire.decode(data)
+except py_wire.FrameError as e:
+    assert {TEXT.fingerprint!r} in str(e), e
+    print("refused")
+frame = py_wire.Frame.from_buffer(data, schema="text_grpo")
+print(frame.num_rows, frame.schema.name)
+"""
+    learn = """
+import sys, py_wire
+data, embedded = sys.stdin.buffer.read().split(b"|SPLIT|")
+py_wire.decode(embedded)  # an embedded frame of the schema teaches the process its schema
+print(py_wire.decode(data)["reward"].tolist())
+"""
+    for code, want in ((child, "refused\n3 text_grpo\n"), (learn, "[0.0, 1.0, 2.0]\n")):
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            input=bytes(compact) + b"|SPLIT|" + bytes(embedded),
+            capture_output=True,
+            cwd=REPO,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        assert done.stdout.decode() == want
+
+
+def test_a_lying_fingerprint_is_a_frame_error():
+    """The header names schema X; its tensors are schema Y's."""
+    qwen = py_wire.load_schema("qwen2_5_vl")
+    vlm = py_wire.encode(small_batch("qwen2_5_vl"), qwen, compact=True)
+    with pytest.raises(py_wire.FrameError, match=TEXT.fingerprint) as info:
+        py_wire.Frame.from_buffer(swap_ref(vlm, TEXT.fingerprint))
+    assert "belongs to no field" in str(info.value)
+    # Same field names, one dtype changed: the held schema's layout disagrees.
+    doubled = TEXT.model_dump(mode="json")
+    doubled["fields"]["reward"]["dtype"] = "float64"
+    doubled["name"] = "text_grpo_f64"
+    other = py_wire.Schema.from_dict(doubled)
+    py_wire.load_schema(other)
+    text = py_wire.encode(small_text_batch(), TEXT, compact=True)
+    with pytest.raises(py_wire.FrameError, match="reward"):
+        py_wire.Frame.from_buffer(swap_ref(text, other.fingerprint))
+    # A missing required tensor of the held schema's is no error of the frame's (optional
+    # fields may be absent); tensors beyond it are.
+    with pytest.raises(py_wire.FrameError):
+        py_wire.decode(swap_ref(vlm, other.fingerprint))
+
+
+def test_compact_headers_refuse_embedded_keys():
+    compact = py_wire.encode(small_text_batch(), TEXT, compact=True)
+    _, table = header(compact)
+    table["__metadata__"]["py_wire.fields"] = "[]"
+    text = json.dumps(table, separators=(",", ":")).encode()
+    pad = (-(8 + len(text))) % 64
+    raw = struct.pack("<Q", len(text) + pad) + text + b" " * pad + data_section(compact)
+    with pytest.raises(py_wire.FrameError, match="only embedded frames carry"):
+        py_wire.Frame.from_buffer(raw)
+
+
+def test_cli_inspect_of_a_compact_frame(tmp_path, capsys):
+    from py_wire.cli import main
+
+    path = tmp_path / "compact.pywire"
+    path.write_bytes(bytes(py_wire.encode(small_text_batch(), TEXT, compact=True)))
+    assert main(["inspect", str(path), "--schema", "text_grpo"]) == 0
+    out = capsys.readouterr().out
+    assert f"fingerprint: {TEXT.fingerprint}" in out
+    assert "header form: compact" in out
+    assert main(["inspect", str(path), "--schema", "no_such_schema"]) == 1
