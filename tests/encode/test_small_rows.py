@@ -451,11 +451,14 @@ def test_fast_and_full_readers_agree_on_every_kind_of_row(
     """Differential: the tiny-row path and the full reader give the same frame, or the same
     error (message, field and row), for any mix of hostile rows."""
     batch = text_batch(lengths, seed)
+    edited: set[tuple[str, int]] = set()
     for field, row, kind in edits:
-        if row < len(lengths) and batch[field][row] is not None:
-            if isinstance(batch[field][row], np.ndarray):
-                continue
-            batch[field][row] = _hostile(kind, batch[field][row])
+        # One edit per row: a second one would act on an already hostile tensor (torch itself
+        # refuses a view of a shrunk storage), which tests torch, not the readers.
+        if (field, row) in edited or row >= len(lengths) or batch[field][row] is None:
+            continue
+        edited.add((field, row))
+        batch[field][row] = _hostile(kind, batch[field][row])
     try:
         fast = bytes(py_wire.encode(batch, TEXT))
     except BatchError as e:
