@@ -60,6 +60,25 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
+def json_text(value: Any) -> str:
+    """``value`` as compact JSON, or a ``ValueError`` saying why it would not come back equal
+    (a tuple, a non-str key, NaN, a set): the one rule for per-row JSON values and for
+    metadata such as verl's ``meta_info``."""
+    try:
+        text = json.dumps(
+            value, default=_plain, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        )
+        same = json.loads(text) == value
+    except (TypeError, ValueError, RecursionError) as e:
+        raise ValueError(f"not a JSON value ({e})") from None
+    if not same:
+        raise ValueError(
+            f"{value!r} would not come back equal from JSON (tuples become lists, dict keys "
+            "become strings): store lists and str keys"
+        )
+    return text
+
+
 def _text(name: str, row: int, value: Any, encoding: Encoding) -> str:
     if encoding == "utf8":
         if not isinstance(value, str):
@@ -71,28 +90,11 @@ def _text(name: str, row: int, value: Any, encoding: Encoding) -> str:
             )
         return value
     try:
-        text = json.dumps(
-            value, default=_plain, ensure_ascii=False, allow_nan=False, separators=(",", ":")
-        )
-        same = json.loads(text) == value
-    except (TypeError, ValueError) as e:
+        return json_text(value)
+    except ValueError as e:
         raise with_context(
-            BatchError(f"field {name!r}, row {row}: not a JSON value ({e})"),
-            field=name,
-            row=row,
-            kind="dtype",
+            BatchError(f"field {name!r}, row {row}: {e}"), field=name, row=row, kind="dtype"
         ) from None
-    if not same:
-        raise with_context(
-            BatchError(
-                f"field {name!r}, row {row}: {value!r} would not come back equal from JSON "
-                "(tuples become lists, dict keys become strings): store lists and str keys"
-            ),
-            field=name,
-            row=row,
-            kind="dtype",
-        )
-    return text
 
 
 def encode_rows(name: str, values: Sequence[Any], encoding: Encoding) -> SharedRows:

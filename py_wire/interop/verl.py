@@ -67,7 +67,7 @@ from py_wire._encode import encode
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError, WireError
 from py_wire._packed import PackedTensor
-from py_wire._rowvalues import decode_rows, encode_rows, shared_rows
+from py_wire._rowvalues import decode_rows, encode_rows, json_text, shared_rows
 from py_wire._schema import FieldDef, Schema, load_schema
 from py_wire._source import as_frame
 
@@ -216,23 +216,19 @@ def to_frame(
 
 
 def _meta_json(meta: Mapping[str, Any]) -> str:
-    for key, value in meta.items():
-        if not isinstance(key, str) or not _json_equal(value):
+    entries = []
+    for key, value in sorted(meta.items(), key=lambda kv: str(kv[0])):
+        try:
+            if not isinstance(key, str):
+                raise ValueError("a key that is not a str")
+            entries.append(f"{json.dumps(key)}:{json_text(value)}")
+        except ValueError as e:
             raise _err(
-                f"meta_info[{key!r}] ({type(value).__name__}) would not come back equal from the "
-                "frame's JSON metadata (py_wire never drops data silently): store JSON values "
-                "(lists, str keys, finite floats), or pass drop_meta_info=True and hand "
-                "meta_info to from_frame(...)",
+                f"meta_info[{key!r}]: {e} (py_wire never drops data silently): store JSON "
+                "values, or pass drop_meta_info=True and hand meta_info to from_frame(...)",
                 field=f"meta_info[{key!r}]",
-            )
-    return json.dumps(dict(meta), sort_keys=True, separators=(",", ":"))
-
-
-def _json_equal(value: Any) -> bool:
-    try:
-        return bool(json.loads(json.dumps(value, allow_nan=False)) == value)
-    except (TypeError, ValueError, RecursionError):
-        return False
+            ) from None
+    return "{" + ",".join(entries) + "}"
 
 
 def _tensor_fields(

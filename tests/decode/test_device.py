@@ -2,7 +2,7 @@
 as views of the device buffer.
 
 The host-shadow validation runs everywhere. The CUDA and NCCL tests need a GPU: CI has none, so
-they skip there and run where one is lent (see the README's "Moving frames")."""
+they skip there and run where one is lent (see docs/moving-frames.md)."""
 
 from __future__ import annotations
 
