@@ -15,7 +15,7 @@ from py_wire._ops import take_rows
 from py_wire._packed import PackedTensor
 from py_wire._rows import row_range
 from py_wire._source import as_frame
-from py_wire._trainer import ATTENTION_MASK, padded_width
+from py_wire._trainer import ATTENTION_MASK
 
 Groups = int | Sequence[range | Sequence[int] | Any]
 
@@ -60,18 +60,33 @@ class MicroBatches:
         self._multiple = options.get("pad_to_multiple_of")
         self._per_token = {n for n, f in schema.fields.items() if f.tier == "per_token"}
         self._offsets: list[int] | None = None
-        self._lengths: torch.Tensor | None = None
+        self._lengths: list[int] | None = None
         self._offsets_tensor: torch.Tensor | None = None
-        self._nested: dict[str, torch.Tensor] = {}
         seq = frame.layout.seq_offsets
         if seq is not None:
             table = np.frombuffer(memoryview(frame), np.int64, seq.nbytes // 8, seq.offset)
             self._offsets = table.tolist()
-            self._lengths = torch.tensor(np.diff(table))
+            self._lengths = np.diff(table).tolist()
             self._offsets_tensor = torch.tensor(table)
+        # What each micro-batch does per field, decided once: the loop in _window is then one
+        # torch call per tensor field (an as_strided view within the field's own bounds).
+        self._fields: list[tuple[str, str, Any]] = []
         for name, value in self.decoded.items():
-            if isinstance(value, torch.Tensor) and value.is_nested:
-                self._nested[name] = value.values()
+            if isinstance(value, PackedTensor):
+                self._fields.append((name, "packed", value))
+            elif isinstance(value, torch.Tensor) and value.is_nested:
+                self._fields.append((name, "nested", value.values()))
+            elif isinstance(value, torch.Tensor) and value.dim() > 0:
+                narrow = name == ATTENTION_MASK or (self._padded and name in self._per_token)
+                kind = "narrowed" if narrow and value.dim() > 1 else "rows"
+                self._fields.append((name, kind, (value, tuple(value.stride()))))
+            elif isinstance(value, list):
+                self._fields.append((name, "list", value))
+            else:
+                self._fields.append((name, "whole", value))
+        for _, kind, value in self._fields:
+            if kind == "packed" and value._frame is not None:
+                value._frame._tables()  # Python tables once, shared by every row range
 
     def __len__(self) -> int:
         return len(self._plan)
@@ -86,27 +101,31 @@ class MicroBatches:
     def _window(self, a: int, b: int) -> dict[str, Any]:
         width = None
         if self._lengths is not None and (self._padded or ATTENTION_MASK in self.decoded):
-            width = padded_width(self._lengths[a:b], self._multiple)
+            width = max(self._lengths[a:b], default=0)
+            if self._multiple is not None:
+                width = -(-width // self._multiple) * self._multiple
         jagged_offsets = None
+        rows_slice = slice(a, b)
         out: dict[str, Any] = {}
-        for name, value in self.decoded.items():
-            if isinstance(value, PackedTensor):
-                out[name] = value.slice(slice(a, b))
-            elif name in self._nested:
+        for name, kind, value in self._fields:
+            if kind == "packed":
+                out[name] = value.slice(rows_slice)
+            elif kind == "rows" or kind == "narrowed":
+                tensor, stride = value
+                shape = list(tensor.shape)
+                shape[0] = b - a
+                if kind == "narrowed" and width is not None:
+                    shape[1] = min(width, shape[1])
+                offset = tensor.storage_offset() + a * stride[0]
+                out[name] = tensor.as_strided(shape, stride, offset)
+            elif kind == "nested":
                 assert self._offsets is not None and self._offsets_tensor is not None
                 t0, t1 = self._offsets[a], self._offsets[b]
                 if jagged_offsets is None:
                     # One offsets tensor per micro-batch: its fields share one ragged dim.
                     jagged_offsets = (self._offsets_tensor[a : b + 1] - t0).to(value.device)
-                values = self._nested[name][t0:t1]
-                out[name] = torch.nested.nested_tensor_from_jagged(values, jagged_offsets)
-            elif isinstance(value, torch.Tensor):
-                rows = value[a:b]
-                narrow = name == ATTENTION_MASK or (self._padded and name in self._per_token)
-                if width is not None and narrow and rows.dim() > 1:
-                    rows = rows[:, :width]
-                out[name] = rows
-            elif isinstance(value, list):
+                out[name] = torch.nested.nested_tensor_from_jagged(value[t0:t1], jagged_offsets)
+            elif kind == "list":
                 out[name] = value[a:b]
             else:
                 out[name] = value

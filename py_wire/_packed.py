@@ -668,16 +668,27 @@ class _FrameRows:
         """Rows ``start..stop`` over the same values and segment tables (views, O(1) torch
         calls). In-order data keeps only the values those rows reference, so ``as_tensor()``
         of the range is still a view."""
-        tables = {
-            "seg_shapes": self.seg_shapes,
-            "seg_offsets": self.seg_offsets,
-            "row_offsets": self.row_offsets[start : stop + 1],
-            "row_segments": self.row_segments,
-        }
-        sub = _FrameRows(self.values, tables, self.in_order)
+        sub = _FrameRows.__new__(_FrameRows)
+        sub.values, sub.flat, sub._own = self.values, self.flat, self._own
+        sub.seg_shapes, sub.seg_offsets = self.seg_shapes, self.seg_offsets
+        sub.row_segments, sub.num_refs = self.row_segments, self.num_refs
+        sub.row_offsets = self.row_offsets[start : stop + 1]
+        sub.num_rows = stop - start
+        sub.in_order = self.in_order
+        sub._value_range = None
+        lists = self._lists
+        # The sub-range's Python tables are the parent's, with row offsets narrowed: one list
+        # slice instead of a tolist() of every table again.
+        sub._lists = (
+            None if lists is None else (lists[0], lists[1], lists[2][start : stop + 1], lists[3])
+        )
         if self.in_order:
-            lo, hi = int(self.row_offsets[start]), int(self.row_offsets[stop])
-            sub._value_range = (int(self.seg_offsets[lo]), int(self.seg_offsets[hi]))
+            if lists is not None:
+                lo, hi = lists[2][start], lists[2][stop]
+                sub._value_range = (lists[1][lo], lists[1][hi])
+            else:
+                lo, hi = int(self.row_offsets[start]), int(self.row_offsets[stop])
+                sub._value_range = (int(self.seg_offsets[lo]), int(self.seg_offsets[hi]))
         return sub
 
     def contiguous_values(self) -> torch.Tensor | None:
