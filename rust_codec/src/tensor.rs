@@ -1,7 +1,7 @@
 //! Borrowed views of caller memory: a dtype, a shape and element strides over a byte slice.
 
-use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::schema::dtype::DType;
 
 /// The most dims a tensor may have (torch's own limit is 64; real batches use at most 5).
 pub const MAX_RANK: usize = 8;

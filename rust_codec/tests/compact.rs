@@ -8,10 +8,10 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{le_i64, spec};
-use py_wire_codec::compact::{hold, HeldSchema};
-use py_wire_codec::header::parse_header;
+use py_wire_codec::frame::compact::{hold, HeldSchema};
+use py_wire_codec::frame::header::parse_header;
 use py_wire_codec::ops::{gather, Rows, Source};
-use py_wire_codec::spec::meta;
+use py_wire_codec::schema::spec::meta;
 use py_wire_codec::tensor::TensorRef;
 use py_wire_codec::{parse_frame, DType, EncodeRequest, Error, FieldData, FieldInput, Tier};
 

@@ -169,7 +169,7 @@ proptest! {
         let bytes = frame.as_slice();
         // What the encoder says it wrote is what a reader parses from the bytes.
         let plan = py_wire_codec::encode::plan(&request).unwrap();
-        prop_assert_eq!(&plan.written, &py_wire_codec::header::parse_header(bytes).unwrap());
+        prop_assert_eq!(&plan.written, &py_wire_codec::frame::header::parse_header(bytes).unwrap());
         let layout = parse_frame(bytes).unwrap();
         prop_assert_eq!(layout.num_rows, rows.len() as u64);
         let field = layout.field("x").unwrap();
@@ -251,10 +251,10 @@ fn gather_selects_and_concatenates_rows() {
     let plan = py_wire_codec::encode::plan(&request).unwrap();
     assert_eq!(
         plan.written,
-        py_wire_codec::header::parse_header(bytes).unwrap()
+        py_wire_codec::frame::header::parse_header(bytes).unwrap()
     );
     let from_written =
-        py_wire_codec::decode::layout_from_header(plan.written.clone(), bytes).unwrap();
+        py_wire_codec::frame::layout::layout_from_header(plan.written.clone(), bytes).unwrap();
     assert_eq!(format!("{from_written:?}"), format!("{out:?}"));
     let ids = out.field("ids").unwrap();
     assert_eq!(
@@ -279,7 +279,7 @@ fn gather_selects_and_concatenates_rows() {
 
 #[test]
 fn validation_reads_only_the_header_and_index_tables() {
-    use py_wire_codec::decode::validation_ranges;
+    use py_wire_codec::frame::layout::validation_ranges;
     let frame = sample_frame();
     let (len, ranges) = validation_ranges(&frame).unwrap();
     assert_eq!(len, frame.len());
@@ -330,6 +330,6 @@ fn written_header_orders_empty_tensors_as_a_reader_does() {
     let plan = py_wire_codec::encode::plan(&request).unwrap();
     assert_eq!(
         plan.written,
-        py_wire_codec::header::parse_header(frame.as_slice()).unwrap()
+        py_wire_codec::frame::header::parse_header(frame.as_slice()).unwrap()
     );
 }

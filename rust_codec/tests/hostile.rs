@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use common::{le_i64, sample_frame, spec};
 use py_wire_codec::contract::{check_contracts, PlaceholderContract};
-use py_wire_codec::header::write_header;
+use py_wire_codec::frame::header::write_header;
 use py_wire_codec::ops::{gather, split, Rows, Source};
 use py_wire_codec::tensor::TensorRef;
 use py_wire_codec::{parse_frame, DType, EncodeRequest, Error, FieldData, FieldInput, Tier};
@@ -216,7 +216,7 @@ fn huge_header_lengths_are_refused_before_reading() {
 /// `sample_frame` with its field table rewritten by `edit` (the tensors unchanged).
 fn with_field_table(edit: impl Fn(Vec<serde_json::Value>) -> Vec<serde_json::Value>) -> Vec<u8> {
     let frame = sample_frame();
-    let header = py_wire_codec::header::parse_header(&frame).unwrap();
+    let header = py_wire_codec::frame::header::parse_header(&frame).unwrap();
     let mut meta = header.metadata.clone();
     let table: Vec<serde_json::Value> = serde_json::from_str(&meta["py_wire.fields"]).unwrap();
     meta.insert(
@@ -253,7 +253,7 @@ fn tensors_that_no_field_claims_are_refused() {
     }
     // The table as written parses, padding entries included.
     let frame = with_field_table(|t| t);
-    let header = py_wire_codec::header::parse_header(&frame).unwrap();
+    let header = py_wire_codec::frame::header::parse_header(&frame).unwrap();
     assert!(header.entries.iter().any(|e| e.name.starts_with("__pad.")));
     assert_eq!(parse_frame(&frame).unwrap().fields.len(), 3);
 }

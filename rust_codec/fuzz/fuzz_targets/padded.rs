@@ -12,8 +12,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use py_wire_codec::decode::read_seq_offsets;
-use py_wire_codec::pad::pad_rows;
+use py_wire_codec::frame::layout::read_seq_offsets;
+use py_wire_codec::frame::pad::pad_rows;
 use py_wire_codec::{parse_frame, Tier};
 
 mod common;

@@ -19,7 +19,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use py_wire_codec::decode::{read_seq_offsets, PackedTables};
+use py_wire_codec::frame::layout::{read_seq_offsets, PackedTables};
 use py_wire_codec::encode::{encode, EncodeOptions, EncodeRequest};
 use py_wire_codec::ops::{gather, split, Rows, Source};
 use py_wire_codec::{parse_frame, Error, FrameLayout, Tier};

@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use py_wire_codec::contract::PlaceholderContract;
-use py_wire_codec::spec::pattern_string;
+use py_wire_codec::schema::spec::pattern_string;
 use py_wire_codec::{FieldSpec, Tier};
 
 fn exercise(spec: &FieldSpec) {

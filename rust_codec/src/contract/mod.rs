@@ -7,14 +7,14 @@ pub mod placeholder;
 
 use serde::Deserialize;
 
-use crate::decode::{read_seq_offsets, DecodedField, FrameLayout, PackedTables};
-use crate::dtype::DType;
-use crate::encode::{EncodeRequest, FieldInput};
-use crate::error::{Error, Result};
-use crate::placeholder::{
+use crate::contract::placeholder::{
     check_alignment, features_from_grid_thw, features_from_image_sizes, PlaceholderRule,
 };
-use crate::spec::{FieldSpec, Tier};
+use crate::encode::{EncodeRequest, FieldInput};
+use crate::error::{Error, Result};
+use crate::frame::layout::{read_seq_offsets, DecodedField, FrameLayout, PackedTables};
+use crate::schema::dtype::DType;
+use crate::schema::spec::{FieldSpec, Tier};
 use crate::tensor::TensorRef;
 use crate::{batch_err, contract_err, frame_err, internal_err, schema_err};
 
@@ -168,10 +168,10 @@ impl PlaceholderContract {
             return Err(schema_err!(
                 "contract {name:?}: {what} {source:?} must be a packed int32 or int64 field of \
                  shape {} packed on dim 0; it is a {} {} field of shape {} packed on dim {}",
-                crate::spec::pattern_string(&expected),
+                crate::schema::spec::pattern_string(&expected),
                 f.tier.name(),
                 f.stored_dtype().name(),
-                crate::spec::pattern_string(&f.shape),
+                crate::schema::spec::pattern_string(&f.shape),
                 f.pack_dim
             ));
         }
@@ -233,7 +233,7 @@ fn check_token_dtype(spec: &FieldSpec, stored: DType) -> Result<()> {
             spec.name,
             stored.name(),
             spec.tier.name(),
-            crate::spec::pattern_string(&spec.shape)
+            crate::schema::spec::pattern_string(&spec.shape)
         ));
     }
     Ok(())
@@ -555,7 +555,7 @@ impl RequestPacked<'_> {
 fn int_values(spec: &FieldSpec, t: &TensorRef<'_>) -> Result<Vec<i64>> {
     let es = t.dtype.size();
     let mut bytes = vec![0u8; t.numel() as usize * es];
-    crate::copy::copy_tensor(t, t.dtype, &mut bytes)?;
+    crate::frame::copy::copy_tensor(t, t.dtype, &mut bytes)?;
     let read = |c: &[u8]| -> i64 {
         let mut le = [0u8; 8];
         le[..c.len()].copy_from_slice(c);

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 /// Placeholder runs found in each row: CSR over runs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RunTable {
-    /// len = rows + 1; runs of row r are run_starts[row_offsets[r]..row_offsets[r+1]].
+    /// len = rows + 1; runs of row r are `run_starts[row_offsets[r]..row_offsets[r+1]]`.
     pub row_offsets: Vec<u64>,
     /// Start position of each run, relative to the start of its row.
     pub run_starts: Vec<u64>,

@@ -3,7 +3,7 @@
 
 use crate::batch_err;
 use crate::error::{Result, Value};
-use crate::spec::{pattern_string, FieldSpec};
+use crate::schema::spec::{pattern_string, FieldSpec};
 use crate::tensor::TensorRef;
 
 /// Where in a field a problem is, rendered only when there is one (formatting a location for
@@ -108,9 +108,9 @@ pub(super) fn check_dims(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dtype::DType;
     use crate::error::Error;
-    use crate::spec::Tier;
+    use crate::schema::dtype::DType;
+    use crate::schema::spec::Tier;
 
     fn pixels() -> FieldSpec {
         FieldSpec {

@@ -2,7 +2,7 @@
 //! row counts and per-row sequence lengths, checked once.
 
 use crate::error::Result;
-use crate::spec::FieldSpec;
+use crate::schema::spec::FieldSpec;
 use crate::tensor::TensorRef;
 use crate::{batch_err, internal_err, schema_err};
 
@@ -392,8 +392,8 @@ pub(super) fn sequence_offsets(field: &FieldData<'_>) -> Result<SeqOffsets> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dtype::DType;
-    use crate::spec::Tier;
+    use crate::schema::dtype::DType;
+    use crate::schema::spec::Tier;
 
     fn data<'a>(tier: Tier, input: FieldInput<'a>) -> FieldData<'a> {
         FieldData {

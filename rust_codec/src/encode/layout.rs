@@ -2,12 +2,12 @@
 //! padding entries (safetensors forbids holes), payload copies queued per source tensor.
 
 use crate::batch_err;
-use crate::buffer::ALIGNMENT;
-use crate::copy::CopyJob;
-use crate::dtype::DType;
 use crate::error::Result;
-use crate::header::Entry;
-use crate::spec::{names, FieldSpec};
+use crate::frame::buffer::ALIGNMENT;
+use crate::frame::copy::CopyJob;
+use crate::frame::header::Entry;
+use crate::schema::dtype::DType;
+use crate::schema::spec::{names, FieldSpec};
 use crate::tensor::TensorRef;
 
 /// Lays data out relative to the data section, 64-byte aligned, with explicit padding entries.

@@ -12,12 +12,12 @@ mod write;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::buffer::AlignedBuf;
-use crate::copy::DEFAULT_PARALLEL_THRESHOLD;
-use crate::dtype::DType;
 use crate::error::Result;
-use crate::header::{write_header, Header};
-use crate::spec::{meta, names, Tier};
+use crate::frame::buffer::AlignedBuf;
+use crate::frame::copy::DEFAULT_PARALLEL_THRESHOLD;
+use crate::frame::header::{write_header, Header};
+use crate::schema::dtype::DType;
+use crate::schema::spec::{meta, names, Tier};
 use crate::tensor::{Dims, TensorRef};
 use crate::{batch_err, internal_err, schema_err};
 
@@ -185,12 +185,12 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
     // frame in a stream (or a file) starts aligned too.
     let data_len = layout.align()?;
     let mut entries = layout.entries;
-    crate::header::sort_entries(&mut entries);
+    crate::frame::header::sort_entries(&mut entries);
     // Checksums: the header's digest now, zeros for the payload's until it is written.
     let checksum_fields = if request.checksum {
         let fields: Vec<String> = request.fields.iter().map(|f| f.spec.name.clone()).collect();
         metadata.remove(meta::CHECKSUM);
-        let entry = crate::checksum::placeholder(&metadata, &entries, &fields)?;
+        let entry = crate::frame::checksum::placeholder(&metadata, &entries, &fields)?;
         metadata.insert(meta::CHECKSUM.into(), entry);
         Some(fields)
     } else {

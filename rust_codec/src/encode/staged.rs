@@ -15,8 +15,8 @@
 use std::sync::Arc;
 
 use super::{RowItems, RowSpan, RowSpans};
-use crate::dtype::DType;
-use crate::spec::FieldSpec;
+use crate::schema::dtype::DType;
+use crate::schema::spec::FieldSpec;
 use crate::tensor::{checked_numel, is_c_contiguous, span_in_storage, Dims};
 
 /// Rows up to this many bytes are copied into the staging buffer while their metadata is read
@@ -365,7 +365,7 @@ impl StagePlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::Tier;
+    use crate::schema::spec::Tier;
 
     fn spec(trailing: Vec<Option<u64>>) -> FieldSpec {
         FieldSpec {

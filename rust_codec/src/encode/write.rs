@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::buffer::AlignedBuf;
-use crate::copy::{run_jobs, CopyJob};
 use crate::error::Result;
-use crate::header::write_header;
-use crate::spec::meta;
+use crate::frame::buffer::AlignedBuf;
+use crate::frame::copy::{run_jobs, CopyJob};
+use crate::frame::header::write_header;
+use crate::schema::spec::meta;
 use crate::{batch_err, internal_err};
 
 use super::EncodeOptions;
@@ -21,7 +21,7 @@ pub struct Plan<'a> {
     /// What `header` says, as `parse_header` would return it: a frame this process writes
     /// needs no JSON parse to be read (`layout::layout_from_header` still validates its
     /// index tables against the bytes).
-    pub written: crate::header::Header,
+    pub written: crate::frame::header::Header,
     /// The fields whose checksums the header carries (placeholders until the frame is written).
     pub checksum_fields: Option<Vec<String>>,
     pub num_rows: u64,
@@ -80,7 +80,11 @@ impl<'a> Plan<'a> {
                     } else {
                         let start = chunk.len();
                         chunk.resize(start + len, 0);
-                        crate::copy::copy_tensor(&job.src, job.dst_dtype, &mut chunk[start..])?;
+                        crate::frame::copy::copy_tensor(
+                            &job.src,
+                            job.dst_dtype,
+                            &mut chunk[start..],
+                        )?;
                     }
                     cursor = offset + len;
                 }
@@ -117,7 +121,7 @@ impl<'a> Plan<'a> {
         let Some(fields) = &self.checksum_fields else {
             return Ok(None);
         };
-        let entry = crate::checksum::sealed(&self.written, fields, chunks)?;
+        let entry = crate::frame::checksum::sealed(&self.written, fields, chunks)?;
         let mut metadata = self.written.metadata.clone();
         metadata.insert(meta::CHECKSUM.into(), entry);
         let header = write_header(&metadata, &self.written.entries)?;
@@ -177,9 +181,9 @@ impl<'a> Plan<'a> {
 
 #[cfg(test)]
 mod tests {
-    use crate::dtype::DType;
     use crate::encode::{plan, EncodeOptions, EncodeRequest, FieldData, FieldInput, Part};
-    use crate::spec::{FieldSpec, Tier};
+    use crate::schema::dtype::DType;
+    use crate::schema::spec::{FieldSpec, Tier};
     use crate::tensor::TensorRef;
 
     #[test]

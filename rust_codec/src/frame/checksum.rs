@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::error::Result;
-use crate::header::{Entry, Header};
-use crate::spec::{meta, names};
+use crate::frame::header::{Entry, Header};
+use crate::schema::spec::{meta, names};
 use crate::{frame_err, internal_err};
 
 pub const ALGORITHM: &str = "xxh3-64";

@@ -17,9 +17,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::error::{Detail, Error, Result};
+use crate::frame::header::Header;
 use crate::frame_err;
-use crate::header::Header;
-use crate::spec::{meta, FieldSpec};
+use crate::schema::spec::{meta, FieldSpec};
 
 /// The most schemas learnt from frames (not loaded by the process itself) the registry keeps:
 /// hostile embedded frames, each with a schema of its own, cannot grow it without bound.

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::buffer::ALIGNMENT;
-use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::frame::buffer::ALIGNMENT;
 use crate::frame_err;
+use crate::schema::dtype::DType;
 
 /// The largest header a reader accepts (as safetensors): the header is O(fields), so a real
 /// one is kilobytes; this bounds the JSON parse of a hostile one.

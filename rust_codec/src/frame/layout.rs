@@ -2,13 +2,13 @@
 //! index the header and index tensors claim, so that the views the caller builds are in bounds
 //! and consistent. Cost: O(fields + rows + segments), independent of payload bytes.
 
-use crate::buffer::ALIGNMENT;
-use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::frame::buffer::ALIGNMENT;
 use crate::frame::compact;
+use crate::frame::header::{parse_header, parse_prefix, Entry, Header};
 use crate::frame_err;
-use crate::header::{parse_header, parse_prefix, Entry, Header};
-use crate::spec::{meta, names, FieldSpec, Tier};
+use crate::schema::dtype::DType;
+use crate::schema::spec::{meta, names, FieldSpec, Tier};
 use crate::tensor::checked_numel;
 
 /// Where a tensor lies in the frame (absolute byte offset).

@@ -11,12 +11,12 @@ pub mod batching;
 
 use std::collections::BTreeMap;
 
-use crate::decode::{read_seq_offsets, DecodedField, FrameLayout, PackedTables};
+use crate::frame::layout::{read_seq_offsets, DecodedField, FrameLayout, PackedTables};
 use std::sync::Arc;
 
 use crate::encode::{EncodeRequest, FieldData, FieldInput, RowItems, RowSpan, RowSpans};
 use crate::error::Result;
-use crate::spec::{meta, FieldSpec, Tier};
+use crate::schema::spec::{meta, FieldSpec, Tier};
 use crate::tensor::TensorRef;
 use crate::{argument_err, frame_err, internal_err};
 

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 
 use super::errors::{to_py, SchemaError};
 use crate::contract::PlaceholderContract;
-use crate::spec::FieldSpec;
+use crate::schema::spec::FieldSpec;
 
 /// A schema compiled for the codec: field specs, contracts, the sequence and lengths fields,
 /// and the metadata every frame of this schema carries.

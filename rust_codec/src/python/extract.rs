@@ -12,7 +12,7 @@ use pyo3::types::{PyList, PyString, PyTuple};
 
 use super::errors::BatchError;
 use super::staged::FastReader;
-use crate::dtype::DType;
+use crate::schema::dtype::DType;
 use crate::tensor::{extent_bytes, Dims, TensorRef, MAX_RANK};
 
 pub(super) struct Registry {

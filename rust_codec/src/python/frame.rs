@@ -11,10 +11,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use super::errors::{guarded, to_py, OnPanic};
-use crate::buffer::AlignedBuf;
-use crate::decode::{parse_frame, FrameLayout};
+use crate::frame::buffer::AlignedBuf;
+use crate::frame::header::parse_header;
+use crate::frame::layout::{parse_frame, FrameLayout};
 use crate::frame::remap::PrivateMapping;
-use crate::header::parse_header;
 
 /// Views of a base this aligned need no copy: every element type's natural alignment.
 const MIN_BASE_ALIGNMENT: usize = 16;
@@ -310,13 +310,13 @@ impl Frame {
         self.layout
             .header
             .metadata
-            .contains_key(crate::spec::meta::SCHEMA_REF)
+            .contains_key(crate::schema::spec::meta::SCHEMA_REF)
     }
 
     /// Whether the frame carries payload checksums (`encode(..., checksum=True)`).
     #[getter]
     fn has_checksum(&self) -> bool {
-        crate::checksum::present(&self.layout.header.metadata)
+        crate::frame::checksum::present(&self.layout.header.metadata)
     }
 
     /// Checks every byte of the frame against its stored checksums (one xxh3-64 per field, one
@@ -333,7 +333,7 @@ impl Frame {
         let (header, bytes) = (&self.layout.header, self.bytes());
         py.detach(|| {
             guarded(OnPanic::Frame, || {
-                crate::checksum::verify(header, &names, bytes)
+                crate::frame::checksum::verify(header, &names, bytes)
             })
         })
         .map_err(to_py)

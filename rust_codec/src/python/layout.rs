@@ -3,7 +3,7 @@
 
 use pyo3::prelude::*;
 
-use crate::decode::{DecodedField, FrameLayout, TensorLoc};
+use crate::frame::layout::{DecodedField, FrameLayout, TensorLoc};
 
 /// Where one tensor lies in the frame: an absolute byte offset, its size, dtype and shape.
 #[pyclass(module = "py_wire", name = "TensorLoc", frozen, get_all)]
@@ -76,7 +76,7 @@ impl PyFieldLayout {
 }
 
 fn field(py: Python<'_>, f: &DecodedField) -> PyResult<Py<PyFieldLayout>> {
-    let table = |pick: fn(&crate::decode::PackedIndex) -> &TensorLoc| {
+    let table = |pick: fn(&crate::frame::layout::PackedIndex) -> &TensorLoc| {
         f.packed.as_ref().map(|p| loc(py, pick(p))).transpose()
     };
     Py::new(

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 
 use crate::contract::{check_contracts, PlaceholderContract};
 use crate::encode::{EncodeOptions, EncodeRequest, FieldData, FieldInput, Part, Plan};
-use crate::spec::{meta, FieldSpec};
+use crate::schema::spec::{meta, FieldSpec};
 use codec::Codec;
 use errors::{guarded, to_py, BatchError, OnPanic, SchemaError};
 use extract::{index_values, logical_rows, rows, tensor_ref, KeepAlive};
@@ -234,7 +234,7 @@ fn encode(
                         let mut plan = checked_plan(&prepared)?;
                         let buf = plan.write(prepared.options)?;
                         let layout =
-                            crate::decode::layout_from_header(plan.written, buf.as_slice())?;
+                            crate::frame::layout::layout_from_header(plan.written, buf.as_slice())?;
                         Ok((buf, layout))
                     })
                 })
@@ -250,7 +250,7 @@ fn encode(
             Frame::write_into_buffer(py, &out, plan.total_len, check, |dst| {
                 guarded(OnPanic::Internal, || {
                     plan.write_into(dst, prepared.options)?;
-                    crate::decode::parse_frame(dst)
+                    crate::frame::layout::parse_frame(dst)
                 })
             })?
         }
@@ -323,7 +323,7 @@ fn check_frame_contracts(
     // Validate again: a borrowed buffer may have been written since the frame was wrapped.
     py.detach(|| {
         guarded(OnPanic::Frame, || {
-            let layout = crate::decode::parse_frame(bytes)?;
+            let layout = crate::frame::layout::parse_frame(bytes)?;
             check_contracts(bytes, &layout, contracts)
         })
     })
@@ -364,7 +364,7 @@ fn placeholder_runs(
                 .iter()
                 .map(|t| {
                     let tokens = t.to_i64_vec()?;
-                    let table = crate::placeholder::scan_runs(
+                    let table = crate::contract::placeholder::scan_runs(
                         &tokens,
                         &[0, tokens.len() as u64],
                         token_id,
@@ -418,7 +418,7 @@ fn pad_rows(
         // call reads. `out` is a fresh tensor `_decode` allocated for this call.
         let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
         guarded(OnPanic::Internal, || {
-            crate::pad::pad_rows(values.bytes, token_bytes, &offsets, width, pad, dst)
+            crate::frame::pad::pad_rows(values.bytes, token_bytes, &offsets, width, pad, dst)
         })
     })
     .map_err(to_py)?;
@@ -491,7 +491,7 @@ fn row_selection(rows: Option<&Bound<'_, PyAny>>) -> PyResult<crate::ops::Rows> 
 fn new_frame(request: &crate::encode::EncodeRequest<'_>) -> crate::Result<Frame> {
     let mut plan = crate::encode::plan(request)?;
     let buf = plan.write(EncodeOptions::default())?;
-    let layout = crate::decode::layout_from_header(plan.written, buf.as_slice())?;
+    let layout = crate::frame::layout::layout_from_header(plan.written, buf.as_slice())?;
     Ok(Frame::from_owned(buf, layout))
 }
 
@@ -551,12 +551,12 @@ fn hold_schema(
         .iter()
         .map(|j| serde_json::from_str(j).map_err(|e| SchemaError::new_err(format!("{j}: {e}"))))
         .collect::<PyResult<Vec<FieldSpec>>>()?;
-    let schema = crate::compact::HeldSchema {
+    let schema = crate::frame::compact::HeldSchema {
         fingerprint,
         specs,
         sequence_field,
     };
-    crate::compact::hold(schema, learnt).map_err(to_py)
+    crate::frame::compact::hold(schema, learnt).map_err(to_py)
 }
 
 /// Consecutive sections of `frame` of `sizes` rows each (adding up to its row count), reading
@@ -585,7 +585,7 @@ fn split_rows(py: Python<'_>, frame: &Bound<'_, Frame>, sizes: Vec<u64>) -> PyRe
 /// loader calls this: the codec owns the rules.
 #[pyfunction]
 fn validate_field_spec(decl_json: &str) -> PyResult<String> {
-    let decl: crate::spec::FieldDecl = serde_json::from_str(decl_json)
+    let decl: crate::schema::spec::FieldDecl = serde_json::from_str(decl_json)
         .map_err(|e| SchemaError::new_err(format!("field {decl_json}: {e}")))?;
     let spec = decl.resolve().map_err(to_py)?;
     serde_json::to_string(&spec).map_err(|e| SchemaError::new_err(e.to_string()))
@@ -618,14 +618,14 @@ mod _native {
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         super::errors::init_classes(m.py())?;
         let keys = pyo3::types::PyDict::new(m.py());
-        for (short, key) in crate::spec::meta::ALL {
+        for (short, key) in crate::schema::spec::meta::ALL {
             keys.set_item(short, key)?;
         }
         m.add("METADATA_KEYS", keys)?;
         let widenings = pyo3::types::PyDict::new(m.py());
-        for from in crate::dtype::DType::all() {
-            let into: Vec<&str> = crate::dtype::DType::all()
-                .filter(|&to| crate::cast::widens_exactly(from, to))
+        for from in crate::schema::dtype::DType::all() {
+            let into: Vec<&str> = crate::schema::dtype::DType::all()
+                .filter(|&to| crate::schema::cast::widens_exactly(from, to))
                 .map(|to| to.name())
                 .collect();
             if !into.is_empty() {
@@ -637,7 +637,7 @@ mod _native {
             "ERROR_CONTEXT",
             pyo3::types::PyTuple::new(m.py(), super::errors::CONTEXT)?,
         )?;
-        m.add("MAX_HEADER_BYTES", crate::header::MAX_HEADER_BYTES)?;
+        m.add("MAX_HEADER_BYTES", crate::frame::header::MAX_HEADER_BYTES)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))
     }
 

@@ -33,11 +33,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyList, PyTuple, PyType};
 
 use super::extract::{held_view, rows, KeepAlive, Registry};
-use crate::dtype::DType;
 use crate::encode::staged::{check_row, rank1_shape, Placement, RowFacts, StagePlan, StageRow};
 pub use crate::encode::staged::{StageLimits, STAGE_MAX_ROW_BYTES};
 use crate::encode::FieldInput;
-use crate::spec::FieldSpec;
+use crate::schema::dtype::DType;
+use crate::schema::spec::FieldSpec;
 use crate::tensor::{Dims, TensorRef, MAX_RANK};
 
 /// `tp_descr_get`: what `descr.__get__(obj, type)` calls.

@@ -8,8 +8,8 @@ use pyo3::prelude::*;
 use super::errors::{guarded, to_py, FrameError, OnPanic, WireError};
 use super::frame::Frame;
 use super::RawField;
-use crate::batching::{self, Budget};
-use crate::header::{frame_size, FrameSize};
+use crate::frame::header::{frame_size, FrameSize};
+use crate::ops::batching::{self, Budget};
 
 /// The total size in bytes of the frame that starts `prefix`. Needs the 8-byte length and the
 /// JSON header (`8 + header_len` bytes, a few KB); a shorter prefix raises `FrameError` saying
@@ -59,7 +59,7 @@ pub fn frame_validation_ranges(
     py: Python<'_>,
     prefix: &Bound<'_, PyAny>,
 ) -> PyResult<(usize, Vec<(usize, usize)>)> {
-    read_prefix(py, prefix, crate::decode::validation_ranges)
+    read_prefix(py, prefix, crate::frame::layout::validation_ranges)
 }
 
 /// The exact size of the frame `encode` would make of these fields (validated and laid out,
@@ -93,8 +93,8 @@ pub fn encoded_nbytes(
 
 /// Per-row token counts of `frame` (from its validated sequence offsets).
 fn row_lengths(frame: &Frame) -> crate::Result<Vec<u64>> {
-    let offsets =
-        crate::decode::read_seq_offsets(frame.bytes(), frame.layout())?.ok_or_else(|| {
+    let offsets = crate::frame::layout::read_seq_offsets(frame.bytes(), frame.layout())?
+        .ok_or_else(|| {
             crate::argument_err!("the frame has no per-token fields, so no sequence lengths")
         })?;
     Ok(batching::lengths_from_offsets(&offsets))

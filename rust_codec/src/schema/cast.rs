@@ -16,8 +16,8 @@
 //!
 //! The loops walk fixed-size element arrays with branch-free bodies so that LLVM vectorises them.
 
-use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::schema::dtype::DType;
 
 /// What torch's vectorised `float32 -> bfloat16` kernel writes for any NaN input.
 const BF16_NAN_FROM_F32: u16 = 0xFFFF;

@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::schema::dtype::DType;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -123,7 +123,7 @@ impl FieldSpec {
             }
         }
         if let Some(wire) = self.wire_dtype {
-            if wire != self.dtype && !crate::cast::is_wire_cast(self.dtype, wire) {
+            if wire != self.dtype && !crate::schema::cast::is_wire_cast(self.dtype, wire) {
                 return Err(Error::schema(format!(
                     "field {name:?}: no cast from {} to wire dtype {} (a wire dtype narrows a \
                      floating-point dtype: float32 to bfloat16 or float16, float64 to float32, \
@@ -208,7 +208,7 @@ impl FieldDecl {
         };
         spec.validate()?;
         if let Some(wire) = spec.wire_dtype {
-            if crate::cast::is_lossy(spec.dtype, wire) && !self.lossy {
+            if crate::schema::cast::is_lossy(spec.dtype, wire) && !self.lossy {
                 return Err(Error::schema(format!(
                     "field {name:?}: wire dtype {} narrows {}: declare lossy = true",
                     wire.name(),

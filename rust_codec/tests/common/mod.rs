@@ -67,7 +67,7 @@ pub fn sample_frame() -> Vec<u8> {
 /// The int64s of a tensor in a frame (tests only: panics when out of bounds).
 pub fn read_i64s<'b>(
     buf: &'b [u8],
-    loc: &py_wire_codec::decode::TensorLoc,
+    loc: &py_wire_codec::frame::layout::TensorLoc,
 ) -> impl Iterator<Item = i64> + 'b {
     buf[loc.offset..loc.offset + loc.nbytes]
         .chunks_exact(8)

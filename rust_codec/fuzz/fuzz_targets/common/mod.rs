@@ -1,7 +1,7 @@
 //! Shared by every target: a consumer's walk over a parsed layout.
 #![allow(dead_code)]
 
-use py_wire_codec::decode::{FrameLayout, TensorLoc};
+use py_wire_codec::frame::layout::{FrameLayout, TensorLoc};
 use py_wire_codec::tensor::checked_numel;
 use py_wire_codec::Tier;
 
