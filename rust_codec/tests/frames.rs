@@ -10,6 +10,26 @@ use py_wire_codec::tensor::TensorRef;
 use py_wire_codec::{parse_frame, DType, EncodeRequest, Error, FieldData, FieldInput, Tier};
 
 #[test]
+fn a_written_frame_reads_the_same_trusted_or_hostile() {
+    let bytes = sample_frame();
+    let header = py_wire_codec::frame::header::parse_header(&bytes).unwrap();
+    let written = py_wire_codec::frame::layout::layout_of_written(header, &bytes).unwrap();
+    let layout = parse_frame(&bytes).unwrap();
+    assert_eq!(written, layout);
+    assert_eq!(written.total_tokens, 5);
+    assert!(
+        written
+            .field("img")
+            .unwrap()
+            .packed
+            .as_ref()
+            .unwrap()
+            .num_refs
+            == 3
+    );
+}
+
+#[test]
 fn sample_frame_layout() {
     let frame = sample_frame();
     assert_eq!(frame.len() % 64, 0);
@@ -171,6 +191,9 @@ proptest! {
         let plan = py_wire_codec::encode::plan(&request).unwrap();
         prop_assert_eq!(&plan.written, &py_wire_codec::frame::header::parse_header(bytes).unwrap());
         let layout = parse_frame(bytes).unwrap();
+        // The layout the encoder's caller builds without re-reading the index tables.
+        let written = py_wire_codec::frame::layout::layout_of_written(plan.written, bytes).unwrap();
+        prop_assert_eq!(&written, &layout);
         prop_assert_eq!(layout.num_rows, rows.len() as u64);
         let field = layout.field("x").unwrap();
         let packed = field.packed.as_ref().unwrap();

@@ -10,7 +10,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use py_wire_codec::encode::{encode, EncodeOptions};
+use py_wire_codec::encode::EncodeOptions;
 use py_wire_codec::ops::{gather, split as split_rows, Rows, Source};
 use py_wire_codec::{parse_frame, FrameLayout};
 
@@ -28,10 +28,8 @@ fn run(sources: &[Source<'_>], rows: Option<&[u64]>) {
         threads: 1,
         ..Default::default()
     };
-    let out =
-        encode(&request, options).unwrap_or_else(|e| panic!("gather Ok but encode failed: {e:?}"));
-    let layout = parse_frame(out.as_slice())
-        .unwrap_or_else(|e| panic!("gather+encode produced an invalid frame: {e:?}"));
+    let (out, layout) = common::encode_and_parse(&request, options)
+        .unwrap_or_else(|e| panic!("gather Ok but encode failed: {e:?}"));
     let total = sources
         .iter()
         .try_fold(0u64, |a, s| a.checked_add(s.layout.num_rows))
@@ -89,10 +87,8 @@ fuzz_target!(|data: &[u8]| {
                     threads: 1,
                     ..Default::default()
                 };
-                let out = encode(&request, options)
+                let (out, layout) = common::encode_and_parse(&request, options)
                     .unwrap_or_else(|e| panic!("split Ok but encode failed: {e:?}"));
-                let layout = parse_frame(out.as_slice())
-                    .unwrap_or_else(|e| panic!("split produced an invalid frame: {e:?}"));
                 common::walk(out.as_slice(), &layout);
             }
         }

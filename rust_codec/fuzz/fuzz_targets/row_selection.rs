@@ -19,8 +19,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use py_wire_codec::encode::{EncodeOptions, EncodeRequest};
 use py_wire_codec::frame::layout::{read_seq_offsets, PackedTables};
-use py_wire_codec::encode::{encode, EncodeOptions, EncodeRequest};
 use py_wire_codec::ops::{gather, split, Rows, Source};
 use py_wire_codec::{parse_frame, Error, FrameLayout, Tier};
 
@@ -145,10 +145,9 @@ fn options() -> EncodeOptions {
 /// An `Ok` request: encodes, parses, passes the walk, and its rows are `want`'s rows of the
 /// sources (`sources[i / n]`, row `i % n`, all of one frame `src` of `n` rows).
 fn check_output(request: &EncodeRequest<'_>, src: &RowBytes, n: u64, want: &[u64], what: &str) {
-    let out = encode(request, options())
+    let (out, layout) = common::encode_and_parse(request, options())
         .unwrap_or_else(|e| panic!("{what}: selected, but did not encode: {e:?}"));
     let buf = out.as_slice();
-    let layout = parse_frame(buf).unwrap_or_else(|e| panic!("{what}: an invalid frame: {e:?}"));
     common::walk(buf, &layout);
     assert_eq!(layout.num_rows, want.len() as u64, "{what}: row count");
     let got = row_bytes(buf, &layout).expect("an encoded frame's tables");

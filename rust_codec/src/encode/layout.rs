@@ -64,10 +64,13 @@ impl<'a> Layout<'a> {
     }
 
     pub(super) fn blob_i64(&mut self, name: String, shape: Vec<u64>, values: &[u64]) -> Result<()> {
-        let mut bytes = Vec::with_capacity(values.len() * 8);
-        for &v in values {
-            let v = i64::try_from(v).map_err(|_| batch_err!("{name}: index {v} exceeds i64"))?;
-            bytes.extend_from_slice(&v.to_le_bytes());
+        if let Some(&v) = values.iter().find(|&&v| v > i64::MAX as u64) {
+            return Err(batch_err!("{name}: index {v} exceeds i64"));
+        }
+        // Below 2^63 a u64's little-endian bytes are its i64's: one branch-free pass.
+        let mut bytes = vec![0u8; values.len() * 8];
+        for (dst, v) in bytes.chunks_exact_mut(8).zip(values) {
+            dst.copy_from_slice(&v.to_le_bytes());
         }
         let offset = self.place(name, DType::I64, shape, bytes.len() as u64)?;
         self.blobs.push((offset, bytes));

@@ -305,7 +305,7 @@ fn plan_scalar<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>, num_rows: u64
                 check_dtype(spec, t, Where::Field)?;
                 check_dims(spec, &t.shape[1..], &spec.shape, Where::Field, "row shape")?;
             }
-            if let Some(row) = spans.rows().position(|(_, start, end)| end - start != 1) {
+            if let Some(row) = spans.row_not_one_item() {
                 return Err(batch_err!(
                     "field {:?}, row {row}: a scalar field needs one value per row",
                     spec.name

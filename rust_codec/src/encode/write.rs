@@ -19,8 +19,7 @@ type SealedHeader = (Vec<u8>, BTreeMap<String, String>);
 pub struct Plan<'a> {
     pub header: Vec<u8>,
     /// What `header` says, as `parse_header` would return it: a frame this process writes
-    /// needs no JSON parse to be read (`layout::layout_from_header` still validates its
-    /// index tables against the bytes).
+    /// needs no JSON parse to be read (`layout::layout_of_written`).
     pub written: crate::frame::header::Header,
     /// The fields whose checksums the header carries (placeholders until the frame is written).
     pub checksum_fields: Option<Vec<String>>,

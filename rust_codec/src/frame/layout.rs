@@ -6,10 +6,10 @@ use crate::error::{Error, Result};
 use crate::frame::buffer::ALIGNMENT;
 use crate::frame::compact;
 use crate::frame::header::{parse_header, parse_prefix, Entry, Header};
-use crate::frame_err;
 use crate::schema::dtype::DType;
 use crate::schema::spec::{meta, names, FieldSpec, Tier};
 use crate::tensor::checked_numel;
+use crate::{frame_err, internal_err};
 
 /// Where a tensor lies in the frame (absolute byte offset).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +21,7 @@ pub struct TensorLoc {
 }
 
 /// The CSR index of a packed field.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PackedIndex {
     /// `[segments, rank]` int64.
     pub seg_shapes: TensorLoc,
@@ -38,14 +38,14 @@ pub struct PackedIndex {
     pub in_order: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedField {
     pub spec: FieldSpec,
     pub values: TensorLoc,
     pub packed: Option<PackedIndex>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FrameLayout {
     pub header: Header,
     pub num_rows: u64,
@@ -127,8 +127,30 @@ pub fn parse_frame(buf: &[u8]) -> Result<FrameLayout> {
 /// an encoder wrote there): every check of [`parse_frame`] but the JSON parse. A compact
 /// frame's errors name the schema fingerprint it was read against.
 pub fn layout_from_header(header: Header, buf: &[u8]) -> Result<FrameLayout> {
+    layout_with(header, buf, Trust::Hostile)
+}
+
+/// The layout of a frame this process's encoder just wrote into `buf` from `header`: every
+/// O(fields) check of [`layout_from_header`], but the O(rows) index tables are not read
+/// back. They hold what the encoder computed from validated input, so reading them again
+/// can find nothing (the fuzz targets parse every written frame with [`parse_frame`] to
+/// keep that true).
+pub fn layout_of_written(header: Header, buf: &[u8]) -> Result<FrameLayout> {
+    layout_with(header, buf, Trust::Written)
+}
+
+/// How much of a frame's index tables a reader checks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Trust {
+    /// Bytes from anywhere: every table entry is checked.
+    Hostile,
+    /// Bytes this process's encoder wrote: tables are located and sized, not re-read.
+    Written,
+}
+
+fn layout_with(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayout> {
     let compact = header.metadata.get(meta::SCHEMA_REF).cloned();
-    checked_layout(header, buf).map_err(|e| match compact {
+    checked_layout(header, buf, trust).map_err(|e| match compact {
         Some(fp) if matches!(e, Error::Frame(_)) && e.kind() != "unknown_schema" => {
             let shown: String = fp.chars().take(80).collect();
             e.context(&format!("compact frame of schema {shown}"))
@@ -137,7 +159,7 @@ pub fn layout_from_header(header: Header, buf: &[u8]) -> Result<FrameLayout> {
     })
 }
 
-fn checked_layout(header: Header, buf: &[u8]) -> Result<FrameLayout> {
+fn checked_layout(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayout> {
     let buf = buf
         .get(..header.frame_len)
         .ok_or_else(|| frame_err!("frame length {} exceeds the buffer", header.frame_len))?;
@@ -189,9 +211,17 @@ fn checked_layout(header: Header, buf: &[u8]) -> Result<FrameLayout> {
     if specs.iter().any(|s| s.tier == Tier::PerToken) {
         let loc = find(&header, names::SEQ_OFFSETS, DType::I64, 1)?;
         let what = || names::SEQ_OFFSETS.to_string();
-        let offsets = copy_indices(buf, &loc, &what)?;
-        layout.total_tokens = offsets.last().copied().unwrap_or(0);
-        check_csr(&offsets, num_rows + 1, layout.total_tokens, &what)?;
+        layout.total_tokens = match trust {
+            Trust::Hostile => {
+                let total = last_index(buf, &loc, &what)?;
+                read_offsets(buf, &loc, num_rows + 1, total, &what)?;
+                total
+            }
+            Trust::Written => {
+                expect_shape(&what(), &loc.shape, &[num_rows + 1])?;
+                last_index(buf, &loc, &what)?
+            }
+        };
         layout.seq_offsets = Some(loc);
     }
     let total_tokens = layout.total_tokens;
@@ -234,7 +264,7 @@ fn checked_layout(header: Header, buf: &[u8]) -> Result<FrameLayout> {
                 expect_shape(&spec.name, &values.shape, &expected)?;
                 None
             }
-            Tier::Packed => Some(packed_index(buf, &header, &spec, &values, num_rows)?),
+            Tier::Packed => Some(packed_index(buf, &header, &spec, &values, num_rows, trust)?),
         };
         fields.push(DecodedField {
             spec,
@@ -333,6 +363,7 @@ fn packed_index(
     spec: &FieldSpec,
     values: &TensorLoc,
     num_rows: u64,
+    trust: Trust,
 ) -> Result<PackedIndex> {
     let name = &spec.name;
     let seg_shapes = find(header, &names::seg_shapes(name), DType::I64, 2)?;
@@ -352,12 +383,21 @@ fn packed_index(
         num_refs: 0,
         in_order: false,
     };
-    let tables = PackedTables::read_index(buf, spec, values, &index, num_rows)?;
-    index.num_segments = tables.num_segments() as u64;
-    index.num_refs = tables.row_segments.len() as u64;
-    index.in_order = tables.row_segments.len() == tables.num_segments()
-        && tables
-            .row_segments
+    let (num_segments, row_segments) = match trust {
+        Trust::Hostile => {
+            let tables = PackedTables::read_index(buf, spec, values, &index, num_rows)?;
+            (tables.num_segments() as u64, tables.row_segments)
+        }
+        Trust::Written => {
+            let what = || names::row_segments(name);
+            let segments = index.seg_offsets.shape[0].saturating_sub(1);
+            (segments, copy_indices(buf, &index.row_segments, &what)?)
+        }
+    };
+    index.num_segments = num_segments;
+    index.num_refs = row_segments.len() as u64;
+    index.in_order = row_segments.len() as u64 == num_segments
+        && row_segments
             .iter()
             .enumerate()
             .all(|(i, &id)| id == i as u64);
@@ -373,24 +413,93 @@ fn expect_shape(name: &str, found: &[u64], expected: &[u64]) -> Result<()> {
     Ok(())
 }
 
+/// The bytes of an int64 index tensor, bounds-checked against the frame.
+fn index_bytes<'b>(buf: &'b [u8], loc: &TensorLoc, what: &dyn Fn() -> String) -> Result<&'b [u8]> {
+    buf.get(loc.offset..loc.offset.saturating_add(loc.nbytes))
+        .filter(|b| b.len() % 8 == 0)
+        .ok_or_else(|| frame_err!("{} lies outside the frame", what()))
+}
+
+fn le_i64(chunk: &[u8]) -> i64 {
+    let mut le = [0u8; 8];
+    le.copy_from_slice(chunk);
+    i64::from_le_bytes(le)
+}
+
+/// The last entry of an int64 index tensor (0 when it is empty), which must not be negative.
+fn last_index(buf: &[u8], loc: &TensorLoc, what: &dyn Fn() -> String) -> Result<u64> {
+    let bytes = index_bytes(buf, loc, what)?;
+    let Some(last) = bytes.len().checked_sub(8).map(|at| le_i64(&bytes[at..])) else {
+        return Ok(0);
+    };
+    u64::try_from(last)
+        .map_err(|_| frame_err!("{}[{}] = {last} is negative", what(), bytes.len() / 8 - 1))
+}
+
 /// Copies an int64 index tensor out of the frame as u64s; a negative entry is a `FrameError`.
 /// Readers validate and then use the copy, never the frame's bytes again, so a buffer written
 /// after (or while) it is read can give wrong rows but never an out-of-bounds index.
 fn copy_indices(buf: &[u8], loc: &TensorLoc, what: &dyn Fn() -> String) -> Result<Vec<u64>> {
-    let bytes = buf
-        .get(loc.offset..loc.offset.saturating_add(loc.nbytes))
-        .ok_or_else(|| frame_err!("{} lies outside the frame", what()))?;
+    let bytes = index_bytes(buf, loc, what)?;
     let mut out = Vec::with_capacity(bytes.len() / 8);
-    for (i, chunk) in bytes.chunks_exact(8).enumerate() {
-        let mut le = [0u8; 8];
-        le.copy_from_slice(chunk);
-        let v = i64::from_le_bytes(le);
-        out.push(u64::try_from(v).map_err(|_| frame_err!("{}[{i}] = {v} is negative", what()))?);
+    let mut sign = 0i64;
+    for chunk in bytes.chunks_exact(8) {
+        let v = le_i64(chunk);
+        sign |= v;
+        out.push(v as u64);
+    }
+    if sign < 0 {
+        return Err(negative_entry(&out, what));
     }
     Ok(out)
 }
 
-/// Checks CSR offsets: `len` entries, starting at 0, never decreasing, ending at `last`.
+/// The error for a table that holds a negative entry (its raw bits in `entries`).
+fn negative_entry(entries: &[u64], what: &dyn Fn() -> String) -> Error {
+    match entries.iter().position(|&v| (v as i64) < 0) {
+        Some(i) => frame_err!("{}[{i}] = {} is negative", what(), entries[i] as i64),
+        None => frame_err!("{} holds a negative entry", what()),
+    }
+}
+
+/// Copies CSR offsets out of the frame in one pass that also checks them: `len` entries,
+/// starting at 0, never decreasing, ending at `last` (so none is negative either).
+fn read_offsets(
+    buf: &[u8],
+    loc: &TensorLoc,
+    len: u64,
+    last: u64,
+    what: &dyn Fn() -> String,
+) -> Result<Vec<u64>> {
+    let bytes = index_bytes(buf, loc, what)?;
+    if (bytes.len() / 8) as u64 != len {
+        return Err(frame_err!(
+            "{} has {} entries, expected {len}",
+            what(),
+            bytes.len() / 8
+        ));
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 8);
+    out.extend(bytes.chunks_exact(8).map(|c| le_i64(c) as u64));
+    // Starting at 0 and never decreasing (as i64s), no entry is negative. Branch-free, so the
+    // copy and this check both vectorise.
+    let ordered = out
+        .windows(2)
+        .fold(true, |ok, w| ok & ((w[1] as i64) >= (w[0] as i64)));
+    let valid =
+        ordered && out.first().is_none_or(|&f| f == 0) && out.last().copied().unwrap_or(0) == last;
+    if !valid {
+        if out.iter().any(|&v| (v as i64) < 0) {
+            return Err(negative_entry(&out, what));
+        }
+        check_csr(&out, len, last, what)?;
+        return Err(internal_err!("{}: rejected table passed check_csr", what()));
+    }
+    Ok(out)
+}
+
+/// Checks CSR offsets: `len` entries, starting at 0, never decreasing, ending at `last`; the
+/// error names the first entry that breaks the rule.
 fn check_csr(offsets: &[u64], len: u64, last: u64, what: &dyn Fn() -> String) -> Result<()> {
     if offsets.len() as u64 != len {
         return Err(frame_err!(
@@ -429,13 +538,11 @@ pub fn read_seq_offsets(buf: &[u8], layout: &FrameLayout) -> Result<Option<Vec<u
         return Ok(None);
     };
     let what = || names::SEQ_OFFSETS.to_string();
-    let offsets = copy_indices(buf, loc, &what)?;
     let rows_plus_one = layout
         .num_rows
         .checked_add(1)
         .ok_or_else(|| frame_err!("row count overflows"))?;
-    check_csr(&offsets, rows_plus_one, layout.total_tokens, &what)?;
-    Ok(Some(offsets))
+    read_offsets(buf, loc, rows_plus_one, layout.total_tokens, &what).map(Some)
 }
 
 /// A packed field's CSR tables, copied out of the frame and validated against the field's spec

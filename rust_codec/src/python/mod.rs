@@ -234,7 +234,7 @@ fn encode(
                         let mut plan = checked_plan(&prepared)?;
                         let buf = plan.write(prepared.options)?;
                         let layout =
-                            crate::frame::layout::layout_from_header(plan.written, buf.as_slice())?;
+                            crate::frame::layout::layout_of_written(plan.written, buf.as_slice())?;
                         Ok((buf, layout))
                     })
                 })
@@ -491,7 +491,7 @@ fn row_selection(rows: Option<&Bound<'_, PyAny>>) -> PyResult<crate::ops::Rows> 
 fn new_frame(request: &crate::encode::EncodeRequest<'_>) -> crate::Result<Frame> {
     let mut plan = crate::encode::plan(request)?;
     let buf = plan.write(EncodeOptions::default())?;
-    let layout = crate::frame::layout::layout_from_header(plan.written, buf.as_slice())?;
+    let layout = crate::frame::layout::layout_of_written(plan.written, buf.as_slice())?;
     Ok(Frame::from_owned(buf, layout))
 }
 

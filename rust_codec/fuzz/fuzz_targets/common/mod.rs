@@ -1,7 +1,9 @@
 //! Shared by every target: a consumer's walk over a parsed layout.
 #![allow(dead_code)]
 
-use py_wire_codec::frame::layout::{FrameLayout, TensorLoc};
+use py_wire_codec::encode::{plan, EncodeOptions, EncodeRequest};
+use py_wire_codec::frame::buffer::AlignedBuf;
+use py_wire_codec::frame::layout::{layout_of_written, parse_frame, FrameLayout, TensorLoc};
 use py_wire_codec::tensor::checked_numel;
 use py_wire_codec::Tier;
 
@@ -147,4 +149,24 @@ impl Bytes<'_> {
         b.iter_mut().for_each(|x| *x = self.u8());
         u64::from_le_bytes(b)
     }
+}
+
+/// Encodes `request` and reads the frame back as a hostile reader does (`parse_frame`),
+/// asserting that the layout the encoder's caller gets without re-reading the index tables
+/// (`layout_of_written`) is the same. `Err` where encoding refuses.
+pub fn encode_and_parse(
+    request: &EncodeRequest<'_>,
+    options: EncodeOptions,
+) -> py_wire_codec::Result<(AlignedBuf, FrameLayout)> {
+    let mut plan = plan(request)?;
+    let out = plan.write(options)?;
+    let layout = parse_frame(out.as_slice())
+        .unwrap_or_else(|e| panic!("the encoder wrote an invalid frame: {e:?}"));
+    let written = layout_of_written(plan.written, out.as_slice())
+        .unwrap_or_else(|e| panic!("layout_of_written refused a frame just written: {e:?}"));
+    assert_eq!(
+        written, layout,
+        "layout_of_written disagrees with parse_frame"
+    );
+    Ok((out, layout))
 }
