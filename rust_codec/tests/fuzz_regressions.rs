@@ -65,11 +65,18 @@ fn gather_regressions() {
             .zip(&layouts)
             .map(|(bytes, layout)| Source { bytes, layout })
             .collect();
-        if let Ok(request) = gather(&sources, &Rows::All) {
-            let out = py_wire_codec::encode(&request, Default::default())
-                .unwrap_or_else(|e| panic!("{name}: gathered but did not encode: {e}"));
-            parse_frame(out.as_slice())
-                .unwrap_or_else(|e| panic!("{name}: gathered an invalid frame: {e}"));
+        // As the target: concatenate, and with flag 2 the first frame with itself too.
+        let mut cases = vec![sources.clone()];
+        if flags & 2 != 0 {
+            cases.push(vec![sources[0], sources[0]]);
+        }
+        for case in cases {
+            if let Ok(request) = gather(&case, &Rows::All) {
+                let out = py_wire_codec::encode(&request, Default::default())
+                    .unwrap_or_else(|e| panic!("{name}: gathered but did not encode: {e}"));
+                parse_frame(out.as_slice())
+                    .unwrap_or_else(|e| panic!("{name}: gathered an invalid frame: {e}"));
+            }
         }
     }
 }

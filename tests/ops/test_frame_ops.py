@@ -147,3 +147,20 @@ def test_take_rows_of_spans_is_their_rows_in_order(batch_and_frame):
     # An empty range takes no rows, as in Python.
     empty = py_wire.take_rows(frame, [range(5, 3), range(0, 2), range(4, 4)])
     assert bytes(empty) == bytes(py_wire.take_rows(frame, [0, 1]))
+
+
+def test_rows_of_fields_that_store_nothing_per_row_are_refused_by_the_op():
+    # Found by the gather fuzz target: such rows are backed by no bytes, so concatenating
+    # enough of them made a frame no reader accepts. The op refuses, naming the fields.
+    schema = py_wire.Schema.model_validate(
+        {
+            "name": "empty_rows",
+            "fields": {"e": {"tier": "scalar", "dtype": "float32", "shape": [0]}},
+        }
+    )
+    frame = py_wire.encode({"e": torch.zeros(100, 0)}, schema)
+    assert frame.num_rows == 100
+    with pytest.raises(py_wire.WireError, match=r'store no bytes per row \(fields: \["e"\]\)'):
+        py_wire.concat([frame] * 10)
+    with pytest.raises(py_wire.WireError, match="store no bytes per row"):
+        py_wire.take_rows(frame, [0, 1])

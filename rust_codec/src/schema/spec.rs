@@ -136,6 +136,15 @@ impl FieldSpec {
         Ok(())
     }
 
+    /// Whether every row of this field costs the frame at least one byte: per-token and
+    /// packed rows have offsets entries, a scalar row its value (unless a static dim is 0).
+    pub fn stores_bytes_per_row(&self) -> bool {
+        match self.tier {
+            Tier::PerToken | Tier::Packed => true,
+            Tier::Scalar => self.shape.iter().all(|d| d.is_some_and(|n| n > 0)),
+        }
+    }
+
     /// Whether the values tensor can carry a real N-d shape (`[Σ items, static...]`) rather
     /// than a flat one.
     pub fn values_are_stackable(&self) -> bool {
