@@ -7,15 +7,75 @@ use std::fmt;
 /// A value named in an error: what was expected or what was found.
 pub type Value = serde_json::Value;
 
+/// A stable, machine-readable kind finer than an error's variant; Python reads it as
+/// `err.kind` (see [`Code::as_str`]), so a trainer can tell a dtype from a shape mismatch
+/// without parsing the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Code {
+    /// A field's dtype is neither the schema's nor its declared wire dtype.
+    Dtype,
+    /// A value has a different number of dims than the schema's shape pattern.
+    Rank,
+    /// A dim differs from the schema's shape pattern (a static dim, or a symbol bound elsewhere).
+    Shape,
+    /// Fields disagree on the number of rows in the batch.
+    Rows,
+    /// A per-token field's row length differs from the sequence field's in that row.
+    Length,
+    /// A declared lengths field disagrees with the sequence field's row lengths.
+    LengthsField,
+    /// A placeholder run's token count differs from the features its image implies.
+    PlaceholderCount,
+    /// A placeholder run is not preceded by the contract's begin token.
+    PlaceholderBegin,
+    /// A placeholder run is not followed by the contract's end token.
+    PlaceholderEnd,
+    /// A row has a placeholder run with no image left to match it.
+    PlaceholderExtraRun,
+    /// An image in a row has no placeholder run to match it.
+    PlaceholderMissingRun,
+    /// A media field's item count disagrees with the geometry that describes its images.
+    MediaItems,
+    /// A frame lacks the geometry field a contract needs to count each image's features.
+    GeometryMissing,
+    /// A frame's checksums are absent, malformed, unsupported or do not match its bytes.
+    Checksum,
+    /// A compact frame names a schema fingerprint this process does not hold.
+    UnknownSchema,
+}
+
+impl Code {
+    /// The code's stable name, exactly what Python's `err.kind` reads.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Dtype => "dtype",
+            Code::Rank => "rank",
+            Code::Shape => "shape",
+            Code::Rows => "rows",
+            Code::Length => "length",
+            Code::LengthsField => "lengths_field",
+            Code::PlaceholderCount => "placeholder_count",
+            Code::PlaceholderBegin => "placeholder_begin",
+            Code::PlaceholderEnd => "placeholder_end",
+            Code::PlaceholderExtraRun => "placeholder_extra_run",
+            Code::PlaceholderMissingRun => "placeholder_missing_run",
+            Code::MediaItems => "media_items",
+            Code::GeometryMissing => "geometry_missing",
+            Code::Checksum => "checksum",
+            Code::UnknownSchema => "unknown_schema",
+        }
+    }
+}
+
 /// What an error is about: its message and, where known, where and what. Dereferences to the
 /// message.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Detail {
     /// A complete sentence meant for the person who built the batch or sent the frame.
     pub message: String,
-    /// A stable machine-readable kind, e.g. `"dtype"`, `"shape"`, `"length"`, `"placeholder"`
-    /// (empty: the variant's own, see [`Error::kind`]).
-    pub code: &'static str,
+    /// What exactly went wrong, where a trainer may act on it (`None`: the variant says all
+    /// there is, see [`Error::kind`]).
+    pub code: Option<Code>,
     pub field: Option<String>,
     pub row: Option<u64>,
     pub segment: Option<u64>,
@@ -96,31 +156,14 @@ impl Error {
         }
     }
 
-    pub fn schema(message: impl Into<String>) -> Error {
-        Error::Schema(Box::new(Detail::from(message.into())))
-    }
-    pub fn batch(message: impl Into<String>) -> Error {
-        Error::Batch(Box::new(Detail::from(message.into())))
-    }
-    pub fn contract(message: impl Into<String>) -> Error {
-        Error::Contract(Box::new(Detail::from(message.into())))
-    }
-    pub fn frame(message: impl Into<String>) -> Error {
-        Error::Frame(Box::new(Detail::from(message.into())))
-    }
-    pub fn internal(message: impl Into<String>) -> Error {
-        Error::Internal(Box::new(Detail::from(message.into())))
-    }
-
     pub fn message(&self) -> &str {
         &self.detail().message
     }
 
     /// The stable kind: the detail's code, else the variant's name.
     pub fn kind(&self) -> &'static str {
-        let code = self.detail().code;
-        if !code.is_empty() {
-            return code;
+        if let Some(code) = self.detail().code {
+            return code.as_str();
         }
         match self {
             Error::Schema(_) => "schema",
@@ -133,8 +176,8 @@ impl Error {
     }
 
     /// Builders that add context to an error as it is raised.
-    pub fn code(mut self, code: &'static str) -> Self {
-        self.detail_mut().code = code;
+    pub fn code(mut self, code: Code) -> Self {
+        self.detail_mut().code = Some(code);
         self
     }
     pub fn field(mut self, name: &str) -> Self {

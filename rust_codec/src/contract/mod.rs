@@ -11,7 +11,7 @@ use crate::contract::placeholder::{
     check_alignment, features_from_grid_thw, features_from_image_sizes, PlaceholderRule,
 };
 use crate::encode::{EncodeRequest, FieldInput};
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 use crate::frame::layout::{read_seq_offsets, DecodedField, FrameLayout, PackedTables};
 use crate::schema::dtype::DType;
 use crate::schema::spec::{FieldSpec, Tier};
@@ -371,7 +371,7 @@ fn check_input(input: &ContractInput<'_>, contracts: &[PlaceholderContract]) -> 
                     c.name,
                     c.media_field
                 )
-                .code("geometry_missing")
+                .code(Code::GeometryMissing)
                 .field(source_name)
                 .row(row));
             }
@@ -397,7 +397,7 @@ fn check_input(input: &ContractInput<'_>, contracts: &[PlaceholderContract]) -> 
                             c.media_field,
                             input.sequence_field
                         )
-                        .code("placeholder_count")
+                        .code(Code::PlaceholderCount)
                         .field(&c.media_field)
                         .row(row)
                         .expected(images)
@@ -432,7 +432,7 @@ fn check_input(input: &ContractInput<'_>, contracts: &[PlaceholderContract]) -> 
                                 c.name,
                                 c.media_field
                             )
-                            .code("media_items")
+                            .code(Code::MediaItems)
                             .field(&c.media_field)
                             .row(row)
                             .expected(patches)
@@ -460,7 +460,7 @@ fn check_input(input: &ContractInput<'_>, contracts: &[PlaceholderContract]) -> 
                                 feats.len(),
                                 c.media_field
                             )
-                            .code("media_items")
+                            .code(Code::MediaItems)
                             .field(&c.media_field)
                             .row(row)
                             .expected(feats.len())

@@ -8,7 +8,8 @@
 //! crashes the model's forward pass deep inside a trainer; checked here, it is refused at the
 //! producer with the row, the image and both counts.
 
-use crate::error::{Error, Result};
+use crate::error::{Code, Result};
+use crate::{batch_err, contract_err, schema_err};
 
 /// Placeholder runs found in each row: CSR over runs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -25,30 +26,30 @@ pub struct RunTable {
 /// entry with `as usize` afterwards is exact.
 fn check_offsets(offsets: &[u64], total: usize, what: &str, of: &str) -> Result<usize> {
     let Some((&first, _)) = offsets.split_first() else {
-        return Err(Error::batch(format!(
+        return Err(batch_err!(
             "{what} is empty; it needs one entry per row plus one, starting at 0"
-        )));
+        ));
     };
     if first != 0 {
-        return Err(Error::batch(format!(
+        return Err(batch_err!(
             "{what}[0] is {first}; the offsets of the first row must start at 0"
-        )));
+        ));
     }
     for (i, w) in offsets.windows(2).enumerate() {
         if w[1] < w[0] {
-            return Err(Error::batch(format!(
+            return Err(batch_err!(
                 "{what} decreases at row {i}: {what}[{}] = {} is less than {what}[{i}] = {}",
                 i + 1,
                 w[1],
                 w[0]
-            )));
+            ));
         }
     }
     let last = offsets[offsets.len() - 1];
     if u64::try_from(total).ok() != Some(last) {
-        return Err(Error::batch(format!(
+        return Err(batch_err!(
             "{what} ends at {last} but {of} has {total} entries"
-        )));
+        ));
     }
     Ok(offsets.len() - 1)
 }
@@ -126,17 +127,17 @@ pub fn features_from_grid_thw(grid: &[i64], merge_size: u64) -> Result<Vec<u64>>
         .checked_mul(merge_size)
         .filter(|&m| m > 0)
         .ok_or_else(|| {
-            Error::schema(format!(
+            schema_err!(
                 "merge_size {merge_size} is not usable: it must be at least 1 and its square must \
                  fit in 64 bits"
-            ))
+            )
         })?;
     let (images, rest) = grid.as_chunks::<3>();
     if !rest.is_empty() {
-        return Err(Error::batch(format!(
+        return Err(batch_err!(
             "the image grid has {} values, which is not a whole number of (t, h, w) rows",
             grid.len()
-        )));
+        ));
     }
     images
         .iter()
@@ -144,23 +145,21 @@ pub fn features_from_grid_thw(grid: &[i64], merge_size: u64) -> Result<Vec<u64>>
         .map(|(i, &[t, h, w])| {
             let (Ok(tu), Ok(hu), Ok(wu)) = (u64::try_from(t), u64::try_from(h), u64::try_from(w))
             else {
-                return Err(Error::batch(format!(
+                return Err(batch_err!(
                     "image {i}: grid (t, h, w) = ({t}, {h}, {w}) has a negative value"
-                )));
+                ));
             };
             let thw = tu
                 .checked_mul(hu)
                 .and_then(|x| x.checked_mul(wu))
                 .ok_or_else(|| {
-                    Error::batch(format!(
-                        "image {i}: grid (t, h, w) = ({t}, {h}, {w}) overflows t*h*w"
-                    ))
+                    batch_err!("image {i}: grid (t, h, w) = ({t}, {h}, {w}) overflows t*h*w")
                 })?;
             if !thw.is_multiple_of(merge_sq) {
-                return Err(Error::batch(format!(
+                return Err(batch_err!(
                     "image {i}: grid (t, h, w) = ({t}, {h}, {w}) gives t*h*w = {thw} patches, \
                      which is not divisible by merge_size² = {merge_sq}"
-                )));
+                ));
             }
             Ok(thw / merge_sq)
         })
@@ -177,21 +176,19 @@ pub fn features_from_image_sizes(
     downsample_ratio: f64,
 ) -> Result<Vec<u64>> {
     if patch_size == 0 {
-        return Err(Error::schema(
-            "patch_size is 0; it must be at least 1".to_string(),
-        ));
+        return Err(schema_err!("patch_size is 0; it must be at least 1"));
     }
     if !(downsample_ratio.is_finite() && downsample_ratio > 0.0) {
-        return Err(Error::schema(format!(
+        return Err(schema_err!(
             "downsample_ratio {downsample_ratio} is not a finite positive number"
-        )));
+        ));
     }
     let (images, rest) = sizes.as_chunks::<2>();
     if !rest.is_empty() {
-        return Err(Error::batch(format!(
+        return Err(batch_err!(
             "the image sizes have {} values, which is not a whole number of (H, W) rows",
             sizes.len()
-        )));
+        ));
     }
     // int(x) of a float64 is exact below 2^64; larger tokens-per-side are no real image.
     const LIMIT: f64 = 18_446_744_073_709_551_616.0;
@@ -200,9 +197,9 @@ pub fn features_from_image_sizes(
         .enumerate()
         .map(|(i, &[h, w])| {
             let (Ok(hu), Ok(wu)) = (u64::try_from(h), u64::try_from(w)) else {
-                return Err(Error::batch(format!(
+                return Err(batch_err!(
                     "image {i}: size (H, W) = ({h}, {w}) has a negative value"
-                )));
+                ));
             };
             // Python: (H // P) * ratio is int * float: the int is rounded to float64 (as `as`
             // does), the product rounded once; int() truncates toward zero.
@@ -214,9 +211,7 @@ pub fn features_from_image_sizes(
                 .zip(side(wu))
                 .and_then(|(a, b)| a.checked_mul(b))
                 .ok_or_else(|| {
-                    Error::batch(format!(
-                        "image {i}: size (H, W) = ({h}, {w}) overflows the feature count"
-                    ))
+                    batch_err!("image {i}: size (H, W) = ({h}, {w}) overflows the feature count")
                 })
         })
         .collect()
@@ -284,9 +279,9 @@ pub fn check_alignment(
     let id = rule.token_id;
     for (what, t) in [("begin", rule.begin_token_id), ("end", rule.end_token_id)] {
         if t == Some(id) {
-            return Err(Error::schema(format!(
+            return Err(schema_err!(
                 "contract {c:?}: the {what} token {id} is the placeholder token itself"
-            )));
+            ));
         }
     }
     let table = scan_runs(tokens, token_row_offsets, id)?;
@@ -298,13 +293,13 @@ pub fn check_alignment(
         "the expected feature counts",
     )?;
     if image_rows != rows {
-        return Err(Error::batch(format!(
+        return Err(batch_err!(
             "contract {c:?}: {} has {} but {} has {}",
             rule.sequence_field,
             plural(rows, "row"),
             rule.media_field,
             plural(image_rows, "row"),
-        )));
+        ));
     }
     for r in 0..rows {
         // All offsets were checked to be CSR over their buffers: the slices below are in range.
@@ -332,15 +327,15 @@ pub fn check_alignment(
             match (starts.get(i), lengths.get(i), feats.get(i)) {
                 (Some(&start), Some(&len), Some(&want)) => {
                     if len != want {
-                        return Err(Error::contract(format!(
+                        return Err(contract_err!(
                             "contract {c:?}: row {r}, {}: the run of token {id} at position \
                              {start} in {seq} has {} but {media} implies {}; {}",
                             image(i),
                             plural(u128::from(len), "token"),
                             plural(u128::from(want), "feature"),
                             summary()
-                        ))
-                        .code("placeholder_count")
+                        )
+                        .code(Code::PlaceholderCount)
                         .field(media)
                         .row(r)
                         .item(i)
@@ -356,14 +351,14 @@ pub fn check_alignment(
                                 Some(t) => format!("token {t}"),
                                 None => "the start of the row".to_string(),
                             };
-                            return Err(Error::contract(format!(
+                            return Err(contract_err!(
                                 "contract {c:?}: row {r}, {}: the run of token {id} at position \
                                  {start} in {seq} is not preceded by the begin token {b} (found \
                                  {found}); {}",
                                 image(i),
                                 summary()
-                            ))
-                            .code("placeholder_begin")
+                            )
+                            .code(Code::PlaceholderBegin)
                             .field(seq)
                             .row(r)
                             .item(i)
@@ -378,14 +373,14 @@ pub fn check_alignment(
                                 Some(t) => format!("token {t}"),
                                 None => "the end of the row".to_string(),
                             };
-                            return Err(Error::contract(format!(
+                            return Err(contract_err!(
                                 "contract {c:?}: row {r}, {}: the run of token {id} at position \
                                  {start} in {seq} is not followed by the end token {e} (found \
                                  {found}); {}",
                                 image(i),
                                 summary()
-                            ))
-                            .code("placeholder_end")
+                            )
+                            .code(Code::PlaceholderEnd)
                             .field(seq)
                             .row(r)
                             .item(i)
@@ -403,13 +398,13 @@ pub fn check_alignment(
                             plural(feats.len(), "image")
                         )
                     };
-                    return Err(Error::contract(format!(
+                    return Err(contract_err!(
                         "contract {c:?}: row {r}, run {i}: {seq} has a run of {} of token {id} \
                          at position {start} but {why}; {}",
                         plural(u128::from(len), "token"),
                         summary()
-                    ))
-                    .code("placeholder_extra_run")
+                    )
+                    .code(Code::PlaceholderExtraRun)
                     .field(seq)
                     .row(r)
                     .item(i)
@@ -425,13 +420,13 @@ pub fn check_alignment(
                             plural(lengths.len(), "run")
                         )
                     };
-                    return Err(Error::contract(format!(
+                    return Err(contract_err!(
                         "contract {c:?}: row {r}, {}: {media} implies {} but {why}; {}",
                         image(i),
                         plural(u128::from(want), "feature"),
                         summary()
-                    ))
-                    .code("placeholder_missing_run")
+                    )
+                    .code(Code::PlaceholderMissingRun)
                     .field(media)
                     .row(r)
                     .item(i)
@@ -449,6 +444,7 @@ pub fn check_alignment(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use proptest::prelude::*;
 
     const QWEN_PAD: i64 = 151_655;

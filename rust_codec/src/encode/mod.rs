@@ -12,7 +12,7 @@ mod write;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::error::Result;
+use crate::error::{Code, Result};
 use crate::frame::buffer::AlignedBuf;
 use crate::frame::copy::DEFAULT_PARALLEL_THRESHOLD;
 use crate::frame::header::{write_header, Header};
@@ -94,7 +94,7 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
                     "fields disagree on the number of rows: {first:?} has {n}, {:?} has {rows}",
                     field.spec.name
                 )
-                .code("rows")
+                .code(Code::Rows)
                 .field(&field.spec.name)
                 .expected(n)
                 .found(rows))
@@ -264,7 +264,7 @@ fn check_lengths_field(
             seq.len(row),
             bad.len()
         )
-        .code("lengths_field")
+        .code(Code::LengthsField)
         .field(name)
         .row(row)
         .expected(seq.len(row))
@@ -344,7 +344,7 @@ fn plan_per_token<'a>(
             spec.name,
             seq.len(row)
         )
-        .code("length")
+        .code(Code::Length)
         .field(&spec.name)
         .row(row)
         .expected(seq.len(row))

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::frame::buffer::ALIGNMENT;
-use crate::frame_err;
 use crate::schema::dtype::DType;
+use crate::{frame_err, internal_err};
 
 /// The largest header a reader accepts (as safetensors): the header is O(fields), so a real
 /// one is kilobytes; this bounds the JSON parse of a hostile one.
@@ -31,7 +31,7 @@ pub struct Entry {
 /// a JSON value tree first (a map, a copy of every metadata string) showed in its cost.
 pub fn write_header(metadata: &BTreeMap<String, String>, entries: &[Entry]) -> Result<Vec<u8>> {
     use std::io::Write;
-    let internal = |e: &dyn std::fmt::Display| Error::internal(format!("header: {e}"));
+    let internal = |e: &dyn std::fmt::Display| internal_err!("header: {e}");
     // Keys in byte order; `None` is the metadata.
     let mut keys: BTreeMap<&str, Option<&Entry>> = BTreeMap::new();
     keys.insert("__metadata__", None);
@@ -299,6 +299,7 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     #[test]
     fn header_round_trip_and_alignment() {

@@ -1,6 +1,7 @@
 //! Element types: their names (torch's), their safetensors codes and their sizes.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::schema_err;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -71,7 +72,7 @@ impl DType {
             .iter()
             .find(|r| r.1 == name)
             .map(|r| r.0)
-            .ok_or_else(|| Error::schema(format!("unknown dtype {name:?}")))
+            .ok_or_else(|| schema_err!("unknown dtype {name:?}"))
     }
 
     pub fn from_safetensors_code(code: &str) -> Option<DType> {

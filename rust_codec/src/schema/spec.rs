@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::schema::dtype::DType;
+use crate::schema_err;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -68,11 +69,11 @@ impl FieldSpec {
     pub fn validate(&self) -> Result<()> {
         let name = &self.name;
         if !is_field_name(name) {
-            return Err(Error::schema(format!(
+            return Err(schema_err!(
                 "field name {name:?} must start with an ASCII letter or '_', continue with ASCII \
                  letters, digits and '_', be at most {MAX_NAME_LEN} bytes long and not start \
                  with '__'"
-            )));
+            ));
         }
         // Per-token and scalar values carry one more dim (tokens or rows) than the spec's shape.
         let max_rank = match self.tier {
@@ -80,57 +81,57 @@ impl FieldSpec {
             Tier::PerToken | Tier::Scalar => MAX_RANK - 1,
         };
         if self.shape.len() > max_rank {
-            return Err(Error::schema(format!(
+            return Err(schema_err!(
                 "{} field {name:?}: shape {} has rank {}; at most {max_rank} is supported",
                 self.tier.name(),
                 pattern_string(&self.shape),
                 self.shape.len()
-            )));
+            ));
         }
         if let Some(d) = self.shape.iter().flatten().find(|&&d| d > MAX_DIM) {
-            return Err(Error::schema(format!(
+            return Err(schema_err!(
                 "field {name:?}: static dim {d} in shape {} exceeds {MAX_DIM}",
                 pattern_string(&self.shape)
-            )));
+            ));
         }
         match self.tier {
             Tier::Packed => {
                 if self.shape.is_empty() {
-                    return Err(Error::schema(format!(
+                    return Err(schema_err!(
                         "packed field {name:?} needs a segment shape of rank >= 1"
-                    )));
+                    ));
                 }
                 if self.pack_dim >= self.shape.len() {
-                    return Err(Error::schema(format!(
+                    return Err(schema_err!(
                         "packed field {name:?}: pack_dim {} is out of range for rank {}",
                         self.pack_dim,
                         self.shape.len()
-                    )));
+                    ));
                 }
             }
             Tier::PerToken | Tier::Scalar => {
                 if self.shape.iter().any(Option::is_none) {
-                    return Err(Error::schema(format!(
+                    return Err(schema_err!(
                         "{} field {name:?} cannot have ragged dims (\"*\"); make it packed",
                         self.tier.name()
-                    )));
+                    ));
                 }
                 if self.pack_dim != 0 {
-                    return Err(Error::schema(format!(
+                    return Err(schema_err!(
                         "pack_dim applies to packed fields only (field {name:?})"
-                    )));
+                    ));
                 }
             }
         }
         if let Some(wire) = self.wire_dtype {
             if wire != self.dtype && !crate::schema::cast::is_wire_cast(self.dtype, wire) {
-                return Err(Error::schema(format!(
+                return Err(schema_err!(
                     "field {name:?}: no cast from {} to wire dtype {} (a wire dtype narrows a \
                      floating-point dtype: float32 to bfloat16 or float16, float64 to float32, \
                      bfloat16 or float16; integers are never cast)",
                     self.dtype.name(),
                     wire.name()
-                )));
+                ));
             }
         }
         Ok(())
@@ -192,11 +193,11 @@ impl FieldDecl {
             self.pack_dim
         };
         let pack_dim = usize::try_from(pack_dim).map_err(|_| {
-            Error::schema(format!(
+            schema_err!(
                 "{} field {name:?}: pack_dim {} is out of range for rank {rank}",
                 self.tier.name(),
                 self.pack_dim
-            ))
+            )
         })?;
         let spec = FieldSpec {
             name: name.clone(),
@@ -209,11 +210,11 @@ impl FieldDecl {
         spec.validate()?;
         if let Some(wire) = spec.wire_dtype {
             if crate::schema::cast::is_lossy(spec.dtype, wire) && !self.lossy {
-                return Err(Error::schema(format!(
+                return Err(schema_err!(
                     "field {name:?}: wire dtype {} narrows {}: declare lossy = true",
                     wire.name(),
                     spec.dtype.name()
-                )));
+                ));
             }
         }
         Ok(spec)
