@@ -76,12 +76,17 @@ pub struct Detail {
     /// What exactly went wrong, where a trainer may act on it (`None`: the variant says all
     /// there is, see [`Error::kind`]).
     pub code: Option<Code>,
+    /// The field the error is about, by its schema name.
     pub field: Option<String>,
+    /// The row of the batch or frame, counted from 0.
     pub row: Option<u64>,
+    /// The segment of a packed field (an entry of its `seg_shapes`), counted from 0.
     pub segment: Option<u64>,
     /// An item inside a row, e.g. the image of a placeholder contract.
     pub item: Option<u64>,
+    /// What the schema, contract or frame called for.
     pub expected: Option<Value>,
+    /// What the batch or the bytes held instead.
     pub found: Option<Value>,
 }
 
@@ -134,6 +139,7 @@ pub enum Error {
 }
 
 impl Error {
+    /// The error's message and context, whatever its variant.
     pub fn detail(&self) -> &Detail {
         match self {
             Error::Schema(d)
@@ -156,6 +162,7 @@ impl Error {
         }
     }
 
+    /// The complete sentence meant for the person who built the batch or sent the frame.
     pub fn message(&self) -> &str {
         &self.detail().message
     }
@@ -175,31 +182,38 @@ impl Error {
         }
     }
 
-    /// Builders that add context to an error as it is raised.
+    /// Sets the finer kind that [`Error::kind`] reports (the builders below add context to an
+    /// error as it is raised).
     pub fn code(mut self, code: Code) -> Self {
         self.detail_mut().code = Some(code);
         self
     }
+    /// Names the field the error is about.
     pub fn field(mut self, name: &str) -> Self {
         self.detail_mut().field = Some(name.to_string());
         self
     }
+    /// Names the row (dropped if it does not fit a `u64`).
     pub fn row(mut self, row: impl TryInto<u64>) -> Self {
         self.detail_mut().row = row.try_into().ok();
         self
     }
+    /// Names the packed segment (dropped if it does not fit a `u64`).
     pub fn segment(mut self, segment: impl TryInto<u64>) -> Self {
         self.detail_mut().segment = segment.try_into().ok();
         self
     }
+    /// Names the item inside the row (dropped if it does not fit a `u64`).
     pub fn item(mut self, item: impl TryInto<u64>) -> Self {
         self.detail_mut().item = item.try_into().ok();
         self
     }
+    /// Records what was expected.
     pub fn expected(mut self, value: impl Into<Value>) -> Self {
         self.detail_mut().expected = Some(value.into());
         self
     }
+    /// Records what was found instead.
     pub fn found(mut self, value: impl Into<Value>) -> Self {
         self.detail_mut().found = Some(value.into());
         self
@@ -220,29 +234,44 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// The crate's result: every fallible call fails with an [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// Shorthand constructors that format like `format!`.
+// The one way to build an error: a macro per variant, formatting like `format!`; the builders
+// on `Error` (`.code`, `.field`, `.row`, ...) then add its context.
+
+/// An [`Error::Batch`](crate::error::Error::Batch) with a `format!` message: a batch that breaks
+/// its schema.
 #[macro_export]
 macro_rules! batch_err {
     ($($arg:tt)*) => { $crate::error::Error::Batch(format!($($arg)*).into()) };
 }
+/// An [`Error::Frame`](crate::error::Error::Frame) with a `format!` message: bytes that are not a
+/// valid frame.
 #[macro_export]
 macro_rules! frame_err {
     ($($arg:tt)*) => { $crate::error::Error::Frame(format!($($arg)*).into()) };
 }
+/// An [`Error::Schema`](crate::error::Error::Schema) with a `format!` message: inconsistent field
+/// specs.
 #[macro_export]
 macro_rules! schema_err {
     ($($arg:tt)*) => { $crate::error::Error::Schema(format!($($arg)*).into()) };
 }
+/// An [`Error::Contract`](crate::error::Error::Contract) with a `format!` message: a broken
+/// cross-field contract.
 #[macro_export]
 macro_rules! contract_err {
     ($($arg:tt)*) => { $crate::error::Error::Contract(format!($($arg)*).into()) };
 }
+/// An [`Error::Internal`](crate::error::Error::Internal) with a `format!` message: a bug in the
+/// codec, never the caller's input.
 #[macro_export]
 macro_rules! internal_err {
     ($($arg:tt)*) => { $crate::error::Error::Internal(format!($($arg)*).into()) };
 }
+/// An [`Error::Argument`](crate::error::Error::Argument) with a `format!` message: an invalid
+/// argument to a call.
 #[macro_export]
 macro_rules! argument_err {
     ($($arg:tt)*) => { $crate::error::Error::Argument(format!($($arg)*).into()) };

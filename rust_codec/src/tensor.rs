@@ -16,6 +16,7 @@ pub struct Dims {
 }
 
 impl Dims {
+    /// The dims, or a `BatchError` past [`MAX_RANK`].
     pub fn new(dims: &[u64]) -> Result<Dims> {
         if dims.len() > MAX_RANK {
             return Err(batch_err!(
@@ -63,9 +64,13 @@ impl std::fmt::Debug for Dims {
 /// tensor's whole extent; strides are in elements and never negative.
 #[derive(Debug, Clone)]
 pub struct TensorRef<'a> {
+    /// The element type.
     pub dtype: DType,
+    /// The size of each dim.
     pub shape: Dims,
+    /// Each dim's stride, in elements.
     pub strides: Dims,
+    /// The tensor's bytes, from its first element to the end of its extent.
     pub bytes: &'a [u8],
 }
 
@@ -158,11 +163,13 @@ impl<'a> TensorRef<'a> {
         Self::strided(dtype, shape, &strides, bytes)
     }
 
+    /// The element count (its product was checked at construction).
     pub fn numel(&self) -> u64 {
         // Checked at construction.
         self.shape.iter().product()
     }
 
+    /// The bytes the elements take when packed contiguously (not the extent of `bytes`).
     pub fn nbytes(&self) -> u64 {
         self.numel() * self.dtype.size() as u64
     }

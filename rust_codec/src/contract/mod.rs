@@ -38,20 +38,35 @@ pub enum CountRule {
 #[serde(deny_unknown_fields)]
 pub struct PlaceholderContract {
     #[serde(default)]
+    /// The contract's kind: `None` or `"placeholder"`, the only kind so far.
     pub kind: Option<String>,
+    /// The contract's name, used in every error it raises.
     pub name: String,
+    /// The packed field holding the media (images) whose features the placeholder runs stand for.
     pub media_field: String,
+    /// The placeholder token: each image is one run of it in the sequence field.
     pub token_id: i64,
+    /// A token that must come right before each run, when the model wraps images.
     pub begin_token_id: Option<i64>,
+    /// A token that must come right after each run, when the model wraps images.
     pub end_token_id: Option<i64>,
+    /// How each image's feature count, and so its run's length, is computed.
     pub count: CountRule,
+    /// `grid_thw` only: the `[n, 3]` packed field of each image's (t, h, w) grid.
     pub grid_field: Option<String>,
+    /// `grid_thw` only: the spatial merge size; an image makes `t*h*w / merge_size²` features.
     pub merge_size: u64,
+    /// `fixed` only: the features every image makes.
     pub tokens_per_image: Option<u64>,
+    /// `image_size` only: the `[n, 2]` packed field of each image's (H, W) in pixels.
     pub sizes_field: Option<String>,
     #[serde(default)]
+    /// `field` only: the `[n]` packed field of each image's feature count.
     pub count_field: Option<String>,
+    /// `image_size` only: the patch edge in pixels.
     pub patch_size: u64,
+    /// `image_size` only: the factor each side's patch count is scaled by (e.g. 0.5 for a pixel
+    /// shuffle).
     pub downsample_ratio: f64,
 }
 
@@ -180,6 +195,7 @@ impl PlaceholderContract {
 }
 
 impl CountRule {
+    /// The rule's name in schema files (`"grid_thw"`, `"fixed"`, `"image_size"`, `"field"`).
     pub fn name(self) -> &'static str {
         match self {
             CountRule::GridThw => "grid_thw",

@@ -18,6 +18,7 @@ pub struct RunTable {
     pub row_offsets: Vec<u64>,
     /// Start position of each run, relative to the start of its row.
     pub run_starts: Vec<u64>,
+    /// Tokens in each run, in the order of `run_starts`.
     pub run_lengths: Vec<u64>,
 }
 
@@ -220,12 +221,18 @@ pub fn features_from_image_sizes(
 /// A placeholder contract between a sequence field and a media field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlaceholderRule<'a> {
-    pub contract: &'a str,           // contract name, for messages
-    pub sequence_field: &'a str,     // e.g. "input_ids"
-    pub media_field: &'a str,        // e.g. "pixel_values"
-    pub token_id: i64,               // the placeholder token, e.g. 151655
-    pub begin_token_id: Option<i64>, // if set, every run must be immediately preceded by it
-    pub end_token_id: Option<i64>,   // if set, every run must be immediately followed by it
+    /// The contract's name, for messages.
+    pub contract: &'a str,
+    /// The field the runs are found in, e.g. `"input_ids"`.
+    pub sequence_field: &'a str,
+    /// The field whose images the runs stand for, e.g. `"pixel_values"`.
+    pub media_field: &'a str,
+    /// The placeholder token, e.g. 151655.
+    pub token_id: i64,
+    /// If set, every run must be immediately preceded by it.
+    pub begin_token_id: Option<i64>,
+    /// If set, every run must be immediately followed by it.
+    pub end_token_id: Option<i64>,
 }
 
 /// "1 run", "16 runs".

@@ -20,6 +20,7 @@ use crate::frame::header::{Entry, Header};
 use crate::schema::spec::{meta, names};
 use crate::{frame_err, internal_err};
 
+/// The hash every checksum in this build is: XXH3, 64 bits, written as 16 hex digits.
 pub const ALGORITHM: &str = "xxh3-64";
 
 #[derive(Serialize, Deserialize)]

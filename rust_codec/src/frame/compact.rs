@@ -29,8 +29,11 @@ pub const MAX_LEARNT: usize = 4096;
 /// and sequence field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldSchema {
+    /// `sha256:` + the hex digest of the schema's canonical JSON, as `py_wire.fingerprint`.
     pub fingerprint: String,
+    /// The schema's field specs, in schema order.
     pub specs: Vec<FieldSpec>,
+    /// The field whose rows define the per-token lengths, when the schema has one.
     pub sequence_field: Option<String>,
 }
 

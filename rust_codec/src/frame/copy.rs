@@ -14,12 +14,16 @@ const CHUNK: usize = 4 << 20;
 /// One copy: all of `src`, in C order, cast to `dst_dtype`, into `dst_offset..` of the output.
 #[derive(Debug, Clone)]
 pub struct CopyJob<'a> {
+    /// The tensor to copy, in C order.
     pub src: TensorRef<'a>,
+    /// The dtype the output holds (a cast when it differs from the source's).
     pub dst_dtype: DType,
+    /// Where the copy starts in the output, in bytes.
     pub dst_offset: usize,
 }
 
 impl CopyJob<'_> {
+    /// The bytes the copy writes: the source's element count times the destination dtype's size.
     pub fn dst_len(&self) -> usize {
         (self.src.numel() as usize) * self.dst_dtype.size()
     }

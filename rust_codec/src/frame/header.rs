@@ -16,10 +16,15 @@ pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 /// One tensor of the data section; offsets are relative to the data section's start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The tensor's name (a field, one of its tables, `__seq_offsets` or a `__pad.K`).
     pub name: String,
+    /// The dtype the header declares.
     pub dtype: DType,
+    /// The shape the header declares.
     pub shape: Vec<u64>,
+    /// The tensor's first byte, relative to the data section.
     pub begin: u64,
+    /// The byte after the tensor's last, relative to the data section.
     pub end: u64,
 }
 
@@ -104,6 +109,7 @@ struct RawEntry {
 /// A parsed, bounds-checked header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
+    /// The header's `__metadata__`: py_wire's keys and any the caller added, all strings.
     pub metadata: BTreeMap<String, String>,
     /// Sorted by `begin`; together they cover the data section exactly.
     pub entries: Vec<Entry>,
@@ -115,6 +121,7 @@ pub struct Header {
 }
 
 impl Header {
+    /// The tensor called `name`, if the header lists it.
     pub fn entry(&self, name: &str) -> Option<&Entry> {
         self.entries.iter().find(|e| e.name == name)
     }

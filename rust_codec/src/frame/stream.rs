@@ -100,6 +100,7 @@ impl Stores {
         Stores::new(streams(frame_len))
     }
 
+    /// Stores that stream (`true`) or not, whatever the frame's size.
     pub fn new(streaming: bool) -> Stores {
         Stores {
             streaming,
@@ -107,6 +108,7 @@ impl Stores {
         }
     }
 
+    /// Whether these stores stream.
     pub fn streaming(&self) -> bool {
         self.streaming
     }
