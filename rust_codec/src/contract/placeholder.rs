@@ -8,7 +8,7 @@
 //! crashes the model's forward pass deep inside a trainer; checked here, it is refused at the
 //! producer with the row, the image and both counts.
 
-use crate::error::{Code, Result};
+use crate::error::{Code, Error, Result};
 use crate::{batch_err, contract_err, schema_err};
 
 /// Placeholder runs found in each row: CSR over runs.
@@ -282,8 +282,34 @@ pub fn check_alignment(
     expected: &[u64],
     expected_row_offsets: &[u64],
 ) -> Result<RunTable> {
-    let c = rule.contract;
-    let id = rule.token_id;
+    check_wrapping_tokens(rule)?;
+    let table = scan_runs(tokens, token_row_offsets, rule.token_id)?;
+    let rows = token_row_offsets.len() - 1;
+    check_image_rows(rule, rows, expected, expected_row_offsets)?;
+    for r in 0..rows {
+        // All offsets were checked to be CSR over their buffers: the slices below are in range.
+        let runs = table.row_offsets[r] as usize..table.row_offsets[r + 1] as usize;
+        let images = expected_row_offsets[r] as usize..expected_row_offsets[r + 1] as usize;
+        if runs.is_empty() && images.is_empty() {
+            continue;
+        }
+        RowRuns {
+            rule: *rule,
+            r,
+            tokens: &tokens[token_row_offsets[r] as usize..token_row_offsets[r + 1] as usize],
+            starts: &table.run_starts[runs.clone()],
+            lengths: &table.run_lengths[runs],
+            first_image: images.start,
+            feats: &expected[images],
+        }
+        .check()?;
+    }
+    Ok(table)
+}
+
+/// A begin or end token equal to the placeholder token could never be told from a run.
+fn check_wrapping_tokens(rule: &PlaceholderRule) -> Result<()> {
+    let (c, id) = (rule.contract, rule.token_id);
     for (what, t) in [("begin", rule.begin_token_id), ("end", rule.end_token_id)] {
         if t == Some(id) {
             return Err(schema_err!(
@@ -291,8 +317,16 @@ pub fn check_alignment(
             ));
         }
     }
-    let table = scan_runs(tokens, token_row_offsets, id)?;
-    let rows = token_row_offsets.len() - 1;
+    Ok(())
+}
+
+/// The image row offsets are CSR over `expected` and count the sequence's `rows`.
+fn check_image_rows(
+    rule: &PlaceholderRule,
+    rows: usize,
+    expected: &[u64],
+    expected_row_offsets: &[u64],
+) -> Result<()> {
     let image_rows = check_offsets(
         expected_row_offsets,
         expected.len(),
@@ -301,157 +335,198 @@ pub fn check_alignment(
     )?;
     if image_rows != rows {
         return Err(batch_err!(
-            "contract {c:?}: {} has {} but {} has {}",
+            "contract {:?}: {} has {} but {} has {}",
+            rule.contract,
             rule.sequence_field,
             plural(rows, "row"),
             rule.media_field,
             plural(image_rows, "row"),
         ));
     }
-    for r in 0..rows {
-        // All offsets were checked to be CSR over their buffers: the slices below are in range.
-        let runs = table.row_offsets[r] as usize..table.row_offsets[r + 1] as usize;
-        let images = expected_row_offsets[r] as usize..expected_row_offsets[r + 1] as usize;
-        if runs.is_empty() && images.is_empty() {
-            continue;
-        }
-        let row_start = token_row_offsets[r] as usize;
-        let row = &tokens[row_start..token_row_offsets[r + 1] as usize];
-        let starts = &table.run_starts[runs.clone()];
-        let lengths = &table.run_lengths[runs];
-        let feats = &expected[images.clone()];
-        let summary = || RowSummary {
-            row: r,
-            runs: lengths.len(),
-            run_tokens: lengths.iter().map(|&l| u128::from(l)).sum(),
-            images: feats.len(),
-            features: feats.iter().map(|&f| u128::from(f)).sum(),
-        };
-        let seq = rule.sequence_field;
-        let media = rule.media_field;
-        for i in 0..lengths.len().max(feats.len()) {
-            let image = |i: usize| format!("image {i} (image {} of the batch)", images.start + i);
-            match (starts.get(i), lengths.get(i), feats.get(i)) {
-                (Some(&start), Some(&len), Some(&want)) => {
-                    if len != want {
-                        return Err(contract_err!(
-                            "contract {c:?}: row {r}, {}: the run of token {id} at position \
-                             {start} in {seq} has {} but {media} implies {}; {}",
-                            image(i),
-                            plural(u128::from(len), "token"),
-                            plural(u128::from(want), "feature"),
-                            summary()
-                        )
-                        .code(Code::PlaceholderCount)
-                        .field(media)
-                        .row(r)
-                        .item(i)
-                        .expected(want)
-                        .found(len));
-                    }
-                    let start = start as usize;
-                    let end = start + len as usize;
-                    if let Some(b) = rule.begin_token_id {
-                        let before = start.checked_sub(1).and_then(|p| row.get(p));
-                        if before != Some(&b) {
-                            let found = match before {
-                                Some(t) => format!("token {t}"),
-                                None => "the start of the row".to_string(),
-                            };
-                            return Err(contract_err!(
-                                "contract {c:?}: row {r}, {}: the run of token {id} at position \
-                                 {start} in {seq} is not preceded by the begin token {b} (found \
-                                 {found}); {}",
-                                image(i),
-                                summary()
-                            )
-                            .code(Code::PlaceholderBegin)
-                            .field(seq)
-                            .row(r)
-                            .item(i)
-                            .expected(b)
-                            .found(before.copied()));
-                        }
-                    }
-                    if let Some(e) = rule.end_token_id {
-                        let after = row.get(end);
-                        if after != Some(&e) {
-                            let found = match after {
-                                Some(t) => format!("token {t}"),
-                                None => "the end of the row".to_string(),
-                            };
-                            return Err(contract_err!(
-                                "contract {c:?}: row {r}, {}: the run of token {id} at position \
-                                 {start} in {seq} is not followed by the end token {e} (found \
-                                 {found}); {}",
-                                image(i),
-                                summary()
-                            )
-                            .code(Code::PlaceholderEnd)
-                            .field(seq)
-                            .row(r)
-                            .item(i)
-                            .expected(e)
-                            .found(after.copied()));
-                        }
-                    }
-                }
-                (Some(&start), Some(&len), None) => {
-                    let why = if feats.is_empty() {
-                        format!("{media} has no image for this row")
-                    } else {
-                        format!(
-                            "{media} has only {} for this row (no image {i})",
-                            plural(feats.len(), "image")
-                        )
-                    };
-                    return Err(contract_err!(
-                        "contract {c:?}: row {r}, run {i}: {seq} has a run of {} of token {id} \
-                         at position {start} but {why}; {}",
-                        plural(u128::from(len), "token"),
-                        summary()
-                    )
-                    .code(Code::PlaceholderExtraRun)
-                    .field(seq)
-                    .row(r)
-                    .item(i)
-                    .expected(feats.len())
-                    .found(lengths.len()));
-                }
-                (_, _, Some(&want)) => {
-                    let why = if lengths.is_empty() {
-                        format!("{seq} has no token {id} in this row")
-                    } else {
-                        format!(
-                            "{seq} has only {} of token {id} in this row",
-                            plural(lengths.len(), "run")
-                        )
-                    };
-                    return Err(contract_err!(
-                        "contract {c:?}: row {r}, {}: {media} implies {} but {why}; {}",
-                        image(i),
-                        plural(u128::from(want), "feature"),
-                        summary()
-                    )
-                    .code(Code::PlaceholderMissingRun)
-                    .field(media)
-                    .row(r)
-                    .item(i)
-                    .expected(feats.len())
-                    .found(lengths.len()));
-                }
+    Ok(())
+}
+
+/// One row's placeholder runs and the feature counts of its images, matched in order.
+struct RowRuns<'a> {
+    rule: PlaceholderRule<'a>,
+    r: usize,
+    /// The row's tokens.
+    tokens: &'a [i64],
+    /// Each run's start within the row.
+    starts: &'a [u64],
+    lengths: &'a [u64],
+    /// The row's first image, counted over the batch.
+    first_image: usize,
+    /// Each image's feature count.
+    feats: &'a [u64],
+}
+
+impl RowRuns<'_> {
+    /// The first image or run without a match, as a `ContractError`.
+    fn check(&self) -> Result<()> {
+        for i in 0..self.lengths.len().max(self.feats.len()) {
+            match (self.starts.get(i), self.lengths.get(i), self.feats.get(i)) {
+                (Some(&start), Some(&len), Some(&want)) => self.check_run(i, start, len, want)?,
+                (Some(&start), Some(&len), None) => return Err(self.extra_run(i, start, len)),
+                (_, _, Some(&want)) => return Err(self.missing_run(i, want)),
                 // starts and lengths have equal lengths, so this arm is unreachable.
                 _ => {}
             }
         }
+        Ok(())
     }
-    Ok(table)
+
+    /// The contract, placeholder token, sequence field and media field, as messages name them.
+    fn names(&self) -> (&str, i64, &str, &str) {
+        let rule = &self.rule;
+        (
+            rule.contract,
+            rule.token_id,
+            rule.sequence_field,
+            rule.media_field,
+        )
+    }
+
+    fn summary(&self) -> RowSummary {
+        RowSummary {
+            row: self.r,
+            runs: self.lengths.len(),
+            run_tokens: self.lengths.iter().map(|&l| u128::from(l)).sum(),
+            images: self.feats.len(),
+            features: self.feats.iter().map(|&f| u128::from(f)).sum(),
+        }
+    }
+
+    fn image(&self, i: usize) -> String {
+        format!("image {i} (image {} of the batch)", self.first_image + i)
+    }
+
+    /// Image `i`'s run: its length first, then the begin and end tokens around it.
+    fn check_run(&self, i: usize, start: u64, len: u64, want: u64) -> Result<()> {
+        let (c, id, seq, media) = self.names();
+        let r = self.r;
+        if len != want {
+            return Err(contract_err!(
+                "contract {c:?}: row {r}, {}: the run of token {id} at position {start} in {seq} \
+                 has {} but {media} implies {}; {}",
+                self.image(i),
+                plural(u128::from(len), "token"),
+                plural(u128::from(want), "feature"),
+                self.summary()
+            )
+            .code(Code::PlaceholderCount)
+            .field(media)
+            .row(r)
+            .item(i)
+            .expected(want)
+            .found(len));
+        }
+        let start = start as usize;
+        let end = start + len as usize;
+        if let Some(b) = self.rule.begin_token_id {
+            let before = start.checked_sub(1).and_then(|p| self.tokens.get(p));
+            self.check_wrapper(i, start, before, b, Code::PlaceholderBegin)?;
+        }
+        if let Some(e) = self.rule.end_token_id {
+            self.check_wrapper(i, start, self.tokens.get(end), e, Code::PlaceholderEnd)?;
+        }
+        Ok(())
+    }
+
+    /// The token next to image `i`'s run (`found`, `None` past the row's edge) is `want`, the
+    /// begin token (`code` [`Code::PlaceholderBegin`]) or the end token.
+    fn check_wrapper(
+        &self,
+        i: usize,
+        start: usize,
+        found: Option<&i64>,
+        want: i64,
+        code: Code,
+    ) -> Result<()> {
+        if found == Some(&want) {
+            return Ok(());
+        }
+        let (c, id, seq, _) = self.names();
+        let r = self.r;
+        let (relation, which, edge) = if code == Code::PlaceholderBegin {
+            ("preceded", "begin", "the start of the row")
+        } else {
+            ("followed", "end", "the end of the row")
+        };
+        let found_text = match found {
+            Some(t) => format!("token {t}"),
+            None => edge.to_string(),
+        };
+        Err(contract_err!(
+            "contract {c:?}: row {r}, {}: the run of token {id} at position {start} in {seq} is \
+             not {relation} by the {which} token {want} (found {found_text}); {}",
+            self.image(i),
+            self.summary()
+        )
+        .code(code)
+        .field(seq)
+        .row(r)
+        .item(i)
+        .expected(want)
+        .found(found.copied()))
+    }
+
+    /// Run `i` has no image to stand for.
+    fn extra_run(&self, i: usize, start: u64, len: u64) -> Error {
+        let (c, id, seq, media) = self.names();
+        let (r, feats) = (self.r, self.feats);
+        let why = if feats.is_empty() {
+            format!("{media} has no image for this row")
+        } else {
+            format!(
+                "{media} has only {} for this row (no image {i})",
+                plural(feats.len(), "image")
+            )
+        };
+        contract_err!(
+            "contract {c:?}: row {r}, run {i}: {seq} has a run of {} of token {id} at position \
+             {start} but {why}; {}",
+            plural(u128::from(len), "token"),
+            self.summary()
+        )
+        .code(Code::PlaceholderExtraRun)
+        .field(seq)
+        .row(r)
+        .item(i)
+        .expected(feats.len())
+        .found(self.lengths.len())
+    }
+
+    /// Image `i` has no run standing for it.
+    fn missing_run(&self, i: usize, want: u64) -> Error {
+        let (c, id, seq, media) = self.names();
+        let (r, lengths) = (self.r, self.lengths);
+        let why = if lengths.is_empty() {
+            format!("{seq} has no token {id} in this row")
+        } else {
+            format!(
+                "{seq} has only {} of token {id} in this row",
+                plural(lengths.len(), "run")
+            )
+        };
+        contract_err!(
+            "contract {c:?}: row {r}, {}: {media} implies {} but {why}; {}",
+            self.image(i),
+            plural(u128::from(want), "feature"),
+            self.summary()
+        )
+        .code(Code::PlaceholderMissingRun)
+        .field(media)
+        .row(r)
+        .item(i)
+        .expected(self.feats.len())
+        .found(lengths.len())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
     use proptest::prelude::*;
 
     const QWEN_PAD: i64 = 151_655;
