@@ -32,6 +32,8 @@
 //!
 //! The core (everything but `python`) is plain Rust and tests with `cargo test`.
 
+#![deny(missing_docs)]
+
 pub mod contract;
 pub mod encode;
 pub mod error;

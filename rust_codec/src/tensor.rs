@@ -1,6 +1,7 @@
 //! Borrowed views of caller memory: a dtype, a shape and element strides over a byte slice.
 
-use crate::error::{Error, Result};
+use crate::batch_err;
+use crate::error::Result;
 use crate::schema::dtype::DType;
 
 /// The most dims a tensor may have (torch's own limit is 64; real batches use at most 5).
@@ -15,12 +16,13 @@ pub struct Dims {
 }
 
 impl Dims {
+    /// The dims, or a `BatchError` past [`MAX_RANK`].
     pub fn new(dims: &[u64]) -> Result<Dims> {
         if dims.len() > MAX_RANK {
-            return Err(Error::batch(format!(
+            return Err(batch_err!(
                 "tensor has {} dims; py_wire supports up to {MAX_RANK}",
                 dims.len()
-            )));
+            ));
         }
         let mut out = Dims {
             len: dims.len() as u8,
@@ -62,9 +64,13 @@ impl std::fmt::Debug for Dims {
 /// tensor's whole extent; strides are in elements and never negative.
 #[derive(Debug, Clone)]
 pub struct TensorRef<'a> {
+    /// The element type.
     pub dtype: DType,
+    /// The size of each dim.
     pub shape: Dims,
+    /// Each dim's stride, in elements.
     pub strides: Dims,
+    /// The tensor's bytes, from its first element to the end of its extent.
     pub bytes: &'a [u8],
 }
 
@@ -125,23 +131,23 @@ impl<'a> TensorRef<'a> {
     /// A view with explicit strides; fails if the extent does not fit in `bytes`.
     pub fn strided(dtype: DType, shape: &[u64], strides: &[u64], bytes: &'a [u8]) -> Result<Self> {
         if shape.len() != strides.len() {
-            return Err(Error::batch(format!(
+            return Err(batch_err!(
                 "tensor has {} dims but {} strides",
                 shape.len(),
                 strides.len()
-            )));
+            ));
         }
         checked_numel(shape)
             .and_then(|n| n.checked_mul(dtype.size() as u64))
-            .ok_or_else(|| Error::batch(format!("tensor shape {shape:?} overflows")))?;
+            .ok_or_else(|| batch_err!("tensor shape {shape:?} overflows"))?;
         let extent = extent_bytes(shape, strides, dtype.size())
-            .ok_or_else(|| Error::batch(format!("tensor shape {shape:?} overflows")))?;
+            .ok_or_else(|| batch_err!("tensor shape {shape:?} overflows"))?;
         if extent > bytes.len() as u64 {
-            return Err(Error::batch(format!(
+            return Err(batch_err!(
                 "tensor of shape {shape:?} and strides {strides:?} spans {extent} bytes but \
                  only {} are available",
                 bytes.len()
-            )));
+            ));
         }
         Ok(TensorRef {
             dtype,
@@ -157,11 +163,13 @@ impl<'a> TensorRef<'a> {
         Self::strided(dtype, shape, &strides, bytes)
     }
 
+    /// The element count (its product was checked at construction).
     pub fn numel(&self) -> u64 {
         // Checked at construction.
         self.shape.iter().product()
     }
 
+    /// The bytes the elements take when packed contiguously (not the extent of `bytes`).
     pub fn nbytes(&self) -> u64 {
         self.numel() * self.dtype.size() as u64
     }
@@ -175,10 +183,10 @@ impl<'a> TensorRef<'a> {
     /// The values of a 1-D integer tensor, widened to i64.
     pub fn to_i64_vec(&self) -> Result<Vec<i64>> {
         if self.shape.len() != 1 {
-            return Err(Error::batch(format!(
+            return Err(batch_err!(
                 "expected a 1-D integer tensor, got shape {:?}",
                 self.shape
-            )));
+            ));
         }
         let es = self.dtype.size();
         let step = self.strides[0] as usize * es;
@@ -203,10 +211,10 @@ impl<'a> TensorRef<'a> {
             | DType::U16
             | DType::I8
             | DType::U8 => Ok((0..self.shape[0] as usize).map(read).collect()),
-            other => Err(Error::batch(format!(
+            other => Err(batch_err!(
                 "expected an integer tensor, got {}",
                 other.name()
-            ))),
+            )),
         }
     }
 
@@ -217,9 +225,7 @@ impl<'a> TensorRef<'a> {
             .checked_add(len)
             .filter(|&e| e <= dim0)
             .ok_or_else(|| {
-                Error::batch(format!(
-                    "range {start}..{start}+{len} is outside dim 0 of size {dim0}"
-                ))
+                batch_err!("range {start}..{start}+{len} is outside dim 0 of size {dim0}")
             })?;
         let mut shape = self.shape;
         shape[0] = end - start;
@@ -230,7 +236,7 @@ impl<'a> TensorRef<'a> {
             .checked_mul(self.strides[0])
             .and_then(|e| e.checked_mul(self.dtype.size() as u64))
             .filter(|&b| b <= self.bytes.len() as u64)
-            .ok_or_else(|| Error::batch("narrowed view overflows".to_string()))?;
+            .ok_or_else(|| batch_err!("narrowed view overflows"))?;
         TensorRef::strided(
             self.dtype,
             &shape,

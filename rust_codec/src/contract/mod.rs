@@ -11,7 +11,7 @@ use crate::contract::placeholder::{
     check_alignment, features_from_grid_thw, features_from_image_sizes, PlaceholderRule,
 };
 use crate::encode::{EncodeRequest, FieldInput};
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 use crate::frame::layout::{read_seq_offsets, DecodedField, FrameLayout, PackedTables};
 use crate::schema::dtype::DType;
 use crate::schema::spec::{FieldSpec, Tier};
@@ -38,20 +38,35 @@ pub enum CountRule {
 #[serde(deny_unknown_fields)]
 pub struct PlaceholderContract {
     #[serde(default)]
+    /// The contract's kind: `None` or `"placeholder"`, the only kind so far.
     pub kind: Option<String>,
+    /// The contract's name, used in every error it raises.
     pub name: String,
+    /// The packed field holding the media (images) whose features the placeholder runs stand for.
     pub media_field: String,
+    /// The placeholder token: each image is one run of it in the sequence field.
     pub token_id: i64,
+    /// A token that must come right before each run, when the model wraps images.
     pub begin_token_id: Option<i64>,
+    /// A token that must come right after each run, when the model wraps images.
     pub end_token_id: Option<i64>,
+    /// How each image's feature count, and so its run's length, is computed.
     pub count: CountRule,
+    /// `grid_thw` only: the `[n, 3]` packed field of each image's (t, h, w) grid.
     pub grid_field: Option<String>,
+    /// `grid_thw` only: the spatial merge size; an image makes `t*h*w / merge_size²` features.
     pub merge_size: u64,
+    /// `fixed` only: the features every image makes.
     pub tokens_per_image: Option<u64>,
+    /// `image_size` only: the `[n, 2]` packed field of each image's (H, W) in pixels.
     pub sizes_field: Option<String>,
     #[serde(default)]
+    /// `field` only: the `[n]` packed field of each image's feature count.
     pub count_field: Option<String>,
+    /// `image_size` only: the patch edge in pixels.
     pub patch_size: u64,
+    /// `image_size` only: the factor each side's patch count is scaled by (e.g. 0.5 for a pixel
+    /// shuffle).
     pub downsample_ratio: f64,
 }
 
@@ -180,6 +195,7 @@ impl PlaceholderContract {
 }
 
 impl CountRule {
+    /// The rule's name in schema files (`"grid_thw"`, `"fixed"`, `"image_size"`, `"field"`).
     pub fn name(self) -> &'static str {
         match self {
             CountRule::GridThw => "grid_thw",
@@ -344,134 +360,17 @@ pub fn check_contracts(
 }
 
 fn check_input(input: &ContractInput<'_>, contracts: &[PlaceholderContract]) -> Result<()> {
-    let (tokens, token_offsets) = (&input.tokens, &input.token_offsets);
-    let rows = input.num_rows;
     for c in contracts {
+        let source_name = count_source(c)?;
         let media = input.packed(&c.media_field);
-        let source_name = match c.count {
-            CountRule::GridThw => c.grid_field.as_deref(),
-            CountRule::ImageSize => c.sizes_field.as_deref(),
-            CountRule::Field => c.count_field.as_deref(),
-            CountRule::Fixed => Some(c.media_field.as_str()),
-        }
-        .ok_or_else(|| schema_err!("contract {:?} names no field to count features", c.name))?;
         let source = input.packed(source_name);
-        if let (Some(m), None) = (&media, &source) {
-            let mut with_media = None;
-            for r in 0..rows {
-                if m.items(r)? > 0 {
-                    with_media = Some(r);
-                    break;
-                }
-            }
-            if let Some(row) = with_media {
-                return Err(contract_err!(
-                    "contract {:?}: row {row} has {} but the frame lacks {source_name:?}, \
-                     which says how many features each image makes (geometry lost)",
-                    c.name,
-                    c.media_field
-                )
-                .code("geometry_missing")
-                .field(source_name)
-                .row(row));
-            }
+        if let (Some(m), None) = (media, source) {
+            check_geometry_kept(c, m, source_name, input.num_rows)?;
         }
-        let mut expected = Vec::new();
-        let mut expected_rows = Vec::with_capacity(rows + 1);
-        expected_rows.push(0u64);
-        let mut values = Vec::new();
-        for row in 0..rows {
-            match (&source, c.count) {
-                (None, _) => {}
-                (Some(s), CountRule::Fixed) => {
-                    let per = c.tokens_per_image.unwrap_or(0);
-                    let images = s.items(row)?;
-                    // Each image is one run of at least one token: more images than the row has
-                    // tokens cannot align, and must not size an allocation.
-                    let row_tokens = token_offsets[row + 1] - token_offsets[row];
-                    if per == 0 || images > row_tokens {
-                        return Err(contract_err!(
-                            "contract {:?}: row {row}: {} has {images} images of {per} tokens \
-                             each but {} has {row_tokens} tokens in that row",
-                            c.name,
-                            c.media_field,
-                            input.sequence_field
-                        )
-                        .code("placeholder_count")
-                        .field(&c.media_field)
-                        .row(row)
-                        .expected(images)
-                        .found(row_tokens));
-                    }
-                    expected.extend(std::iter::repeat_n(per, images as usize));
-                }
-                (Some(s), CountRule::GridThw) => {
-                    values.clear();
-                    s.row_values(row, &mut values)?;
-                    let feats = features_from_grid_thw(&values, c.merge_size)
-                        .map_err(|e| in_row(e, &c.name, source_name, row))?;
-                    if let Some(m) = media.filter(|m| m.field().pack_dim == 0) {
-                        // Every value is >= 0 and each product fits: features_from_grid_thw
-                        // checked both.
-                        let patches = values
-                            .chunks_exact(3)
-                            .map(|g| g.iter().map(|&v| v as u64).product::<u64>())
-                            .try_fold(0u64, |acc, n| acc.checked_add(n))
-                            .ok_or_else(|| {
-                                contract_err!(
-                                    "contract {:?}: row {row}: {source_name} implies more than \
-                                     2^64 patches",
-                                    c.name
-                                )
-                            })?;
-                        let found = m.items(row)?;
-                        if patches != found {
-                            return Err(contract_err!(
-                                "contract {:?}: row {row}: {source_name} implies {patches} patches \
-                                 but {} has {found}",
-                                c.name,
-                                c.media_field
-                            )
-                            .code("media_items")
-                            .field(&c.media_field)
-                            .row(row)
-                            .expected(patches)
-                            .found(found));
-                        }
-                    }
-                    expected.extend(feats);
-                }
-                (Some(s), rule @ (CountRule::ImageSize | CountRule::Field)) => {
-                    values.clear();
-                    s.row_values(row, &mut values)?;
-                    let feats = if rule == CountRule::Field {
-                        counts_from_field(&values, &c.name, source_name, row)?
-                    } else {
-                        features_from_image_sizes(&values, c.patch_size, c.downsample_ratio)
-                            .map_err(|e| in_row(e, &c.name, source_name, row))?
-                    };
-                    if let Some(m) = media {
-                        let found = m.items(row)?;
-                        if feats.len() as u64 != found {
-                            return Err(contract_err!(
-                                "contract {:?}: row {row}: {source_name} lists {} images but {} \
-                                 has {found}",
-                                c.name,
-                                feats.len(),
-                                c.media_field
-                            )
-                            .code("media_items")
-                            .field(&c.media_field)
-                            .row(row)
-                            .expected(feats.len())
-                            .found(found));
-                        }
-                    }
-                    expected.extend(feats);
-                }
-            }
-            expected_rows.push(expected.len() as u64);
-        }
+        let (expected, expected_rows) = match source {
+            Some(s) => expected_features(input, c, media, s, source_name)?,
+            None => (Vec::new(), vec![0u64; input.num_rows + 1]),
+        };
         let rule = PlaceholderRule {
             contract: &c.name,
             sequence_field: input.sequence_field,
@@ -480,9 +379,190 @@ fn check_input(input: &ContractInput<'_>, contracts: &[PlaceholderContract]) -> 
             begin_token_id: c.begin_token_id,
             end_token_id: c.end_token_id,
         };
-        check_alignment(&rule, tokens, token_offsets, &expected, &expected_rows)?;
+        check_alignment(
+            &rule,
+            &input.tokens,
+            &input.token_offsets,
+            &expected,
+            &expected_rows,
+        )?;
     }
     Ok(())
+}
+
+/// The field contract `c`'s count rule reads (the media field itself for `fixed`).
+fn count_source(c: &PlaceholderContract) -> Result<&str> {
+    match c.count {
+        CountRule::GridThw => c.grid_field.as_deref(),
+        CountRule::ImageSize => c.sizes_field.as_deref(),
+        CountRule::Field => c.count_field.as_deref(),
+        CountRule::Fixed => Some(c.media_field.as_str()),
+    }
+    .ok_or_else(|| schema_err!("contract {:?} names no field to count features", c.name))
+}
+
+/// A frame without the count rule's field may hold no media: images whose feature counts are
+/// lost are an error, never checked as if they had none.
+fn check_geometry_kept(
+    c: &PlaceholderContract,
+    media: &dyn MediaRows,
+    source_name: &str,
+    rows: usize,
+) -> Result<()> {
+    for row in 0..rows {
+        if media.items(row)? > 0 {
+            return Err(contract_err!(
+                "contract {:?}: row {row} has {} but the frame lacks {source_name:?}, which says \
+                 how many features each image makes (geometry lost)",
+                c.name,
+                c.media_field
+            )
+            .code(Code::GeometryMissing)
+            .field(source_name)
+            .row(row));
+        }
+    }
+    Ok(())
+}
+
+/// Each image's feature count, flat over the batch, and the `[rows + 1]` offsets of each row's
+/// images in it, as `source` (the count rule's field) says.
+fn expected_features(
+    input: &ContractInput<'_>,
+    c: &PlaceholderContract,
+    media: Option<&dyn MediaRows>,
+    source: &dyn MediaRows,
+    source_name: &str,
+) -> Result<(Vec<u64>, Vec<u64>)> {
+    let mut expected = Vec::new();
+    let mut expected_rows = Vec::with_capacity(input.num_rows + 1);
+    expected_rows.push(0u64);
+    let mut values = Vec::new();
+    for row in 0..input.num_rows {
+        match c.count {
+            CountRule::Fixed => expected.extend(fixed_features(input, c, source, row)?),
+            CountRule::GridThw => {
+                values.clear();
+                source.row_values(row, &mut values)?;
+                expected.extend(grid_features(c, media, source_name, row, &values)?);
+            }
+            rule @ (CountRule::ImageSize | CountRule::Field) => {
+                values.clear();
+                source.row_values(row, &mut values)?;
+                let feats = if rule == CountRule::Field {
+                    counts_from_field(&values, &c.name, source_name, row)?
+                } else {
+                    features_from_image_sizes(&values, c.patch_size, c.downsample_ratio)
+                        .map_err(|e| in_row(e, &c.name, source_name, row))?
+                };
+                check_media_items(c, media, source_name, row, feats.len())?;
+                expected.extend(feats);
+            }
+        }
+        expected_rows.push(expected.len() as u64);
+    }
+    Ok((expected, expected_rows))
+}
+
+/// `fixed`: `tokens_per_image` features for each of the row's images.
+fn fixed_features(
+    input: &ContractInput<'_>,
+    c: &PlaceholderContract,
+    media: &dyn MediaRows,
+    row: usize,
+) -> Result<std::iter::RepeatN<u64>> {
+    let per = c.tokens_per_image.unwrap_or(0);
+    let images = media.items(row)?;
+    // Each image is one run of at least one token: more images than the row has tokens cannot
+    // align, and must not size an allocation.
+    let row_tokens = input.token_offsets[row + 1] - input.token_offsets[row];
+    if per == 0 || images > row_tokens {
+        return Err(contract_err!(
+            "contract {:?}: row {row}: {} has {images} images of {per} tokens each but {} has \
+             {row_tokens} tokens in that row",
+            c.name,
+            c.media_field,
+            input.sequence_field
+        )
+        .code(Code::PlaceholderCount)
+        .field(&c.media_field)
+        .row(row)
+        .expected(images)
+        .found(row_tokens));
+    }
+    Ok(std::iter::repeat_n(per, images as usize))
+}
+
+/// `grid_thw`: each image's features from its `(t, h, w)` grid, whose patches the media field
+/// must hold (when it is packed on dim 0, where its items are patches).
+fn grid_features(
+    c: &PlaceholderContract,
+    media: Option<&dyn MediaRows>,
+    source_name: &str,
+    row: usize,
+    grid: &[i64],
+) -> Result<Vec<u64>> {
+    let feats = features_from_grid_thw(grid, c.merge_size)
+        .map_err(|e| in_row(e, &c.name, source_name, row))?;
+    if let Some(m) = media.filter(|m| m.field().pack_dim == 0) {
+        // Every value is >= 0 and each product fits: features_from_grid_thw checked both.
+        let patches = grid
+            .chunks_exact(3)
+            .map(|g| g.iter().map(|&v| v as u64).product::<u64>())
+            .try_fold(0u64, |acc, n| acc.checked_add(n))
+            .ok_or_else(|| {
+                contract_err!(
+                    "contract {:?}: row {row}: {source_name} implies more than 2^64 patches",
+                    c.name
+                )
+            })?;
+        let found = m.items(row)?;
+        if patches != found {
+            let claim = format!("{source_name} implies {patches} patches");
+            return Err(media_items_mismatch(c, row, &claim, patches, found));
+        }
+    }
+    Ok(feats)
+}
+
+/// `image_size` and `field`: the media field holds one item per image the source lists.
+fn check_media_items(
+    c: &PlaceholderContract,
+    media: Option<&dyn MediaRows>,
+    source_name: &str,
+    row: usize,
+    images: usize,
+) -> Result<()> {
+    let Some(m) = media else {
+        return Ok(());
+    };
+    let found = m.items(row)?;
+    if images as u64 != found {
+        let claim = format!("{source_name} lists {images} images");
+        return Err(media_items_mismatch(c, row, &claim, images as u64, found));
+    }
+    Ok(())
+}
+
+/// The media field holds `found` items in `row` where the count rule's field says `expected`
+/// (`claim`, e.g. "image_grid_thw implies 16 patches").
+fn media_items_mismatch(
+    c: &PlaceholderContract,
+    row: usize,
+    claim: &str,
+    expected: u64,
+    found: u64,
+) -> Error {
+    contract_err!(
+        "contract {:?}: row {row}: {claim} but {} has {found}",
+        c.name,
+        c.media_field
+    )
+    .code(Code::MediaItems)
+    .field(&c.media_field)
+    .row(row)
+    .expected(expected)
+    .found(found)
 }
 
 fn counts_from_field(values: &[i64], contract: &str, field: &str, row: usize) -> Result<Vec<u64>> {

@@ -8,7 +8,8 @@
 //! crashes the model's forward pass deep inside a trainer; checked here, it is refused at the
 //! producer with the row, the image and both counts.
 
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
+use crate::{batch_err, contract_err, schema_err};
 
 /// Placeholder runs found in each row: CSR over runs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -17,6 +18,7 @@ pub struct RunTable {
     pub row_offsets: Vec<u64>,
     /// Start position of each run, relative to the start of its row.
     pub run_starts: Vec<u64>,
+    /// Tokens in each run, in the order of `run_starts`.
     pub run_lengths: Vec<u64>,
 }
 
@@ -25,30 +27,30 @@ pub struct RunTable {
 /// entry with `as usize` afterwards is exact.
 fn check_offsets(offsets: &[u64], total: usize, what: &str, of: &str) -> Result<usize> {
     let Some((&first, _)) = offsets.split_first() else {
-        return Err(Error::batch(format!(
+        return Err(batch_err!(
             "{what} is empty; it needs one entry per row plus one, starting at 0"
-        )));
+        ));
     };
     if first != 0 {
-        return Err(Error::batch(format!(
+        return Err(batch_err!(
             "{what}[0] is {first}; the offsets of the first row must start at 0"
-        )));
+        ));
     }
     for (i, w) in offsets.windows(2).enumerate() {
         if w[1] < w[0] {
-            return Err(Error::batch(format!(
+            return Err(batch_err!(
                 "{what} decreases at row {i}: {what}[{}] = {} is less than {what}[{i}] = {}",
                 i + 1,
                 w[1],
                 w[0]
-            )));
+            ));
         }
     }
     let last = offsets[offsets.len() - 1];
     if u64::try_from(total).ok() != Some(last) {
-        return Err(Error::batch(format!(
+        return Err(batch_err!(
             "{what} ends at {last} but {of} has {total} entries"
-        )));
+        ));
     }
     Ok(offsets.len() - 1)
 }
@@ -126,17 +128,17 @@ pub fn features_from_grid_thw(grid: &[i64], merge_size: u64) -> Result<Vec<u64>>
         .checked_mul(merge_size)
         .filter(|&m| m > 0)
         .ok_or_else(|| {
-            Error::schema(format!(
+            schema_err!(
                 "merge_size {merge_size} is not usable: it must be at least 1 and its square must \
                  fit in 64 bits"
-            ))
+            )
         })?;
     let (images, rest) = grid.as_chunks::<3>();
     if !rest.is_empty() {
-        return Err(Error::batch(format!(
+        return Err(batch_err!(
             "the image grid has {} values, which is not a whole number of (t, h, w) rows",
             grid.len()
-        )));
+        ));
     }
     images
         .iter()
@@ -144,23 +146,21 @@ pub fn features_from_grid_thw(grid: &[i64], merge_size: u64) -> Result<Vec<u64>>
         .map(|(i, &[t, h, w])| {
             let (Ok(tu), Ok(hu), Ok(wu)) = (u64::try_from(t), u64::try_from(h), u64::try_from(w))
             else {
-                return Err(Error::batch(format!(
+                return Err(batch_err!(
                     "image {i}: grid (t, h, w) = ({t}, {h}, {w}) has a negative value"
-                )));
+                ));
             };
             let thw = tu
                 .checked_mul(hu)
                 .and_then(|x| x.checked_mul(wu))
                 .ok_or_else(|| {
-                    Error::batch(format!(
-                        "image {i}: grid (t, h, w) = ({t}, {h}, {w}) overflows t*h*w"
-                    ))
+                    batch_err!("image {i}: grid (t, h, w) = ({t}, {h}, {w}) overflows t*h*w")
                 })?;
             if !thw.is_multiple_of(merge_sq) {
-                return Err(Error::batch(format!(
+                return Err(batch_err!(
                     "image {i}: grid (t, h, w) = ({t}, {h}, {w}) gives t*h*w = {thw} patches, \
                      which is not divisible by merge_size² = {merge_sq}"
-                )));
+                ));
             }
             Ok(thw / merge_sq)
         })
@@ -177,21 +177,19 @@ pub fn features_from_image_sizes(
     downsample_ratio: f64,
 ) -> Result<Vec<u64>> {
     if patch_size == 0 {
-        return Err(Error::schema(
-            "patch_size is 0; it must be at least 1".to_string(),
-        ));
+        return Err(schema_err!("patch_size is 0; it must be at least 1"));
     }
     if !(downsample_ratio.is_finite() && downsample_ratio > 0.0) {
-        return Err(Error::schema(format!(
+        return Err(schema_err!(
             "downsample_ratio {downsample_ratio} is not a finite positive number"
-        )));
+        ));
     }
     let (images, rest) = sizes.as_chunks::<2>();
     if !rest.is_empty() {
-        return Err(Error::batch(format!(
+        return Err(batch_err!(
             "the image sizes have {} values, which is not a whole number of (H, W) rows",
             sizes.len()
-        )));
+        ));
     }
     // int(x) of a float64 is exact below 2^64; larger tokens-per-side are no real image.
     const LIMIT: f64 = 18_446_744_073_709_551_616.0;
@@ -200,9 +198,9 @@ pub fn features_from_image_sizes(
         .enumerate()
         .map(|(i, &[h, w])| {
             let (Ok(hu), Ok(wu)) = (u64::try_from(h), u64::try_from(w)) else {
-                return Err(Error::batch(format!(
+                return Err(batch_err!(
                     "image {i}: size (H, W) = ({h}, {w}) has a negative value"
-                )));
+                ));
             };
             // Python: (H // P) * ratio is int * float: the int is rounded to float64 (as `as`
             // does), the product rounded once; int() truncates toward zero.
@@ -214,9 +212,7 @@ pub fn features_from_image_sizes(
                 .zip(side(wu))
                 .and_then(|(a, b)| a.checked_mul(b))
                 .ok_or_else(|| {
-                    Error::batch(format!(
-                        "image {i}: size (H, W) = ({h}, {w}) overflows the feature count"
-                    ))
+                    batch_err!("image {i}: size (H, W) = ({h}, {w}) overflows the feature count")
                 })
         })
         .collect()
@@ -225,12 +221,18 @@ pub fn features_from_image_sizes(
 /// A placeholder contract between a sequence field and a media field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlaceholderRule<'a> {
-    pub contract: &'a str,           // contract name, for messages
-    pub sequence_field: &'a str,     // e.g. "input_ids"
-    pub media_field: &'a str,        // e.g. "pixel_values"
-    pub token_id: i64,               // the placeholder token, e.g. 151655
-    pub begin_token_id: Option<i64>, // if set, every run must be immediately preceded by it
-    pub end_token_id: Option<i64>,   // if set, every run must be immediately followed by it
+    /// The contract's name, for messages.
+    pub contract: &'a str,
+    /// The field the runs are found in, e.g. `"input_ids"`.
+    pub sequence_field: &'a str,
+    /// The field whose images the runs stand for, e.g. `"pixel_values"`.
+    pub media_field: &'a str,
+    /// The placeholder token, e.g. 151655.
+    pub token_id: i64,
+    /// If set, every run must be immediately preceded by it.
+    pub begin_token_id: Option<i64>,
+    /// If set, every run must be immediately followed by it.
+    pub end_token_id: Option<i64>,
 }
 
 /// "1 run", "16 runs".
@@ -280,32 +282,10 @@ pub fn check_alignment(
     expected: &[u64],
     expected_row_offsets: &[u64],
 ) -> Result<RunTable> {
-    let c = rule.contract;
-    let id = rule.token_id;
-    for (what, t) in [("begin", rule.begin_token_id), ("end", rule.end_token_id)] {
-        if t == Some(id) {
-            return Err(Error::schema(format!(
-                "contract {c:?}: the {what} token {id} is the placeholder token itself"
-            )));
-        }
-    }
-    let table = scan_runs(tokens, token_row_offsets, id)?;
+    check_wrapping_tokens(rule)?;
+    let table = scan_runs(tokens, token_row_offsets, rule.token_id)?;
     let rows = token_row_offsets.len() - 1;
-    let image_rows = check_offsets(
-        expected_row_offsets,
-        expected.len(),
-        "the image row offsets",
-        "the expected feature counts",
-    )?;
-    if image_rows != rows {
-        return Err(Error::batch(format!(
-            "contract {c:?}: {} has {} but {} has {}",
-            rule.sequence_field,
-            plural(rows, "row"),
-            rule.media_field,
-            plural(image_rows, "row"),
-        )));
-    }
+    check_image_rows(rule, rows, expected, expected_row_offsets)?;
     for r in 0..rows {
         // All offsets were checked to be CSR over their buffers: the slices below are in range.
         let runs = table.row_offsets[r] as usize..table.row_offsets[r + 1] as usize;
@@ -313,137 +293,235 @@ pub fn check_alignment(
         if runs.is_empty() && images.is_empty() {
             continue;
         }
-        let row_start = token_row_offsets[r] as usize;
-        let row = &tokens[row_start..token_row_offsets[r + 1] as usize];
-        let starts = &table.run_starts[runs.clone()];
-        let lengths = &table.run_lengths[runs];
-        let feats = &expected[images.clone()];
-        let summary = || RowSummary {
-            row: r,
-            runs: lengths.len(),
-            run_tokens: lengths.iter().map(|&l| u128::from(l)).sum(),
-            images: feats.len(),
-            features: feats.iter().map(|&f| u128::from(f)).sum(),
-        };
-        let seq = rule.sequence_field;
-        let media = rule.media_field;
-        for i in 0..lengths.len().max(feats.len()) {
-            let image = |i: usize| format!("image {i} (image {} of the batch)", images.start + i);
-            match (starts.get(i), lengths.get(i), feats.get(i)) {
-                (Some(&start), Some(&len), Some(&want)) => {
-                    if len != want {
-                        return Err(Error::contract(format!(
-                            "contract {c:?}: row {r}, {}: the run of token {id} at position \
-                             {start} in {seq} has {} but {media} implies {}; {}",
-                            image(i),
-                            plural(u128::from(len), "token"),
-                            plural(u128::from(want), "feature"),
-                            summary()
-                        ))
-                        .code("placeholder_count")
-                        .field(media)
-                        .row(r)
-                        .item(i)
-                        .expected(want)
-                        .found(len));
-                    }
-                    let start = start as usize;
-                    let end = start + len as usize;
-                    if let Some(b) = rule.begin_token_id {
-                        let before = start.checked_sub(1).and_then(|p| row.get(p));
-                        if before != Some(&b) {
-                            let found = match before {
-                                Some(t) => format!("token {t}"),
-                                None => "the start of the row".to_string(),
-                            };
-                            return Err(Error::contract(format!(
-                                "contract {c:?}: row {r}, {}: the run of token {id} at position \
-                                 {start} in {seq} is not preceded by the begin token {b} (found \
-                                 {found}); {}",
-                                image(i),
-                                summary()
-                            ))
-                            .code("placeholder_begin")
-                            .field(seq)
-                            .row(r)
-                            .item(i)
-                            .expected(b)
-                            .found(before.copied()));
-                        }
-                    }
-                    if let Some(e) = rule.end_token_id {
-                        let after = row.get(end);
-                        if after != Some(&e) {
-                            let found = match after {
-                                Some(t) => format!("token {t}"),
-                                None => "the end of the row".to_string(),
-                            };
-                            return Err(Error::contract(format!(
-                                "contract {c:?}: row {r}, {}: the run of token {id} at position \
-                                 {start} in {seq} is not followed by the end token {e} (found \
-                                 {found}); {}",
-                                image(i),
-                                summary()
-                            ))
-                            .code("placeholder_end")
-                            .field(seq)
-                            .row(r)
-                            .item(i)
-                            .expected(e)
-                            .found(after.copied()));
-                        }
-                    }
-                }
-                (Some(&start), Some(&len), None) => {
-                    let why = if feats.is_empty() {
-                        format!("{media} has no image for this row")
-                    } else {
-                        format!(
-                            "{media} has only {} for this row (no image {i})",
-                            plural(feats.len(), "image")
-                        )
-                    };
-                    return Err(Error::contract(format!(
-                        "contract {c:?}: row {r}, run {i}: {seq} has a run of {} of token {id} \
-                         at position {start} but {why}; {}",
-                        plural(u128::from(len), "token"),
-                        summary()
-                    ))
-                    .code("placeholder_extra_run")
-                    .field(seq)
-                    .row(r)
-                    .item(i)
-                    .expected(feats.len())
-                    .found(lengths.len()));
-                }
-                (_, _, Some(&want)) => {
-                    let why = if lengths.is_empty() {
-                        format!("{seq} has no token {id} in this row")
-                    } else {
-                        format!(
-                            "{seq} has only {} of token {id} in this row",
-                            plural(lengths.len(), "run")
-                        )
-                    };
-                    return Err(Error::contract(format!(
-                        "contract {c:?}: row {r}, {}: {media} implies {} but {why}; {}",
-                        image(i),
-                        plural(u128::from(want), "feature"),
-                        summary()
-                    ))
-                    .code("placeholder_missing_run")
-                    .field(media)
-                    .row(r)
-                    .item(i)
-                    .expected(feats.len())
-                    .found(lengths.len()));
-                }
+        RowRuns {
+            rule: *rule,
+            r,
+            tokens: &tokens[token_row_offsets[r] as usize..token_row_offsets[r + 1] as usize],
+            starts: &table.run_starts[runs.clone()],
+            lengths: &table.run_lengths[runs],
+            first_image: images.start,
+            feats: &expected[images],
+        }
+        .check()?;
+    }
+    Ok(table)
+}
+
+/// A begin or end token equal to the placeholder token could never be told from a run.
+fn check_wrapping_tokens(rule: &PlaceholderRule) -> Result<()> {
+    let (c, id) = (rule.contract, rule.token_id);
+    for (what, t) in [("begin", rule.begin_token_id), ("end", rule.end_token_id)] {
+        if t == Some(id) {
+            return Err(schema_err!(
+                "contract {c:?}: the {what} token {id} is the placeholder token itself"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The image row offsets are CSR over `expected` and count the sequence's `rows`.
+fn check_image_rows(
+    rule: &PlaceholderRule,
+    rows: usize,
+    expected: &[u64],
+    expected_row_offsets: &[u64],
+) -> Result<()> {
+    let image_rows = check_offsets(
+        expected_row_offsets,
+        expected.len(),
+        "the image row offsets",
+        "the expected feature counts",
+    )?;
+    if image_rows != rows {
+        return Err(batch_err!(
+            "contract {:?}: {} has {} but {} has {}",
+            rule.contract,
+            rule.sequence_field,
+            plural(rows, "row"),
+            rule.media_field,
+            plural(image_rows, "row"),
+        ));
+    }
+    Ok(())
+}
+
+/// One row's placeholder runs and the feature counts of its images, matched in order.
+struct RowRuns<'a> {
+    rule: PlaceholderRule<'a>,
+    r: usize,
+    /// The row's tokens.
+    tokens: &'a [i64],
+    /// Each run's start within the row.
+    starts: &'a [u64],
+    lengths: &'a [u64],
+    /// The row's first image, counted over the batch.
+    first_image: usize,
+    /// Each image's feature count.
+    feats: &'a [u64],
+}
+
+impl RowRuns<'_> {
+    /// The first image or run without a match, as a `ContractError`.
+    fn check(&self) -> Result<()> {
+        for i in 0..self.lengths.len().max(self.feats.len()) {
+            match (self.starts.get(i), self.lengths.get(i), self.feats.get(i)) {
+                (Some(&start), Some(&len), Some(&want)) => self.check_run(i, start, len, want)?,
+                (Some(&start), Some(&len), None) => return Err(self.extra_run(i, start, len)),
+                (_, _, Some(&want)) => return Err(self.missing_run(i, want)),
                 // starts and lengths have equal lengths, so this arm is unreachable.
                 _ => {}
             }
         }
+        Ok(())
     }
-    Ok(table)
+
+    /// The contract, placeholder token, sequence field and media field, as messages name them.
+    fn names(&self) -> (&str, i64, &str, &str) {
+        let rule = &self.rule;
+        (
+            rule.contract,
+            rule.token_id,
+            rule.sequence_field,
+            rule.media_field,
+        )
+    }
+
+    fn summary(&self) -> RowSummary {
+        RowSummary {
+            row: self.r,
+            runs: self.lengths.len(),
+            run_tokens: self.lengths.iter().map(|&l| u128::from(l)).sum(),
+            images: self.feats.len(),
+            features: self.feats.iter().map(|&f| u128::from(f)).sum(),
+        }
+    }
+
+    fn image(&self, i: usize) -> String {
+        format!("image {i} (image {} of the batch)", self.first_image + i)
+    }
+
+    /// Image `i`'s run: its length first, then the begin and end tokens around it.
+    fn check_run(&self, i: usize, start: u64, len: u64, want: u64) -> Result<()> {
+        let (c, id, seq, media) = self.names();
+        let r = self.r;
+        if len != want {
+            return Err(contract_err!(
+                "contract {c:?}: row {r}, {}: the run of token {id} at position {start} in {seq} \
+                 has {} but {media} implies {}; {}",
+                self.image(i),
+                plural(u128::from(len), "token"),
+                plural(u128::from(want), "feature"),
+                self.summary()
+            )
+            .code(Code::PlaceholderCount)
+            .field(media)
+            .row(r)
+            .item(i)
+            .expected(want)
+            .found(len));
+        }
+        let start = start as usize;
+        let end = start + len as usize;
+        if let Some(b) = self.rule.begin_token_id {
+            let before = start.checked_sub(1).and_then(|p| self.tokens.get(p));
+            self.check_wrapper(i, start, before, b, Code::PlaceholderBegin)?;
+        }
+        if let Some(e) = self.rule.end_token_id {
+            self.check_wrapper(i, start, self.tokens.get(end), e, Code::PlaceholderEnd)?;
+        }
+        Ok(())
+    }
+
+    /// The token next to image `i`'s run (`found`, `None` past the row's edge) is `want`, the
+    /// begin token (`code` [`Code::PlaceholderBegin`]) or the end token.
+    fn check_wrapper(
+        &self,
+        i: usize,
+        start: usize,
+        found: Option<&i64>,
+        want: i64,
+        code: Code,
+    ) -> Result<()> {
+        if found == Some(&want) {
+            return Ok(());
+        }
+        let (c, id, seq, _) = self.names();
+        let r = self.r;
+        let (relation, which, edge) = if code == Code::PlaceholderBegin {
+            ("preceded", "begin", "the start of the row")
+        } else {
+            ("followed", "end", "the end of the row")
+        };
+        let found_text = match found {
+            Some(t) => format!("token {t}"),
+            None => edge.to_string(),
+        };
+        Err(contract_err!(
+            "contract {c:?}: row {r}, {}: the run of token {id} at position {start} in {seq} is \
+             not {relation} by the {which} token {want} (found {found_text}); {}",
+            self.image(i),
+            self.summary()
+        )
+        .code(code)
+        .field(seq)
+        .row(r)
+        .item(i)
+        .expected(want)
+        .found(found.copied()))
+    }
+
+    /// Run `i` has no image to stand for.
+    fn extra_run(&self, i: usize, start: u64, len: u64) -> Error {
+        let (c, id, seq, media) = self.names();
+        let (r, feats) = (self.r, self.feats);
+        let why = if feats.is_empty() {
+            format!("{media} has no image for this row")
+        } else {
+            format!(
+                "{media} has only {} for this row (no image {i})",
+                plural(feats.len(), "image")
+            )
+        };
+        contract_err!(
+            "contract {c:?}: row {r}, run {i}: {seq} has a run of {} of token {id} at position \
+             {start} but {why}; {}",
+            plural(u128::from(len), "token"),
+            self.summary()
+        )
+        .code(Code::PlaceholderExtraRun)
+        .field(seq)
+        .row(r)
+        .item(i)
+        .expected(feats.len())
+        .found(self.lengths.len())
+    }
+
+    /// Image `i` has no run standing for it.
+    fn missing_run(&self, i: usize, want: u64) -> Error {
+        let (c, id, seq, media) = self.names();
+        let (r, lengths) = (self.r, self.lengths);
+        let why = if lengths.is_empty() {
+            format!("{seq} has no token {id} in this row")
+        } else {
+            format!(
+                "{seq} has only {} of token {id} in this row",
+                plural(lengths.len(), "run")
+            )
+        };
+        contract_err!(
+            "contract {c:?}: row {r}, {}: {media} implies {} but {why}; {}",
+            self.image(i),
+            plural(u128::from(want), "feature"),
+            self.summary()
+        )
+        .code(Code::PlaceholderMissingRun)
+        .field(media)
+        .row(r)
+        .item(i)
+        .expected(self.feats.len())
+        .found(lengths.len())
+    }
 }
 
 #[cfg(test)]

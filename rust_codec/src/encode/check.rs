@@ -2,7 +2,7 @@
 //! segment) formatted only when a check fails.
 
 use crate::batch_err;
-use crate::error::{Result, Value};
+use crate::error::{Code, Result, Value};
 use crate::schema::spec::{pattern_string, FieldSpec};
 use crate::tensor::TensorRef;
 
@@ -49,7 +49,7 @@ pub(super) fn check_dtype(spec: &FieldSpec, t: &TensorRef<'_>, location: Where) 
                 .map(|w| format!(" (or its wire dtype {})", w.name()))
                 .unwrap_or_default()
         )
-        .code("dtype")
+        .code(Code::Dtype)
         .expected(spec.dtype.name())
         .found(t.dtype.name());
         return Err(location.tag(err, &spec.name));
@@ -81,7 +81,10 @@ pub(super) fn check_dims(
             pattern_string(pattern),
             pattern.len()
         );
-        return Err(location.tag(err.code("rank").expected(expected).found(found), &spec.name));
+        return Err(location.tag(
+            err.code(Code::Rank).expected(expected).found(found),
+            &spec.name,
+        ));
     }
     for (d, (&found, expected)) in dims.iter().zip(pattern).enumerate() {
         if let Some(expected) = *expected {
@@ -94,7 +97,7 @@ pub(super) fn check_dims(
                     pattern_string(pattern)
                 );
                 return Err(location.tag(
-                    err.code("shape")
+                    err.code(Code::Shape)
                         .expected(expected_shape)
                         .found(found_shape),
                     &spec.name,

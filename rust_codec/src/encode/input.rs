@@ -12,17 +12,23 @@ pub enum FieldInput<'a> {
     /// CSR rows of segments: row `r` owns `segments[row_offsets[r]..row_offsets[r + 1]]`.
     /// Packed fields take 0..k segments per row; per-token fields exactly one.
     Segments {
+        /// The segments, all rows' back to back.
         segments: Vec<TensorRef<'a>>,
+        /// `[B+1]` offsets into `segments`, one run per row.
         row_offsets: Vec<u64>,
     },
     /// A per-token field already packed: rows are `values[offsets[r]..offsets[r + 1]]`.
     Jagged {
+        /// All rows' tokens as one `[T, ...]` tensor.
         values: TensorRef<'a>,
+        /// `[B+1]` token offsets into `values`.
         offsets: Vec<u64>,
     },
     /// A per-token field padded to `[B, L, ...]`; row `r` is `padded[r, ..lengths[r]]`.
     Padded {
+        /// The `[B, L, ...]` tensor, each row padded to the longest.
         padded: TensorRef<'a>,
+        /// `[B]` valid tokens per row (each at most `L`).
         lengths: Vec<u64>,
     },
     /// A scalar field as one `[B, ...]` tensor.
@@ -31,17 +37,25 @@ pub enum FieldInput<'a> {
     /// per-token and scalar rows: bytes per span, not per row, and each span is copied as one
     /// run. Every per-token field of one gather shares one `RowSpans`.
     Ranges {
+        /// The tensors the spans read rows from.
         sources: Vec<TensorRef<'a>>,
+        /// Which rows of which source, in output order (shared by every per-token field of the
+        /// gather).
         spans: std::sync::Arc<RowSpans>,
     },
     /// A packed field already in CSR form (a decoded `PackedTensor`): contiguous `values` whose
     /// segment `s` holds elements `seg_offsets[s]..seg_offsets[s + 1]` in shape
     /// `seg_shapes[s * rank..]`; row `r` references `row_segments[row_offsets[r]..]`.
     Csr {
+        /// All segments' elements, back to back.
         values: TensorRef<'a>,
+        /// `[S * rank]`: each segment's shape.
         seg_shapes: Vec<u64>,
+        /// `[S+1]`: element offsets of each segment in `values`.
         seg_offsets: Vec<u64>,
+        /// `[B+1]`: offsets into `row_segments`.
         row_offsets: Vec<u64>,
+        /// `[R]`: the segment each of a row's items refers to, row after row.
         row_segments: Vec<u64>,
     },
 }
@@ -49,8 +63,11 @@ pub enum FieldInput<'a> {
 /// Consecutive rows `start..end` of source `source`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowSpan {
+    /// The index of the source in [`RowSpans`]' items and the input's sources.
     pub source: u32,
+    /// The span's first row in the source.
     pub start: u64,
+    /// The row after the span's last.
     pub end: u64,
 }
 
@@ -90,6 +107,8 @@ pub struct RowSpans {
 }
 
 impl RowSpans {
+    /// The spans, checked against their sources' rows and offsets; an `InternalError` if a span is
+    /// out of range (callers build them from validated frames).
     pub fn new(items: Vec<RowItems>, spans: Vec<RowSpan>) -> Result<RowSpans> {
         let mut num_rows = 0u64;
         for span in &spans {
@@ -122,6 +141,7 @@ impl RowSpans {
         })
     }
 
+    /// The number of rows the spans add up to.
     pub fn num_rows(&self) -> u64 {
         self.num_rows
     }
@@ -243,8 +263,11 @@ impl<'a> FieldInput<'a> {
 }
 
 #[derive(Debug, Clone)]
+/// One field of an encode request: its spec and how its values are handed in.
 pub struct FieldData<'a> {
+    /// The field's layout facts (tier, dtypes, shape).
     pub spec: FieldSpec,
+    /// The field's values in one of the input kinds.
     pub input: FieldInput<'a>,
 }
 

@@ -12,7 +12,7 @@ mod write;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::error::Result;
+use crate::error::{Code, Result};
 use crate::frame::buffer::AlignedBuf;
 use crate::frame::copy::DEFAULT_PARALLEL_THRESHOLD;
 use crate::frame::header::{write_header, Header};
@@ -28,7 +28,9 @@ use layout::Layout;
 pub use write::{Part, Plan};
 
 #[derive(Debug, Clone, Default)]
+/// Everything a frame is encoded from: the fields and the frame-level facts around them.
 pub struct EncodeRequest<'a> {
+    /// The batch's fields, each with its spec and values.
     pub fields: Vec<FieldData<'a>>,
     /// The per-token field whose lengths define each row's sequence.
     pub sequence_field: Option<String>,
@@ -43,8 +45,12 @@ pub struct EncodeRequest<'a> {
 }
 
 #[derive(Debug, Clone, Copy)]
+/// How an encode runs, not what it writes: the frame's bytes do not depend on these.
 pub struct EncodeOptions {
+    /// The most threads the payload copies use (0 counts as 1).
     pub threads: usize,
+    /// Copies below this many bytes per thread run on fewer threads (default:
+    /// [`crate::frame::copy::DEFAULT_PARALLEL_THRESHOLD`]).
     pub parallel_threshold: usize,
 }
 
@@ -70,6 +76,7 @@ fn core_count() -> usize {
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// Encodes `request` into a new 64-byte aligned frame: [`plan`] then [`Plan::write`].
 pub fn encode(request: &EncodeRequest<'_>, options: EncodeOptions) -> Result<AlignedBuf> {
     plan(request)?.write(options)
 }
@@ -94,7 +101,7 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
                     "fields disagree on the number of rows: {first:?} has {n}, {:?} has {rows}",
                     field.spec.name
                 )
-                .code("rows")
+                .code(Code::Rows)
                 .field(&field.spec.name)
                 .expected(n)
                 .found(rows))
@@ -264,7 +271,7 @@ fn check_lengths_field(
             seq.len(row),
             bad.len()
         )
-        .code("lengths_field")
+        .code(Code::LengthsField)
         .field(name)
         .row(row)
         .expected(seq.len(row))
@@ -344,7 +351,7 @@ fn plan_per_token<'a>(
             spec.name,
             seq.len(row)
         )
-        .code("length")
+        .code(Code::Length)
         .field(&spec.name)
         .row(row)
         .expected(seq.len(row))

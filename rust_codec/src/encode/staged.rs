@@ -82,21 +82,30 @@ impl NotStaged {
 /// What torch reports about one row, as plain numbers.
 #[derive(Clone, Copy, Debug)]
 pub struct RowFacts<'a> {
+    /// The row's dtype.
     pub dtype: DType,
+    /// The row's shape.
     pub shape: &'a [u64],
+    /// The row's strides, in elements (torch's `stride()`).
     pub strides: &'a [u64],
+    /// The address of the row's first element (torch's `data_ptr()`).
     pub data_ptr: usize,
     /// The row's untyped storage: base address and byte length.
     pub storage_ptr: usize,
+    /// The storage's length in bytes, from `storage_ptr`.
     pub storage_nbytes: usize,
 }
 
 /// A row that may be staged: contiguous, its `nbytes` bytes at `ptr` inside its storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StageRow {
+    /// The row's dtype.
     pub dtype: DType,
+    /// The row's shape.
     pub shape: Dims,
+    /// The address of the row's first byte.
     pub ptr: usize,
+    /// The row's byte count, checked against its storage.
     pub nbytes: usize,
 }
 
@@ -157,11 +166,16 @@ pub fn check_row(row: &RowFacts<'_>, rank: usize) -> Result<StageRow, NotStaged>
 /// (a row inside it is left to the full reader, which refuses it by name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StageLimits {
+    /// Rows of at most this many bytes are copied into the staging buffer; larger rows stay sources
+    /// of their own.
     pub max_row_bytes: usize,
+    /// The `(start, len)` byte range of `encode(out=)`, when there is one.
     pub out: Option<(usize, usize)>,
 }
 
 impl StageLimits {
+    /// No staging worth the name: only empty rows are staged, every other row is a source of its
+    /// own.
     pub const NONE: StageLimits = StageLimits {
         max_row_bytes: 0,
         out: None,
@@ -173,15 +187,25 @@ impl StageLimits {
 pub enum Placement {
     /// Copy the row's `len` bytes to `staging[at..at + len]` (`at` is the staged bytes so far:
     /// rows are appended in order).
-    Stage { at: usize, len: usize },
+    Stage {
+        /// Where the row starts in the staging buffer.
+        at: usize,
+        /// The row's byte count.
+        len: usize,
+    },
     /// Too large to stage: the row is a source of its own (its storage held), the `index`-th
     /// large row.
-    Large { index: usize },
+    Large {
+        /// The row's position among the field's large rows (its source is `index + 1`, after
+        /// the staging buffer).
+        index: usize,
+    },
 }
 
 /// The staged field's layout: the staging buffer's shape and the rows over it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StagedField {
+    /// The rows' dtype (every row of a staged field has the same).
     pub dtype: DType,
     /// The staging buffer as a tensor: `[staged items, trailing...]`.
     pub values_shape: Vec<u64>,

@@ -17,16 +17,20 @@ type SealedHeader = (Vec<u8>, BTreeMap<String, String>);
 
 /// Everything needed to write a frame: its header, small index tensors and the payload copies.
 pub struct Plan<'a> {
+    /// The serialised safetensors header, padding included: the frame's first bytes.
     pub header: Vec<u8>,
     /// What `header` says, as `parse_header` would return it: a frame this process writes
     /// needs no JSON parse to be read (`layout::layout_of_written`).
     pub written: crate::frame::header::Header,
     /// The fields whose checksums the header carries (placeholders until the frame is written).
     pub checksum_fields: Option<Vec<String>>,
+    /// The frame's row count.
     pub num_rows: u64,
     /// Offsets are absolute (from the frame's first byte).
     pub blobs: Vec<(usize, Vec<u8>)>,
+    /// The payload copies, each from a caller's tensor into the frame.
     pub jobs: Vec<CopyJob<'a>>,
+    /// The frame's length in bytes, 64-byte aligned.
     pub total_len: usize,
 }
 

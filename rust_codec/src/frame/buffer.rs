@@ -120,14 +120,17 @@ impl AlignedBuf {
         Some(buf)
     }
 
+    /// The buffer's length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the buffer holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The start of the buffer, for reading outside Rust.
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
     }
@@ -138,11 +141,13 @@ impl AlignedBuf {
         self.ptr.as_ptr()
     }
 
+    /// The buffer's bytes.
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: ptr is valid for len initialised bytes for the lifetime of self.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
+    /// The buffer's bytes, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: ptr is valid for len initialised bytes and we hold the only reference.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }

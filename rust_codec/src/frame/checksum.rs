@@ -15,11 +15,12 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::error::Result;
+use crate::error::{Code, Result};
 use crate::frame::header::{Entry, Header};
 use crate::schema::spec::{meta, names};
 use crate::{frame_err, internal_err};
 
+/// The hash every checksum in this build is: XXH3, 64 bits, written as 16 hex digits.
 pub const ALGORITHM: &str = "xxh3-64";
 
 #[derive(Serialize, Deserialize)]
@@ -162,16 +163,17 @@ pub fn present(metadata: &BTreeMap<String, String>) -> bool {
 /// A mismatch is a `FrameError` naming the field (or the header, or the shared tables).
 pub fn verify(header: &Header, fields: &[String], frame: &[u8]) -> Result<()> {
     let json = header.metadata.get(meta::CHECKSUM).ok_or_else(|| {
-        frame_err!("the frame carries no checksums (encode it with checksum=True)").code("checksum")
+        frame_err!("the frame carries no checksums (encode it with checksum=True)")
+            .code(Code::Checksum)
     })?;
     let stored: Stored = serde_json::from_str(json)
-        .map_err(|e| frame_err!("{:?} is malformed: {e}", meta::CHECKSUM).code("checksum"))?;
+        .map_err(|e| frame_err!("{:?} is malformed: {e}", meta::CHECKSUM).code(Code::Checksum))?;
     if stored.algorithm != ALGORITHM {
         return Err(frame_err!(
             "checksum algorithm {:?} is not supported (this build reads {ALGORITHM:?})",
             stored.algorithm
         )
-        .code("checksum"));
+        .code(Code::Checksum));
     }
     let mismatch = |what: String, stored: &str, computed: u64| {
         frame_err!(
@@ -179,7 +181,7 @@ pub fn verify(header: &Header, fields: &[String], frame: &[u8]) -> Result<()> {
              after it was encoded (in transit, in a reused buffer or on disk)",
             hex(computed)
         )
-        .code("checksum")
+        .code(Code::Checksum)
     };
     let digest = header_digest(&header.metadata, &header.entries);
     if stored.header != hex(digest) {
@@ -187,12 +189,12 @@ pub fn verify(header: &Header, fields: &[String], frame: &[u8]) -> Result<()> {
     }
     if let Some(f) = fields.iter().find(|f| !stored.fields.contains_key(*f)) {
         return Err(frame_err!("the checksums lack field {f:?}")
-            .code("checksum")
+            .code(Code::Checksum)
             .field(f));
     }
     if stored.fields.len() != fields.len() {
         return Err(
-            frame_err!("the checksums name fields the frame does not have").code("checksum"),
+            frame_err!("the checksums name fields the frame does not have").code(Code::Checksum),
         );
     }
     let digests = compute(header, fields, &[(0, frame)])?;

@@ -16,10 +16,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock, RwLock};
 
-use crate::error::{Detail, Error, Result};
+use crate::error::{Code, Detail, Error, Result};
 use crate::frame::header::Header;
-use crate::frame_err;
 use crate::schema::spec::{meta, FieldSpec};
+use crate::{frame_err, internal_err, schema_err};
 
 /// The most schemas learnt from frames (not loaded by the process itself) the registry keeps:
 /// hostile embedded frames, each with a schema of its own, cannot grow it without bound.
@@ -29,8 +29,11 @@ pub const MAX_LEARNT: usize = 4096;
 /// and sequence field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldSchema {
+    /// `sha256:` + the hex digest of the schema's canonical JSON, as `py_wire.fingerprint`.
     pub fingerprint: String,
+    /// The schema's field specs, in schema order.
     pub specs: Vec<FieldSpec>,
+    /// The field whose rows define the per-token lengths, when the schema has one.
     pub sequence_field: Option<String>,
 }
 
@@ -61,17 +64,17 @@ pub fn is_fingerprint(s: &str) -> bool {
 /// and nothing is stored. The specs are validated (the codec's own rules).
 pub fn hold(schema: HeldSchema, learnt: bool) -> Result<bool> {
     if !is_fingerprint(&schema.fingerprint) {
-        return Err(Error::schema(format!(
+        return Err(schema_err!(
             "{:?} is not a schema fingerprint (sha256: and 64 hex digits)",
             schema.fingerprint
-        )));
+        ));
     }
     for spec in &schema.specs {
         spec.validate()?;
     }
     let mut reg = registry()
         .write()
-        .map_err(|_| Error::internal("schema registry lock poisoned"))?;
+        .map_err(|_| internal_err!("schema registry lock poisoned"))?;
     if reg.by_fingerprint.contains_key(&schema.fingerprint) {
         return Ok(true);
     }
@@ -133,7 +136,7 @@ pub fn resolve(fingerprint: &str) -> Result<Arc<HeldSchema>> {
                  and this process holds no schema with that fingerprint (load it with \
                  py_wire.load_schema, or pass schema= to decode / Frame.from_buffer)"
             ),
-            code: "unknown_schema",
+            code: Some(Code::UnknownSchema),
             found: Some(fingerprint.into()),
             ..Default::default()
         }))

@@ -1,7 +1,8 @@
 //! The one payload copy: strided gathers, fused dtype casts and multi-threaded bulk copies.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::frame::stream::Stores;
+use crate::internal_err;
 use crate::schema::cast;
 use crate::schema::dtype::DType;
 use crate::tensor::TensorRef;
@@ -13,12 +14,16 @@ const CHUNK: usize = 4 << 20;
 /// One copy: all of `src`, in C order, cast to `dst_dtype`, into `dst_offset..` of the output.
 #[derive(Debug, Clone)]
 pub struct CopyJob<'a> {
+    /// The tensor to copy, in C order.
     pub src: TensorRef<'a>,
+    /// The dtype the output holds (a cast when it differs from the source's).
     pub dst_dtype: DType,
+    /// Where the copy starts in the output, in bytes.
     pub dst_offset: usize,
 }
 
 impl CopyJob<'_> {
+    /// The bytes the copy writes: the source's element count times the destination dtype's size.
     pub fn dst_len(&self) -> usize {
         (self.src.numel() as usize) * self.dst_dtype.size()
     }
@@ -93,10 +98,10 @@ pub fn copy_tensor_with(
 ) -> Result<()> {
     let expected = src.numel() as usize * dst_dtype.size();
     if dst.len() != expected {
-        return Err(Error::internal(format!(
+        return Err(internal_err!(
             "copy destination is {} bytes, expected {expected}",
             dst.len()
-        )));
+        ));
     }
     let mut pos = 0usize;
     let ratio_num = dst_dtype.size();
@@ -183,7 +188,7 @@ pub fn run_jobs(
         let begin = task.job.dst_offset + task.range.start;
         let end = task.job.dst_offset + task.range.end;
         if begin < consumed || end > consumed + rest.len() {
-            return Err(Error::internal("overlapping copy jobs".to_string()));
+            return Err(internal_err!("overlapping copy jobs"));
         }
         let (_, tail) = std::mem::take(&mut rest).split_at_mut(begin - consumed);
         let (mine, tail) = tail.split_at_mut(end - begin);
@@ -231,7 +236,7 @@ pub fn run_jobs(
             .collect();
         handles.into_iter().try_for_each(|h| {
             h.join()
-                .unwrap_or_else(|_| Err(Error::internal("a copy thread panicked")))
+                .unwrap_or_else(|_| Err(internal_err!("a copy thread panicked")))
         })
     })
 }

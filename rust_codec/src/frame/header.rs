@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::frame::buffer::ALIGNMENT;
-use crate::frame_err;
 use crate::schema::dtype::DType;
+use crate::{frame_err, internal_err};
 
 /// The largest header a reader accepts (as safetensors): the header is O(fields), so a real
 /// one is kilobytes; this bounds the JSON parse of a hostile one.
@@ -16,10 +16,15 @@ pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 /// One tensor of the data section; offsets are relative to the data section's start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The tensor's name (a field, one of its tables, `__seq_offsets` or a `__pad.K`).
     pub name: String,
+    /// The dtype the header declares.
     pub dtype: DType,
+    /// The shape the header declares.
     pub shape: Vec<u64>,
+    /// The tensor's first byte, relative to the data section.
     pub begin: u64,
+    /// The byte after the tensor's last, relative to the data section.
     pub end: u64,
 }
 
@@ -31,7 +36,7 @@ pub struct Entry {
 /// a JSON value tree first (a map, a copy of every metadata string) showed in its cost.
 pub fn write_header(metadata: &BTreeMap<String, String>, entries: &[Entry]) -> Result<Vec<u8>> {
     use std::io::Write;
-    let internal = |e: &dyn std::fmt::Display| Error::internal(format!("header: {e}"));
+    let internal = |e: &dyn std::fmt::Display| internal_err!("header: {e}");
     // Keys in byte order; `None` is the metadata.
     let mut keys: BTreeMap<&str, Option<&Entry>> = BTreeMap::new();
     keys.insert("__metadata__", None);
@@ -104,6 +109,7 @@ struct RawEntry {
 /// A parsed, bounds-checked header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
+    /// The header's `__metadata__`: py_wire's keys and any the caller added, all strings.
     pub metadata: BTreeMap<String, String>,
     /// Sorted by `begin`; together they cover the data section exactly.
     pub entries: Vec<Entry>,
@@ -115,6 +121,7 @@ pub struct Header {
 }
 
 impl Header {
+    /// The tensor called `name`, if the header lists it.
     pub fn entry(&self, name: &str) -> Option<&Entry> {
         self.entries.iter().find(|e| e.name == name)
     }
@@ -299,6 +306,7 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     #[test]
     fn header_round_trip_and_alignment() {

@@ -14,9 +14,13 @@ use crate::{frame_err, internal_err};
 /// Where a tensor lies in the frame (absolute byte offset).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TensorLoc {
+    /// The tensor's first byte, counted from the frame's first byte.
     pub offset: usize,
+    /// The tensor's length in bytes: its element count times its dtype's size, checked.
     pub nbytes: usize,
+    /// The dtype the header declares.
     pub dtype: DType,
+    /// The shape the header declares.
     pub shape: Vec<u64>,
 }
 
@@ -31,33 +35,46 @@ pub struct PackedIndex {
     pub row_offsets: TensorLoc,
     /// `[references]` int64 physical segment ids.
     pub row_segments: TensorLoc,
+    /// How many physical segments the field stores (`seg_shapes`' first dim).
     pub num_segments: u64,
+    /// How many segment references its rows make (`row_segments`' length).
     pub num_refs: u64,
     /// Every segment is referenced once, in storage order: the values are the rows'
     /// concatenation as they stand.
     pub in_order: bool,
 }
 
+/// One field of a parsed frame: its spec and where its tensors lie.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedField {
+    /// The field's layout facts, from the frame's field table or the held schema.
     pub spec: FieldSpec,
+    /// Where the field's values tensor lies.
     pub values: TensorLoc,
+    /// The CSR tables of a packed field (`None` for other tiers).
     pub packed: Option<PackedIndex>,
 }
 
+/// A frame as [`parse_frame`] validated it: header, row count and every field's tensors, each in
+/// bounds, the one view of a frame every reader goes through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FrameLayout {
+    /// The parsed safetensors header.
     pub header: Header,
+    /// The batch's row count (`py_wire.num_rows`).
     pub num_rows: u64,
+    /// The field whose rows define the per-token lengths, when the schema has one.
     pub sequence_field: Option<String>,
     /// `[rows + 1]` int64 token offsets shared by every per-token field.
     pub seq_offsets: Option<TensorLoc>,
     /// Tokens in the frame: the last sequence offset (0 without per-token fields).
     pub total_tokens: u64,
+    /// The frame's fields, in field-table order.
     pub fields: Vec<DecodedField>,
 }
 
 impl FrameLayout {
+    /// The field called `name`, if the frame has it.
     pub fn field(&self, name: &str) -> Option<&DecodedField> {
         self.fields.iter().find(|f| f.spec.name == name)
     }
@@ -549,6 +566,7 @@ pub fn read_seq_offsets(buf: &[u8], layout: &FrameLayout) -> Result<Option<Vec<u
 /// and values: every segment id, shape and element range is in bounds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PackedTables {
+    /// The dims per segment, the same for every segment of the field.
     pub rank: usize,
     /// `[segments * rank]`: each physical segment's shape.
     pub seg_shapes: Vec<u64>,
@@ -561,6 +579,7 @@ pub struct PackedTables {
 }
 
 impl PackedTables {
+    /// How many physical segments the field stores.
     pub fn num_segments(&self) -> usize {
         self.seg_offsets.len() - 1
     }

@@ -218,14 +218,17 @@ impl PrivateMapping {
         }
     }
 
+    /// The bytes the mapping shows (the frame's length).
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the mapping shows no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The bytes the mapping shows, from the frame's first.
     pub fn as_slice(&self) -> &[u8] {
         if self.len == 0 {
             return &[];

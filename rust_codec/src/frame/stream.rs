@@ -103,6 +103,7 @@ impl Stores {
         Stores::new(streams(frame_len))
     }
 
+    /// Stores that stream (`true`) or not, whatever the frame's size.
     pub fn new(streaming: bool) -> Stores {
         Stores {
             streaming,
@@ -110,6 +111,7 @@ impl Stores {
         }
     }
 
+    /// Whether these stores stream.
     pub fn streaming(&self) -> bool {
         self.streaming
     }

@@ -23,7 +23,9 @@ use crate::{argument_err, frame_err, internal_err};
 /// One parsed frame: its bytes and validated layout.
 #[derive(Clone, Copy)]
 pub struct Source<'a> {
+    /// The frame's bytes.
     pub bytes: &'a [u8],
+    /// Its layout, parsed from `bytes`.
     pub layout: &'a FrameLayout,
 }
 
@@ -33,7 +35,14 @@ pub enum Rows {
     /// Every row, in order.
     All,
     /// `start, start + step, ...` below `stop` (as Python's `range`; `step` is never 0).
-    Range { start: i64, stop: i64, step: i64 },
+    Range {
+        /// The first row taken.
+        start: i64,
+        /// The bound the rows stop short of.
+        stop: i64,
+        /// The distance from one row taken to the next; negative walks backwards.
+        step: i64,
+    },
     /// Explicit row indices; negative ones count from the end, as in Python.
     List(Vec<i64>),
     /// Consecutive row spans `start..stop`, one after another (e.g. an interleaved shard).

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use pyo3::PyErr;
 
 use crate::error::Error;
+use crate::{frame_err, internal_err};
 
 create_exception!(
     py_wire,
@@ -149,10 +150,10 @@ pub fn guarded<T>(on_panic: OnPanic, work: impl FnOnce() -> crate::Result<T>) ->
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".to_string());
         Err(match on_panic {
-            OnPanic::Frame => Error::frame(format!(
+            OnPanic::Frame => frame_err!(
                 "the frame could not be read ({what}); was its buffer written while in use?"
-            )),
-            OnPanic::Internal => Error::internal(what),
+            ),
+            OnPanic::Internal => internal_err!("{what}"),
         })
     })
 }

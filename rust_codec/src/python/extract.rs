@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
 
 use super::errors::BatchError;
-use super::staged::FastReader;
+use super::tensor_getters::FastReader;
 use crate::schema::dtype::DType;
 use crate::tensor::{extent_bytes, Dims, TensorRef, MAX_RANK};
 

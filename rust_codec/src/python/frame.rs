@@ -15,6 +15,7 @@ use crate::frame::buffer::AlignedBuf;
 use crate::frame::header::parse_header;
 use crate::frame::layout::{parse_frame, FrameLayout};
 use crate::frame::remap::PrivateMapping;
+use crate::frame_err;
 
 /// Views of a base this aligned need no copy: every element type's natural alignment.
 const MIN_BASE_ALIGNMENT: usize = 16;
@@ -442,7 +443,7 @@ fn copied(py: Python<'_>, bytes: &[u8]) -> PyResult<Frame> {
         .detach(|| {
             guarded(OnPanic::Frame, || {
                 let owned = AlignedBuf::from_slice(bytes).ok_or_else(|| {
-                    crate::Error::frame(format!("cannot allocate {} bytes for a copy", bytes.len()))
+                    frame_err!("cannot allocate {} bytes for a copy", bytes.len())
                 })?;
                 let layout = parse_frame(owned.as_slice())?;
                 Ok((owned, layout))

@@ -7,6 +7,7 @@ mod extract;
 mod frame;
 mod layout;
 mod staged;
+mod tensor_getters;
 mod transport;
 
 use std::collections::BTreeMap;

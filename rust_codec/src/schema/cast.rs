@@ -16,8 +16,9 @@
 //!
 //! The loops walk fixed-size element arrays with branch-free bodies so that LLVM vectorises them.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::schema::dtype::DType;
+use crate::schema_err;
 
 /// What torch's vectorised `float32 -> bfloat16` kernel writes for any NaN input.
 const BF16_NAN_FROM_F32: u16 = 0xFFFF;
@@ -94,17 +95,17 @@ pub fn widens_exactly(from: DType, to: DType) -> bool {
 /// `src.len()` must be n*from.size() and `dst.len()` n*to.size(); otherwise Err(Error::Schema).
 pub fn cast_run(from: DType, to: DType, src: &[u8], dst: &mut [u8]) -> Result<()> {
     if !is_supported(from, to) {
-        return Err(Error::schema(format!(
+        return Err(schema_err!(
             "no cast from {} to {}: the codec casts only between floating types \
              (float32/float64 to a narrower wire dtype and back)",
             from.name(),
             to.name()
-        )));
+        ));
     }
     let (from_size, to_size) = (from.size(), to.size());
     let n = src.len() / from_size;
     if !src.len().is_multiple_of(from_size) || n.checked_mul(to_size) != Some(dst.len()) {
-        return Err(Error::schema(format!(
+        return Err(schema_err!(
             "cast {} -> {}: a source of {} bytes and a destination of {} bytes do not hold the \
              same whole number of elements ({} and {} bytes each)",
             from.name(),
@@ -113,7 +114,7 @@ pub fn cast_run(from: DType, to: DType, src: &[u8], dst: &mut [u8]) -> Result<()
             dst.len(),
             from_size,
             to_size
-        )));
+        ));
     }
     use DType::*;
     match (from, to) {
@@ -133,13 +134,7 @@ pub fn cast_run(from: DType, to: DType, src: &[u8], dst: &mut [u8]) -> Result<()
         }),
         (F16, F64) => map::<2, 8>(src, dst, |x| f32_to_f64(f16_to_f32(u16le(x))).to_le_bytes()),
         // is_supported() admitted the pair, so this arm is unreachable; refuse rather than panic.
-        _ => {
-            return Err(Error::schema(format!(
-                "no cast from {} to {}",
-                from.name(),
-                to.name()
-            )))
-        }
+        _ => return Err(schema_err!("no cast from {} to {}", from.name(), to.name())),
     }
     Ok(())
 }
@@ -276,6 +271,7 @@ fn f32_to_f64(x: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use proptest::prelude::*;
     use sha2::{Digest, Sha256};
     use DType::*;

@@ -1,25 +1,45 @@
 //! Element types: their names (torch's), their safetensors codes and their sizes.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::schema_err;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// An element type a field may hold or store; each has a torch name, a safetensors code and a size
+/// (see `TABLE`).
 pub enum DType {
+    /// `torch.bool`, one byte per element.
     Bool,
+    /// `torch.uint8`.
     U8,
+    /// `torch.int8`.
     I8,
+    /// `torch.int16`.
     I16,
+    /// `torch.uint16`.
     U16,
+    /// `torch.int32`.
     I32,
+    /// `torch.uint32`.
     U32,
+    /// `torch.int64`, also the dtype of every offset and index table in a frame.
     I64,
+    /// `torch.uint64`.
     U64,
+    /// `torch.float16` (IEEE half).
     F16,
+    /// `torch.bfloat16`.
     BF16,
+    /// `torch.float32`.
     F32,
+    /// `torch.float64`.
     F64,
+    /// `torch.float8_e4m3fn`: 4 exponent bits, 3 mantissa bits, no infinities.
     F8E4M3,
+    /// `torch.float8_e5m2`: 5 exponent bits, 2 mantissa bits.
     F8E5M2,
+    /// `torch.complex64`: two `float32`s.
     C64,
+    /// `torch.complex128`: two `float64`s.
     C128,
 }
 
@@ -62,22 +82,26 @@ impl DType {
         self.row().2
     }
 
+    /// Bytes per element.
     pub fn size(self) -> usize {
         self.row().3
     }
 
+    /// The dtype torch calls `name` (`"float32"`), or a `SchemaError` naming it.
     pub fn from_name(name: &str) -> Result<DType> {
         TABLE
             .iter()
             .find(|r| r.1 == name)
             .map(|r| r.0)
-            .ok_or_else(|| Error::schema(format!("unknown dtype {name:?}")))
+            .ok_or_else(|| schema_err!("unknown dtype {name:?}"))
     }
 
+    /// The dtype whose safetensors code is `code` (`"F32"`), if any.
     pub fn from_safetensors_code(code: &str) -> Option<DType> {
         TABLE.iter().find(|r| r.2 == code).map(|r| r.0)
     }
 
+    /// Every dtype, in the table's order.
     pub fn all() -> impl Iterator<Item = DType> {
         TABLE.iter().map(|r| r.0)
     }

@@ -3,11 +3,13 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::schema::dtype::DType;
+use crate::schema_err;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// How a field's values relate to a batch's rows, which decides how the frame stores them.
 pub enum Tier {
     /// Per row 0..k segments of any rank; rows may share segments.
     Packed,
@@ -18,6 +20,7 @@ pub enum Tier {
 }
 
 impl Tier {
+    /// The tier's name in schema files and frame headers (`"packed"`, `"per_token"`, `"scalar"`).
     pub fn name(self) -> &'static str {
         match self {
             Tier::Packed => "packed",
@@ -46,19 +49,25 @@ impl<'de> Deserialize<'de> for DType {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FieldSpec {
+    /// The field's name: the batch key and the name of its values tensor in the frame.
     pub name: String,
+    /// How the field's values relate to rows.
     pub tier: Tier,
     /// The dtype producers hand in.
     pub dtype: DType,
     /// The dtype stored in the frame, when the schema declares a cast.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wire_dtype: Option<DType>,
+    /// The segment (packed), per-token (after the sequence dim) or per-row (scalar) shape; `None`
+    /// is a ragged dim.
     pub shape: Vec<Option<u64>>,
     #[serde(default)]
+    /// Packed only: the dim segments concatenate on, resolved to count from the front.
     pub pack_dim: usize,
 }
 
 impl FieldSpec {
+    /// The dtype the frame stores: the wire dtype when the schema declares a cast, else the dtype.
     pub fn stored_dtype(&self) -> DType {
         self.wire_dtype.unwrap_or(self.dtype)
     }
@@ -68,11 +77,11 @@ impl FieldSpec {
     pub fn validate(&self) -> Result<()> {
         let name = &self.name;
         if !is_field_name(name) {
-            return Err(Error::schema(format!(
+            return Err(schema_err!(
                 "field name {name:?} must start with an ASCII letter or '_', continue with ASCII \
                  letters, digits and '_', be at most {MAX_NAME_LEN} bytes long and not start \
                  with '__'"
-            )));
+            ));
         }
         // Per-token and scalar values carry one more dim (tokens or rows) than the spec's shape.
         let max_rank = match self.tier {
@@ -80,57 +89,57 @@ impl FieldSpec {
             Tier::PerToken | Tier::Scalar => MAX_RANK - 1,
         };
         if self.shape.len() > max_rank {
-            return Err(Error::schema(format!(
+            return Err(schema_err!(
                 "{} field {name:?}: shape {} has rank {}; at most {max_rank} is supported",
                 self.tier.name(),
                 pattern_string(&self.shape),
                 self.shape.len()
-            )));
+            ));
         }
         if let Some(d) = self.shape.iter().flatten().find(|&&d| d > MAX_DIM) {
-            return Err(Error::schema(format!(
+            return Err(schema_err!(
                 "field {name:?}: static dim {d} in shape {} exceeds {MAX_DIM}",
                 pattern_string(&self.shape)
-            )));
+            ));
         }
         match self.tier {
             Tier::Packed => {
                 if self.shape.is_empty() {
-                    return Err(Error::schema(format!(
+                    return Err(schema_err!(
                         "packed field {name:?} needs a segment shape of rank >= 1"
-                    )));
+                    ));
                 }
                 if self.pack_dim >= self.shape.len() {
-                    return Err(Error::schema(format!(
+                    return Err(schema_err!(
                         "packed field {name:?}: pack_dim {} is out of range for rank {}",
                         self.pack_dim,
                         self.shape.len()
-                    )));
+                    ));
                 }
             }
             Tier::PerToken | Tier::Scalar => {
                 if self.shape.iter().any(Option::is_none) {
-                    return Err(Error::schema(format!(
+                    return Err(schema_err!(
                         "{} field {name:?} cannot have ragged dims (\"*\"); make it packed",
                         self.tier.name()
-                    )));
+                    ));
                 }
                 if self.pack_dim != 0 {
-                    return Err(Error::schema(format!(
+                    return Err(schema_err!(
                         "pack_dim applies to packed fields only (field {name:?})"
-                    )));
+                    ));
                 }
             }
         }
         if let Some(wire) = self.wire_dtype {
             if wire != self.dtype && !crate::schema::cast::is_wire_cast(self.dtype, wire) {
-                return Err(Error::schema(format!(
+                return Err(schema_err!(
                     "field {name:?}: no cast from {} to wire dtype {} (a wire dtype narrows a \
                      floating-point dtype: float32 to bfloat16 or float16, float64 to float32, \
                      bfloat16 or float16; integers are never cast)",
                     self.dtype.name(),
                     wire.name()
-                )));
+                ));
             }
         }
         Ok(())
@@ -179,19 +188,28 @@ pub fn is_field_name(name: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FieldDecl {
+    /// The field's name, checked by [`FieldSpec::validate`] on resolve.
     pub name: String,
+    /// How the field's values relate to rows.
     pub tier: Tier,
+    /// The dtype producers hand in.
     pub dtype: DType,
     #[serde(default)]
+    /// The dtype to store on the wire; `None` or the dtype itself means no cast.
     pub wire_dtype: Option<DType>,
+    /// The shape pattern; `None` is a ragged dim (see [`FieldSpec`]).
     pub shape: Vec<Option<u64>>,
     #[serde(default)]
+    /// Packed only: the dim segments concatenate on, negative counting from the last.
     pub pack_dim: i64,
     #[serde(default)]
+    /// Whether the schema accepts a wire dtype that narrows the dtype (required when it does).
     pub lossy: bool,
 }
 
 impl FieldDecl {
+    /// Applies every field rule and settles `pack_dim` and `wire_dtype`: the spec a frame stores,
+    /// or a `SchemaError`.
     pub fn resolve(&self) -> Result<FieldSpec> {
         let name = &self.name;
         let rank = self.shape.len() as i64;
@@ -201,11 +219,11 @@ impl FieldDecl {
             self.pack_dim
         };
         let pack_dim = usize::try_from(pack_dim).map_err(|_| {
-            Error::schema(format!(
+            schema_err!(
                 "{} field {name:?}: pack_dim {} is out of range for rank {rank}",
                 self.tier.name(),
                 self.pack_dim
-            ))
+            )
         })?;
         let spec = FieldSpec {
             name: name.clone(),
@@ -218,11 +236,11 @@ impl FieldDecl {
         spec.validate()?;
         if let Some(wire) = spec.wire_dtype {
             if crate::schema::cast::is_lossy(spec.dtype, wire) && !self.lossy {
-                return Err(Error::schema(format!(
+                return Err(schema_err!(
                     "field {name:?}: wire dtype {} narrows {}: declare lossy = true",
                     wire.name(),
                     spec.dtype.name()
-                )));
+                ));
             }
         }
         Ok(spec)
@@ -240,17 +258,24 @@ pub fn pattern_string(shape: &[Option<u64>]) -> String {
 
 /// Names of the tensors a field stores in a frame.
 pub mod names {
+    /// The per-frame `[B+1]` I64 row offsets into the per-token fields' tokens.
     pub const SEQ_OFFSETS: &str = "__seq_offsets";
+    /// The prefix of the `__pad.K` U8 tensors that fill alignment gaps.
     pub const PAD_PREFIX: &str = "__pad.";
+    /// A packed field's `[S, rank]` table of each segment's shape.
     pub fn seg_shapes(field: &str) -> String {
         format!("{field}.seg_shapes")
     }
+    /// A packed field's `[S+1]` table of where each segment starts in its values, in elements.
     pub fn seg_offsets(field: &str) -> String {
         format!("{field}.seg_offsets")
     }
+    /// A packed field's `[B+1]` table of where each row's run starts in its `row_segments`.
     pub fn row_offsets(field: &str) -> String {
         format!("{field}.row_offsets")
     }
+    /// A packed field's `[R]` table of the segment each of a row's items refers to (rows may share
+    /// one).
     pub fn row_segments(field: &str) -> String {
         format!("{field}.row_segments")
     }
@@ -258,13 +283,20 @@ pub mod names {
 
 /// Keys of `__metadata__`.
 pub mod meta {
+    /// The frame format's version key.
     pub const FORMAT: &str = "py_wire.format";
+    /// The only format version this build writes and reads.
     pub const FORMAT_VERSION: &str = "1";
+    /// The number of rows in the batch, as a decimal string.
     pub const NUM_ROWS: &str = "py_wire.num_rows";
+    /// The field table: the frame's [`FieldSpec`](super::FieldSpec)s as JSON (embedded frames only).
     pub const FIELDS: &str = "py_wire.fields";
+    /// The name of the field whose rows define the per-token lengths, when the schema has one.
     pub const SEQUENCE_FIELD: &str = "py_wire.sequence_field";
-    /// The schema as canonical JSON, and `sha256:` + its hex digest (written by Python).
+    /// The schema as canonical JSON (written by Python).
     pub const SCHEMA: &str = "py_wire.schema";
+    /// The schema's fingerprint, `sha256:` + the hex digest of [`SCHEMA`]'s JSON (written by
+    /// Python).
     pub const FINGERPRINT: &str = "py_wire.fingerprint";
     /// A compact frame's only schema entry: the fingerprint of a schema the reader holds (see
     /// `frame::compact`). Compact headers carry no schema, field table or sequence field.
