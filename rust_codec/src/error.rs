@@ -42,6 +42,8 @@ pub enum Code {
     Checksum,
     /// A compact frame names a schema fingerprint this process does not hold.
     UnknownSchema,
+    /// More rows than the frame's bytes could back (fields that store nothing per row).
+    RowsUnbacked,
 }
 
 impl Code {
@@ -63,6 +65,7 @@ impl Code {
             Code::GeometryMissing => "geometry_missing",
             Code::Checksum => "checksum",
             Code::UnknownSchema => "unknown_schema",
+            Code::RowsUnbacked => "rows_unbacked",
         }
     }
 }

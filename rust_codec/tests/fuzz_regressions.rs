@@ -72,8 +72,17 @@ fn gather_regressions() {
         }
         for case in cases {
             if let Ok(request) = gather(&case, &Rows::All) {
-                let out = py_wire_codec::encode(&request, Default::default())
-                    .unwrap_or_else(|e| panic!("{name}: gathered but did not encode: {e}"));
+                let out = match py_wire_codec::encode(&request, Default::default()) {
+                    Ok(out) => out,
+                    // More rows than bytes, of fields that store nothing per row: refused.
+                    Err(e)
+                        if e.kind() == "rows_unbacked"
+                            && !request.fields.iter().any(|f| f.spec.stores_bytes_per_row()) =>
+                    {
+                        continue
+                    }
+                    Err(e) => panic!("{name}: gathered but did not encode: {e}"),
+                };
                 parse_frame(out.as_slice())
                     .unwrap_or_else(|e| panic!("{name}: gathered an invalid frame: {e}"));
             }

@@ -145,8 +145,11 @@ fn options() -> EncodeOptions {
 /// An `Ok` request: encodes, parses, passes the walk, and its rows are `want`'s rows of the
 /// sources (`sources[i / n]`, row `i % n`, all of one frame `src` of `n` rows).
 fn check_output(request: &EncodeRequest<'_>, src: &RowBytes, n: u64, want: &[u64], what: &str) {
-    let (out, layout) = common::encode_and_parse(request, options())
-        .unwrap_or_else(|e| panic!("{what}: selected, but did not encode: {e:?}"));
+    let (out, layout) = match common::encode_and_parse(request, options()) {
+        Ok(done) => done,
+        Err(e) if common::rows_unbacked(request, &e) => return,
+        Err(e) => panic!("{what}: selected, but did not encode: {e:?}"),
+    };
     let buf = out.as_slice();
     common::walk(buf, &layout);
     assert_eq!(layout.num_rows, want.len() as u64, "{what}: row count");

@@ -220,7 +220,8 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
         return Err(batch_err!(
             "{num_rows} rows with no per-row data would make a frame of {total_len} bytes that \
              no reader accepts; add a per-row field"
-        ));
+        )
+        .code(Code::RowsUnbacked));
     }
     let mut jobs = layout.jobs;
     for job in &mut jobs {

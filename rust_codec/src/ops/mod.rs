@@ -230,16 +230,6 @@ fn gather_read<'a>(tables: &[Tables<'a>], rows: &Rows) -> Result<EncodeRequest<'
     }
     let num_rows = picks.iter().map(|p| p.end - p.start).sum::<u64>();
     let specs = field_union(tables)?;
-    // A frame's row count is trusted only as far as its bytes back it (readers refuse more rows
-    // than bytes), so rows of fields that store nothing per row cannot be framed in general:
-    // refused here, where the frames are named, rather than by the encoder.
-    if num_rows > 0 && !specs.iter().any(FieldSpec::stores_bytes_per_row) {
-        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-        return Err(argument_err!(
-            "cannot take {num_rows} rows of frames whose fields store no bytes per row \
-             (fields: {names:?}): a frame's row count must be backed by its bytes"
-        ));
-    }
     let mut fields = Vec::with_capacity(specs.len());
     // Every per-token field takes the same token ranges, every scalar the same row ranges.
     let (mut token_ranges, mut row_ranges) = (None, None);

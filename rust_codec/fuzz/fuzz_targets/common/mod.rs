@@ -151,6 +151,12 @@ impl Bytes<'_> {
     }
 }
 
+/// Whether `err` is the encoder's one refusal of a gathered request: more rows than the frame's
+/// bytes back, which only fields that store nothing per row allow.
+pub fn rows_unbacked(request: &EncodeRequest<'_>, err: &py_wire_codec::Error) -> bool {
+    err.kind() == "rows_unbacked" && !request.fields.iter().any(|f| f.spec.stores_bytes_per_row())
+}
+
 /// Encodes `request` and reads the frame back as a hostile reader does (`parse_frame`),
 /// asserting that the layout the encoder's caller gets without re-reading the index tables
 /// (`layout_of_written`) is the same. `Err` where encoding refuses.
