@@ -27,13 +27,17 @@ __all__ = [
     "ERROR_CONTEXT",
     "LOSSLESS_WIDENINGS",
     "MAX_HEADER_BYTES",
+    "MAX_NESTING",
+    "MAX_SCHEMA_BYTES",
     "METADATA_KEYS",
     "ReceiveBuffer",
     "SchemaError",
     "TensorLoc",
     "WireError",
     "__version__",
+    "canonical_json",
     "check_contracts",
+    "check_schema_text",
     "encode",
     "encode_parts",
     "encoded_nbytes",
@@ -74,6 +78,10 @@ __version__: str
 ERROR_CONTEXT: tuple[str, ...]
 LOSSLESS_WIDENINGS: dict[str, list[str]]
 MAX_HEADER_BYTES: int
+#: The largest schema text (a frame's embedded schema, a schema file), in bytes.
+MAX_SCHEMA_BYTES: int
+#: The deepest nesting of arrays and objects (tables) a schema may have.
+MAX_NESTING: int
 METADATA_KEYS: dict[str, str]
 
 @final
@@ -275,6 +283,8 @@ def hold_schema(
 ) -> bool: ...
 def split_rows(frame: Frame, sizes: Sequence[int]) -> list[Frame]: ...
 def validate_field_spec(decl_json: str) -> str: ...
+def canonical_json(text: str) -> str: ...
+def check_schema_text(text: str, fingerprint: str) -> None: ...
 def validate_contract(
     contract_json: str, field_specs: Sequence[str], sequence_field: str | None = None
 ) -> None: ...
