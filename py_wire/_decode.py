@@ -323,10 +323,8 @@ def checked_schema(frame: Frame) -> Schema:
     starts here. O(fields). The codec's reader checked, when the frame was wrapped, that an
     embedded schema matches its fingerprint and is canonical, and that the field table and
     sequence field are what it implies (``frame::schema_text``); a compact frame's field table
-    was derived, in the codec, from the schema this process holds under its fingerprint."""
-    if frame.compact:
-        held: Schema = Schema.from_frame(frame)
-        return held
+    was derived, in the codec, from the schema this process holds under its fingerprint. The
+    frame keeps the Schema it built (``Frame.schema``)."""
     schema: Schema = frame.schema
     return schema
 

@@ -411,21 +411,20 @@ class Schema(BaseModel):
         (``FrameError`` naming the fingerprint when it holds none). A schema read from an
         embedded frame is held from then on (up to a cap), so that later compact frames of it
         can be read."""
-        meta = frame.metadata
-        reference = meta.get(SCHEMA_REF_KEY)
-        if reference is not None:
-            held = _HELD.get(reference)
+        fingerprint, text = frame.schema_source  # one call: what the codec validated
+        if fingerprint is None:
+            raise FrameError("the frame carries no schema")
+        if text is None:  # compact: the schema named by fingerprint
+            held = _HELD.get(fingerprint)
             if held is None:
                 raise FrameError(
-                    f"the frame is compact: it names its schema by fingerprint {reference[:80]} "
-                    "only, and this process holds no schema with that fingerprint (load it with "
-                    "py_wire.load_schema, or pass schema= to decode / Frame.from_buffer)"
+                    f"the frame is compact: it names its schema by fingerprint "
+                    f"{fingerprint[:80]} only, and this process holds no schema with that "
+                    "fingerprint (load it with py_wire.load_schema, or pass schema= to decode / "
+                    "Frame.from_buffer)"
                 )
             return held
-        text = meta.get(SCHEMA_KEY)
-        if text is None:
-            raise FrameError("the frame carries no schema")
-        return _schema_from_frame_text(text, meta.get(FINGERPRINT_KEY))
+        return _schema_from_frame_text(text, fingerprint)
 
     @classmethod
     def _validate(cls, data: Any, source: str) -> Schema:
@@ -450,7 +449,7 @@ def _problems(e: ValidationError) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _schema_from_frame_text(text: str, fingerprint: str | None) -> Schema:
+def _schema_from_frame_text(text: str, fingerprint: str) -> Schema:
     """The schema an embedded frame's text describes. The codec's reader checked the text when
     the frame was wrapped (``frame::schema_text``: its size, fingerprint, nesting, JSON and
     canonical form, and the field table against it); what is left is meaning: the schema
@@ -489,6 +488,10 @@ def _hold(schema: Schema, learnt: bool = False) -> None:
         fingerprint, list(schema._specs.values()), schema.sequence_field, learnt
     ):
         _HELD[fingerprint] = schema
+
+
+# ``Frame.schema`` builds a frame's Schema with this (the codec imports no Python module).
+_native.set_schema_reader(Schema.from_frame)
 
 
 def hold_schema(schema: Schema | str | Path) -> Schema:

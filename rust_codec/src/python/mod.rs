@@ -675,7 +675,7 @@ mod _native {
     #[pymodule_export]
     use super::extract::register_torch;
     #[pymodule_export]
-    use super::frame::{BorrowedBytes, Frame, ReceiveBuffer};
+    use super::frame::{set_schema_reader, BorrowedBytes, Frame, ReceiveBuffer};
     #[pymodule_export]
     use super::layout::{PyFieldLayout, PyFrameLayout, PyTensorLoc};
     #[pymodule_export]
