@@ -319,37 +319,13 @@ def _check_trainer_options(
 
 
 def checked_schema(frame: Frame) -> Schema:
-    """The schema a frame carries (checked against its fingerprint, size and nesting), after
-    checking that the codec's field table and sequence field say what it says: every reader of
-    a frame (decode, frame ops, contract checks) starts here. O(fields). A compact frame's
-    field table was derived, in the codec, from the schema this process holds under its
-    fingerprint: that schema is the answer, with nothing to compare."""
-    if frame.compact:
-        held: Schema = Schema.from_frame(frame)
-        return held
+    """The schema a frame carries: every reader of a frame (decode, frame ops, contract checks)
+    starts here. O(fields). The codec's reader checked, when the frame was wrapped, that an
+    embedded schema matches its fingerprint and is canonical, and that the field table and
+    sequence field are what it implies (``frame::schema_text``); a compact frame's field table
+    was derived, in the codec, from the schema this process holds under its fingerprint. The
+    frame keeps the Schema it built (``Frame.schema``)."""
     schema: Schema = frame.schema
-    layout = frame.layout
-    for f in layout.fields:
-        stored = schema._spec_dicts.get(f.name)
-        found: dict[str, Any] = {
-            "name": f.name,
-            "tier": f.tier,
-            "dtype": f.dtype,
-            "shape": f.shape,
-            "pack_dim": f.pack_dim,
-        }
-        if f.stored_dtype != f.dtype:
-            found["wire_dtype"] = f.stored_dtype
-        if stored != found:
-            raise FrameError(
-                f"field {f.name!r}: the frame's field table {found} disagrees with its schema "
-                f"{stored} (damaged header?)"
-            )
-    if layout.sequence_field != schema.sequence_field and layout.seq_offsets is not None:
-        raise FrameError(
-            f"the frame's sequence field {layout.sequence_field!r} disagrees with its schema's "
-            f"{schema.sequence_field!r}"
-        )
     return schema
 
 

@@ -27,13 +27,17 @@ __all__ = [
     "ERROR_CONTEXT",
     "LOSSLESS_WIDENINGS",
     "MAX_HEADER_BYTES",
+    "MAX_NESTING",
+    "MAX_SCHEMA_BYTES",
     "METADATA_KEYS",
     "ReceiveBuffer",
     "SchemaError",
     "TensorLoc",
     "WireError",
     "__version__",
+    "canonical_json",
     "check_contracts",
+    "check_schema_text",
     "encode",
     "encode_parts",
     "encoded_nbytes",
@@ -47,6 +51,7 @@ __all__ = [
     "pad_rows",
     "placeholder_runs",
     "register_torch",
+    "set_schema_reader",
     "split_rows",
     "validate_contract",
     "validate_field_spec",
@@ -74,6 +79,10 @@ __version__: str
 ERROR_CONTEXT: tuple[str, ...]
 LOSSLESS_WIDENINGS: dict[str, list[str]]
 MAX_HEADER_BYTES: int
+#: The largest schema text (a frame's embedded schema, a schema file), in bytes.
+MAX_SCHEMA_BYTES: int
+#: The deepest nesting of arrays and objects (tables) a schema may have.
+MAX_NESTING: int
 METADATA_KEYS: dict[str, str]
 
 @final
@@ -189,6 +198,8 @@ class Frame:
     @schema.setter
     def schema(self, value: Schema) -> None: ...
     @property
+    def schema_source(self) -> tuple[str | None, str | None]: ...
+    @property
     def layout(self) -> FrameLayout: ...
     @property
     def compact(self) -> bool: ...
@@ -275,6 +286,9 @@ def hold_schema(
 ) -> bool: ...
 def split_rows(frame: Frame, sizes: Sequence[int]) -> list[Frame]: ...
 def validate_field_spec(decl_json: str) -> str: ...
+def canonical_json(text: str) -> str: ...
+def check_schema_text(text: str, fingerprint: str) -> None: ...
+def set_schema_reader(reader: Callable[[Frame], Schema]) -> None: ...
 def validate_contract(
     contract_json: str, field_specs: Sequence[str], sequence_field: str | None = None
 ) -> None: ...

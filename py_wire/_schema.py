@@ -79,11 +79,12 @@ LOSSLESS_WIDENINGS: dict[str, frozenset[str]] = {
 }
 
 DEFAULT_STAGES = ("generation", "logprob", "ref_logprob", "train")
-#: The largest schema file, or schema string in a frame, that is parsed at all.
-MAX_SCHEMA_BYTES = 1 << 20
+#: The largest schema file, or schema string in a frame, that is parsed at all (the codec's
+#: constant: its reader checks a frame's schema against it, ``frame::schema_text``).
+MAX_SCHEMA_BYTES: int = _native.MAX_SCHEMA_BYTES
 #: The deepest nesting of arrays and tables a schema file or a frame's schema JSON may have
 #: (a real schema needs 3); checked before parsing, so no parser recurses on hostile input.
-MAX_NESTING = 32
+MAX_NESTING: int = _native.MAX_NESTING
 
 _SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 
@@ -403,28 +404,27 @@ class Schema(BaseModel):
 
     @classmethod
     def from_frame(cls, frame: Frame) -> Schema:
-        """The schema a frame carries, checked against its fingerprint (``FrameError`` if the
-        two disagree: the header was damaged). The fingerprint, the size and the nesting are
-        checked before the text is parsed; every failure is a ``FrameError``. A compact frame
+        """The schema a frame carries. The codec checked it when the frame was wrapped (its
+        size, fingerprint, nesting and canonical form, before the text was parsed, and the
+        field table against it); every failure is a ``FrameError``. A compact frame
         (``py_wire.schema_ref``) gives the schema this process holds under its fingerprint
         (``FrameError`` naming the fingerprint when it holds none). A schema read from an
         embedded frame is held from then on (up to a cap), so that later compact frames of it
         can be read."""
-        meta = frame.metadata
-        reference = meta.get(SCHEMA_REF_KEY)
-        if reference is not None:
-            held = _HELD.get(reference)
+        fingerprint, text = frame.schema_source  # one call: what the codec validated
+        if fingerprint is None:
+            raise FrameError("the frame carries no schema")
+        if text is None:  # compact: the schema named by fingerprint
+            held = _HELD.get(fingerprint)
             if held is None:
                 raise FrameError(
-                    f"the frame is compact: it names its schema by fingerprint {reference[:80]} "
-                    "only, and this process holds no schema with that fingerprint (load it with "
-                    "py_wire.load_schema, or pass schema= to decode / Frame.from_buffer)"
+                    f"the frame is compact: it names its schema by fingerprint "
+                    f"{fingerprint[:80]} only, and this process holds no schema with that "
+                    "fingerprint (load it with py_wire.load_schema, or pass schema= to decode / "
+                    "Frame.from_buffer)"
                 )
             return held
-        text = meta.get(SCHEMA_KEY)
-        if text is None:
-            raise FrameError("the frame carries no schema")
-        return _schema_from_frame_text(text, meta.get(FINGERPRINT_KEY))
+        return _schema_from_frame_text(text, fingerprint)
 
     @classmethod
     def _validate(cls, data: Any, source: str) -> Schema:
@@ -449,23 +449,26 @@ def _problems(e: ValidationError) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _schema_from_frame_text(text: str, fingerprint: Any) -> Schema:
+def _schema_from_frame_text(text: str, fingerprint: str) -> Schema:
+    """The schema an embedded frame's text describes. The codec's reader checked the text when
+    the frame was wrapped (``frame::schema_text``: its size, fingerprint, nesting, JSON and
+    canonical form, and the field table against it); what is left is meaning: the schema
+    model's rules, and that the text is the whole model as py_wire writes it (no key left to a
+    default), so that the schema read back has the frame's fingerprint."""
     where = "the frame's schema"
-    _check_size(text, where, FrameError)
-    if not isinstance(fingerprint, str):
-        raise FrameError("the frame carries a schema but no fingerprint")
-    digest = "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-    if digest != fingerprint:
-        raise FrameError(
-            f"the frame's schema does not match its fingerprint {fingerprint[:80]!r} "
-            "(damaged header?)"
-        )
     try:
-        schema = Schema.from_json(text, where)
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:  # unreachable past the codec's checks
+        raise FrameError(f"{where} is not valid JSON: {e}") from None
+    try:
+        schema = Schema._validate(data, where)
     except SchemaError as e:
         raise FrameError(f"the frame's schema is invalid: {e}") from None
     if schema.fingerprint != fingerprint:
-        raise FrameError(f"{where} is not in canonical form (its fingerprint {fingerprint!r})")
+        raise FrameError(
+            f"{where} is canonical JSON but not the schema model as py_wire writes it (a key "
+            f"left out or a value py_wire would write otherwise); its fingerprint {fingerprint!r}"
+        )
     _hold(schema, learnt=True)
     return schema
 
@@ -485,6 +488,10 @@ def _hold(schema: Schema, learnt: bool = False) -> None:
         fingerprint, list(schema._specs.values()), schema.sequence_field, learnt
     ):
         _HELD[fingerprint] = schema
+
+
+# ``Frame.schema`` builds a frame's Schema with this (the codec imports no Python module).
+_native.set_schema_reader(Schema.from_frame)
 
 
 def hold_schema(schema: Schema | str | Path) -> Schema:

@@ -7,14 +7,13 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{le_i64, spec};
+use common::spec;
 use py_wire_codec::error::Code;
 use py_wire_codec::frame::compact::{hold, HeldSchema};
 use py_wire_codec::frame::header::parse_header;
 use py_wire_codec::ops::{gather, Rows, Source};
 use py_wire_codec::schema::spec::meta;
-use py_wire_codec::tensor::TensorRef;
-use py_wire_codec::{parse_frame, DType, EncodeRequest, Error, FieldData, FieldInput, Tier};
+use py_wire_codec::{parse_frame, DType, EncodeRequest, Error, Tier};
 
 fn fields() -> Vec<py_wire_codec::FieldSpec> {
     vec![
@@ -24,30 +23,7 @@ fn fields() -> Vec<py_wire_codec::FieldSpec> {
 }
 
 fn request(metadata: BTreeMap<String, String>) -> EncodeRequest<'static> {
-    let ids = Box::leak(le_i64(&[5, 6, 7]).into_boxed_slice());
-    let reward = Box::leak(vec![0u8; 8].into_boxed_slice());
-    let specs = fields();
-    EncodeRequest {
-        fields: vec![
-            FieldData {
-                spec: specs[0].clone(),
-                input: FieldInput::Segments {
-                    segments: vec![
-                        TensorRef::contiguous(DType::I64, &[1], &ids[..8]).unwrap(),
-                        TensorRef::contiguous(DType::I64, &[2], &ids[8..]).unwrap(),
-                    ],
-                    row_offsets: vec![0, 1, 2],
-                },
-            },
-            FieldData {
-                spec: specs[1].clone(),
-                input: FieldInput::Dense(TensorRef::contiguous(DType::F32, &[2], reward).unwrap()),
-            },
-        ],
-        sequence_field: Some("ids".into()),
-        metadata,
-        ..Default::default()
-    }
+    common::ids_and_reward(metadata, DType::F32)
 }
 
 fn fingerprint(byte: &str) -> String {

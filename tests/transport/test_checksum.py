@@ -138,12 +138,18 @@ def test_a_corrupted_field_is_named() -> None:
     assert info.value.field == "advantages"
     with pytest.raises(FrameError, match="advantages"):
         py_wire.decode(bad, verify=True)
-    # A header whose meaning changed while it still parses and validates: the schema's
-    # fingerprint edited (only the Python layer reads it).
+    # The schema's fingerprint edited: the reader refuses it when the frame is wrapped.
     fingerprint = frame.metadata["py_wire.fingerprint"].encode()
     edited = fingerprint[:-1] + (b"0" if fingerprint[-1:] != b"0" else b"1")
     text = bytes(frame).replace(fingerprint, edited)
     assert text != bytes(frame)
+    with pytest.raises(FrameError, match="does not match its fingerprint"):
+        py_wire.Frame.from_buffer(bytearray(text))
+    # A header whose meaning changed while it still parses and validates (a caller's own
+    # entry, which no reader checks): only the header checksum can tell.
+    tagged = py_wire.encode(_batch(rows=3), "qwen2_5_vl", checksum=True, metadata={"run": "step-1"})
+    text = bytes(tagged).replace(b'"step-1"', b'"step-2"')
+    assert text != bytes(tagged)
     with pytest.raises(FrameError, match="checksum mismatch in the header"):
         py_wire.Frame.from_buffer(bytearray(text)).verify()
 

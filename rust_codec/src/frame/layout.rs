@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::frame::buffer::ALIGNMENT;
 use crate::frame::compact;
 use crate::frame::header::{parse_header, parse_prefix, Entry, Header};
+use crate::frame::schema_text;
 use crate::schema::dtype::DType;
 use crate::schema::spec::{meta, names, FieldSpec, Tier};
 use crate::tensor::checked_numel;
@@ -114,7 +115,7 @@ fn find(header: &Header, name: &str, dtype: DType, rank: usize) -> Result<Tensor
 }
 
 /// The field table and sequence field of the frame whose header is `header`: what its metadata
-/// carries (an embedded frame), or what the held schema its `py_wire.schema_ref` names says (a
+/// carries (an embedded frame, checked against its schema), or what the held schema its `py_wire.schema_ref` names says (a
 /// compact frame, see `frame::compact`; a `FrameError` naming the fingerprint when this
 /// process holds no such schema).
 fn field_table(header: &Header) -> Result<(Vec<FieldSpec>, Option<String>)> {
@@ -129,9 +130,13 @@ fn field_table(header: &Header) -> Result<(Vec<FieldSpec>, Option<String>)> {
     let json = metadata
         .get(meta::FIELDS)
         .ok_or_else(|| frame_err!("{:?} is missing", meta::FIELDS))?;
-    let specs =
+    let specs: Vec<FieldSpec> =
         serde_json::from_str(json).map_err(|e| frame_err!("field table is malformed: {e}"))?;
-    Ok((specs, metadata.get(meta::SEQUENCE_FIELD).cloned()))
+    let sequence_field = metadata.get(meta::SEQUENCE_FIELD).cloned();
+    // The embedded schema (its fingerprint, size, nesting, canonical form) and the field table
+    // against what it implies: see `frame::schema_text`.
+    schema_text::check_embedded(metadata, &specs, sequence_field.as_deref())?;
+    Ok((specs, sequence_field))
 }
 
 /// Parses and validates a whole frame. `buf` may hold bytes after the frame's end (a frame in a

@@ -9,4 +9,5 @@ pub mod header;
 pub mod layout;
 pub mod pad;
 pub mod remap;
+pub mod schema_text;
 pub mod stream;

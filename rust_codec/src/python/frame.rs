@@ -280,8 +280,9 @@ impl Frame {
         Ok(d)
     }
 
-    /// The schema this frame was encoded with (a `py_wire.Schema`), rebuilt from the frame's
-    /// metadata on first access.
+    /// The schema this frame was encoded with (a `py_wire.Schema`), built on first access by
+    /// the reader `py_wire._schema` registered (`set_schema_reader`: `Schema.from_frame`, which
+    /// asks `schema_source` once), and kept.
     #[getter]
     fn schema(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
@@ -289,13 +290,36 @@ impl Frame {
         if let Some(s) = this.schema.lock().map_err(|_| poisoned())?.as_ref() {
             return Ok(s.clone_ref(py));
         }
-        let schema = py
-            .import("py_wire._schema")?
-            .getattr("Schema")?
-            .call_method1("from_frame", (slf,))?
-            .unbind();
+        let reader = SCHEMA_READER
+            .lock()
+            .map_err(|_| poisoned())?
+            .as_ref()
+            .map(|r| r.clone_ref(py))
+            .ok_or_else(|| {
+                super::errors::InternalError::new_err(
+                    "no schema reader is registered (py_wire._schema registers one on import)",
+                )
+            })?;
+        let schema = reader.call1(py, (slf,))?;
         *this.schema.lock().map_err(|_| poisoned())? = Some(schema.clone_ref(py));
         Ok(schema)
+    }
+
+    /// The frame's schema as the reader validated it, in one call: `(fingerprint, text)` for
+    /// an embedded frame (the text checked against the fingerprint, canonical, and agreeing
+    /// with the field table: `frame::schema_text`), `(fingerprint, None)` for a compact one
+    /// (the fingerprint it names), `(None, None)` for a frame that names no schema.
+    #[getter]
+    fn schema_source(&self) -> (Option<&str>, Option<&str>) {
+        use crate::schema::spec::meta;
+        let md = &self.layout.header.metadata;
+        match md.get(meta::SCHEMA_REF) {
+            Some(reference) => (Some(reference.as_str()), None),
+            None => (
+                md.get(meta::FINGERPRINT).map(String::as_str),
+                md.get(meta::SCHEMA).map(String::as_str),
+            ),
+        }
     }
 
     #[setter]
@@ -451,6 +475,17 @@ fn copied(py: Python<'_>, bytes: &[u8]) -> PyResult<Frame> {
         })
         .map_err(to_py)?;
     Ok(Frame::from_owned(owned, layout))
+}
+
+/// What builds a `Schema` from a frame (`Schema.from_frame`), registered once by
+/// `py_wire._schema` when it is imported: the `schema` getter calls it and imports nothing.
+static SCHEMA_READER: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
+
+/// Registers `reader` (called with a `Frame`, returning its `Schema`) for `Frame.schema`.
+#[pyfunction]
+pub fn set_schema_reader(reader: Py<PyAny>) -> PyResult<()> {
+    *SCHEMA_READER.lock().map_err(|_| poisoned())? = Some(reader);
+    Ok(())
 }
 
 fn poisoned() -> PyErr {

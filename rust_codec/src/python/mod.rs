@@ -611,6 +611,26 @@ fn validate_contract(
         .map_err(to_py)
 }
 
+/// The canonical form (`frame::schema_text`) of the JSON `text` holds: what CPython's
+/// `json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))` gives. `FrameError`
+/// if `text` is not JSON as `json.loads` reads it, or nests deeper than `MAX_NESTING`.
+#[pyfunction]
+fn canonical_json(text: &str) -> PyResult<String> {
+    crate::frame::schema_text::check_nesting(text).map_err(to_py)?;
+    let value = crate::frame::schema_text::parse(text).map_err(to_py)?;
+    Ok(crate::frame::schema_text::canonical(&value))
+}
+
+/// Every check the reader makes on an embedded schema (`frame::schema_text::check_text`: size,
+/// fingerprint, nesting, JSON, canonical form, the field rules); `FrameError` naming what is
+/// wrong.
+#[pyfunction]
+fn check_schema_text(text: &str, fingerprint: &str) -> PyResult<()> {
+    crate::frame::schema_text::checked_facts(text, fingerprint)
+        .map(|_| ())
+        .map_err(to_py)
+}
+
 #[pymodule]
 mod _native {
     use pyo3::prelude::*;
@@ -639,6 +659,11 @@ mod _native {
             pyo3::types::PyTuple::new(m.py(), super::errors::CONTEXT)?,
         )?;
         m.add("MAX_HEADER_BYTES", crate::frame::header::MAX_HEADER_BYTES)?;
+        m.add(
+            "MAX_SCHEMA_BYTES",
+            crate::frame::schema_text::MAX_SCHEMA_BYTES,
+        )?;
+        m.add("MAX_NESTING", crate::frame::schema_text::MAX_NESTING)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))
     }
 
@@ -651,7 +676,7 @@ mod _native {
     #[pymodule_export]
     use super::extract::register_torch;
     #[pymodule_export]
-    use super::frame::{BorrowedBytes, Frame, ReceiveBuffer};
+    use super::frame::{set_schema_reader, BorrowedBytes, Frame, ReceiveBuffer};
     #[pymodule_export]
     use super::layout::{PyFieldLayout, PyFrameLayout, PyTensorLoc};
     #[pymodule_export]
@@ -662,11 +687,11 @@ mod _native {
         micro_batch_rows, pack_rows,
     };
     #[pymodule_export]
+    use super::{canonical_json, check_schema_text, validate_contract, validate_field_spec};
+    #[pymodule_export]
     use super::{check_frame_contracts, placeholder_runs};
     #[pymodule_export]
     use super::{encode, encode_parts};
     #[pymodule_export]
     use super::{gather, hold_schema, split_rows};
-    #[pymodule_export]
-    use super::{validate_contract, validate_field_spec};
 }

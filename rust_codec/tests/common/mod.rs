@@ -1,8 +1,10 @@
 //! Builders shared by the integration tests.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
+
 use py_wire_codec::tensor::TensorRef;
-use py_wire_codec::{DType, FieldData, FieldInput, FieldSpec, Tier};
+use py_wire_codec::{DType, EncodeRequest, FieldData, FieldInput, FieldSpec, Tier};
 
 pub fn spec(name: &str, tier: Tier, dtype: DType, shape: Vec<Option<u64>>) -> FieldSpec {
     FieldSpec {
@@ -72,4 +74,37 @@ pub fn read_i64s<'b>(
     buf[loc.offset..loc.offset + loc.nbytes]
         .chunks_exact(8)
         .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+}
+
+/// Two rows: per-token `ids` (lengths 1 and 2, the sequence field) and a scalar `reward` of
+/// `reward_dtype`, with header entries `metadata`.
+pub fn ids_and_reward(
+    metadata: BTreeMap<String, String>,
+    reward_dtype: DType,
+) -> EncodeRequest<'static> {
+    let ids = Box::leak(le_i64(&[5, 6, 7]).into_boxed_slice());
+    let reward = Box::leak(vec![0u8; 2 * reward_dtype.size()].into_boxed_slice());
+    EncodeRequest {
+        fields: vec![
+            FieldData {
+                spec: spec("ids", Tier::PerToken, DType::I64, vec![]),
+                input: FieldInput::Segments {
+                    segments: vec![
+                        TensorRef::contiguous(DType::I64, &[1], &ids[..8]).unwrap(),
+                        TensorRef::contiguous(DType::I64, &[2], &ids[8..]).unwrap(),
+                    ],
+                    row_offsets: vec![0, 1, 2],
+                },
+            },
+            FieldData {
+                spec: spec("reward", Tier::Scalar, reward_dtype, vec![]),
+                input: FieldInput::Dense(
+                    TensorRef::contiguous(reward_dtype, &[2], reward).unwrap(),
+                ),
+            },
+        ],
+        sequence_field: Some("ids".into()),
+        metadata,
+        ..Default::default()
+    }
 }

@@ -1,0 +1,1179 @@
+//! The embedded schema's text (`py_wire.schema`) and fingerprint (`py_wire.fingerprint`): every
+//! check a reader makes on them, and the field table checked against what the schema implies.
+//!
+//! [`parse_frame`](crate::frame::layout::parse_frame) runs [`check_embedded`] on every embedded
+//! frame, so a damaged schema is a `FrameError` from the codec whichever reader meets it (the
+//! Python layer, the frame ops, the fuzz targets). The checks, in order (each cheap before the
+//! next, so hostile text is refused before it is parsed):
+//!
+//! 1. size: at most [`MAX_SCHEMA_BYTES`] bytes;
+//! 2. fingerprint: `"sha256:" + hex(sha256(text))`, lowercase hex, equals `py_wire.fingerprint`;
+//! 3. nesting: arrays and objects nest at most [`MAX_NESTING`] deep (counted outside strings);
+//! 4. JSON, as CPython's `json.loads` reads it (see [`parse`]);
+//! 5. canonical form: the text is byte for byte what [`canonical`] writes of the value it holds;
+//! 6. the schema's fields pass the codec's field rules ([`FieldDecl::resolve`]) and the frame's
+//!    field table (`py_wire.fields`) and sequence field agree with them.
+//!
+//! # The canonical form
+//!
+//! What CPython's `json.dumps(value, sort_keys=True, separators=(",", ":"))` writes (its other
+//! arguments at their defaults: `ensure_ascii=True`, `allow_nan=True`), for the values a schema
+//! holds:
+//!
+//! - no whitespace at all; `,` between items, `:` after a key;
+//! - object keys sorted by code point (Python's `str` order), each key once;
+//! - `null`, `true`, `false`;
+//! - integers in decimal, no leading zeros, no `+`, `-0` as `0`, at most [`MAX_INT_DIGITS`]
+//!   digits (CPython's `int` limit);
+//! - floats as Python's `repr`: the shortest digits that round-trip; positional when the decimal
+//!   exponent `e` (of `d.ddd × 10^e`) is in `-4 <= e < 16`, with at least one digit after the
+//!   point (`1.0`, `0.0001`, `-0.0`, `1234567890123456.0`), else `d[.ddd]e±XX` with a sign and at
+//!   least two exponent digits (`1e-05`, `1.5e+16`, `5e-324`); `NaN`, `Infinity`, `-Infinity`;
+//! - strings in ASCII: `\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t` as those two-character escapes,
+//!   other characters below U+0020 and every character from U+007F as `\u` and four lowercase
+//!   hex digits (above U+FFFF: a UTF-16 surrogate pair, `\ud83d\ude00`; a lone surrogate as
+//!   itself, `\ud800`), every other character (U+0020 to U+007E) as itself (`/` unescaped).
+//!
+//! A schema's text is ASCII, so its fingerprint is the digest of its UTF-8 bytes, equal to the
+//! digest Python computes of `canonical_json.encode()`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::{Arc, OnceLock, RwLock};
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::frame_err;
+use crate::schema::dtype::DType;
+use crate::schema::spec::{meta, pattern_string, FieldDecl, FieldSpec, Tier};
+
+/// The largest schema text (a frame's `py_wire.schema`, a schema file) read at all, in bytes.
+pub const MAX_SCHEMA_BYTES: usize = 1 << 20;
+/// The deepest nesting of arrays and objects (tables) a schema may have; a real one needs 3.
+pub const MAX_NESTING: usize = 32;
+/// The most digits an integer may have: CPython's default `sys.get_int_max_str_digits()`,
+/// beyond which its `json.loads` refuses the text.
+pub const MAX_INT_DIGITS: usize = 4300;
+
+/// What the errors call the text.
+const WHERE: &str = "the frame's schema";
+
+/// A JSON value as CPython's `json` module holds it. Strings are code points (Python's `str`,
+/// which may hold lone surrogates); integers are their canonical decimal text (any size).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json {
+    /// `null` (Python's `None`).
+    Null,
+    /// `true` or `false`.
+    Bool(bool),
+    /// An integer, as its canonical decimal text.
+    Int(String),
+    /// A float (Python's `float`, `NaN` and the infinities included).
+    Float(f64),
+    /// A string, as code points.
+    Str(Vec<u32>),
+    /// An array, in order.
+    Array(Vec<Json>),
+    /// Keys in text order, duplicates kept (the canonical form keeps each key's last value).
+    Object(Vec<(Vec<u32>, Json)>),
+}
+
+impl Json {
+    /// The value of `key` in an object (its last occurrence), if any.
+    pub fn get(&self, key: &str) -> Option<&Json> {
+        let Json::Object(items) = self else {
+            return None;
+        };
+        let key: Vec<u32> = key.chars().map(u32::from).collect();
+        items.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Json::Null => "null",
+            Json::Bool(_) => "a bool",
+            Json::Int(_) => "an integer",
+            Json::Float(_) => "a float",
+            Json::Str(_) => "a string",
+            Json::Array(_) => "an array",
+            Json::Object(_) => "an object",
+        }
+    }
+}
+
+/// Code points as a Rust string; `None` if they hold a lone surrogate.
+pub fn code_points_to_string(s: &[u32]) -> Option<String> {
+    s.iter().map(|&c| char::from_u32(c)).collect()
+}
+
+// -- parsing ----------------------------------------------------------------------------------
+
+/// Parses `text` as CPython's `json.loads` does (the C scanner, `strict=True`): whitespace is
+/// space, tab, newline and carriage return; `NaN`, `Infinity` and `-Infinity` are numbers; a
+/// control character inside a string is an error; `\u` escapes of a high then a low surrogate
+/// form one character; a number with a fraction or exponent is a float (rounded to nearest,
+/// overflow to infinity), else an integer of at most [`MAX_INT_DIGITS`] digits. Nesting deeper
+/// than [`MAX_NESTING`] is refused.
+pub fn parse(text: &str) -> Result<Json> {
+    let mut p = Parser {
+        t: text,
+        s: text.as_bytes(),
+        i: 0,
+    };
+    p.ws();
+    let value = p.value(0)?;
+    p.ws();
+    if p.i != p.s.len() {
+        return Err(p.err("extra data after the value"));
+    }
+    Ok(value)
+}
+
+struct Parser<'a> {
+    t: &'a str,
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Parser<'_> {
+    fn err(&self, what: &str) -> Error {
+        frame_err!("{WHERE} is not valid JSON: {what} at byte {}", self.i)
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, word: &[u8]) -> bool {
+        if self
+            .s
+            .get(self.i..)
+            .is_some_and(|rest| rest.starts_with(word))
+        {
+            self.i += word.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Json> {
+        match self.peek() {
+            None => Err(self.err("a value expected")),
+            Some(b'{') | Some(b'[') if depth >= MAX_NESTING => Err(frame_err!(
+                "{WHERE}: nested deeper than {MAX_NESTING} levels"
+            )),
+            Some(b'{') => self.object(depth + 1),
+            Some(b'[') => self.array(depth + 1),
+            Some(b'"') => Ok(Json::Str(self.string()?)),
+            Some(b'n') if self.eat(b"null") => Ok(Json::Null),
+            Some(b't') if self.eat(b"true") => Ok(Json::Bool(true)),
+            Some(b'f') if self.eat(b"false") => Ok(Json::Bool(false)),
+            Some(b'N') if self.eat(b"NaN") => Ok(Json::Float(f64::NAN)),
+            Some(b'I') if self.eat(b"Infinity") => Ok(Json::Float(f64::INFINITY)),
+            Some(b'-') if self.eat(b"-Infinity") => Ok(Json::Float(f64::NEG_INFINITY)),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(_) => Err(self.err("a value expected")),
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<Json> {
+        self.i += 1; // '{'
+        let mut items = Vec::new();
+        self.ws();
+        if self.eat(b"}") {
+            return Ok(Json::Object(items));
+        }
+        loop {
+            self.ws();
+            if self.peek() != Some(b'"') {
+                return Err(self.err("a string key expected"));
+            }
+            let key = self.string()?;
+            self.ws();
+            if !self.eat(b":") {
+                return Err(self.err("':' expected"));
+            }
+            self.ws();
+            let value = self.value(depth)?;
+            items.push((key, value));
+            self.ws();
+            if self.eat(b",") {
+                continue;
+            }
+            if self.eat(b"}") {
+                return Ok(Json::Object(items));
+            }
+            return Err(self.err("',' or '}' expected"));
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Result<Json> {
+        self.i += 1; // '['
+        let mut items = Vec::new();
+        self.ws();
+        if self.eat(b"]") {
+            return Ok(Json::Array(items));
+        }
+        loop {
+            self.ws();
+            items.push(self.value(depth)?);
+            self.ws();
+            if self.eat(b",") {
+                continue;
+            }
+            if self.eat(b"]") {
+                return Ok(Json::Array(items));
+            }
+            return Err(self.err("',' or ']' expected"));
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u32> {
+        let digits = self
+            .s
+            .get(self.i..self.i.saturating_add(4))
+            .filter(|d| d.iter().all(u8::is_ascii_hexdigit))
+            .ok_or_else(|| self.err("four hex digits expected after \\u"))?;
+        let mut v = 0u32;
+        for &d in digits {
+            // Hex digits, checked above.
+            v = v * 16 + char::from(d).to_digit(16).unwrap_or(0);
+        }
+        self.i += 4;
+        Ok(v)
+    }
+
+    fn string(&mut self) -> Result<Vec<u32>> {
+        self.i += 1; // '"'
+        let mut out = Vec::new();
+        loop {
+            // Every step moves by whole characters, so `i` stays on a character boundary.
+            let Some(c) = self.t.get(self.i..).and_then(|rest| rest.chars().next()) else {
+                return Err(self.err("unterminated string"));
+            };
+            match c {
+                '"' => {
+                    self.i += 1;
+                    return Ok(out);
+                }
+                '\\' => {
+                    self.i += 1;
+                    let Some(e) = self.peek() else {
+                        return Err(self.err("unterminated string"));
+                    };
+                    self.i += 1;
+                    let simple = match e {
+                        b'"' => Some('"'),
+                        b'\\' => Some('\\'),
+                        b'/' => Some('/'),
+                        b'b' => Some('\u{8}'),
+                        b'f' => Some('\u{c}'),
+                        b'n' => Some('\n'),
+                        b'r' => Some('\r'),
+                        b't' => Some('\t'),
+                        b'u' => None,
+                        _ => return Err(self.err("invalid \\escape")),
+                    };
+                    if let Some(c) = simple {
+                        out.push(u32::from(c));
+                        continue;
+                    }
+                    let mut unit = self.hex4()?;
+                    if (0xD800..0xDC00).contains(&unit)
+                        && self.s.get(self.i..self.i + 2) == Some(b"\\u")
+                    {
+                        let save = self.i;
+                        self.i += 2;
+                        let low = self.hex4()?;
+                        if (0xDC00..0xE000).contains(&low) {
+                            unit = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+                        } else {
+                            self.i = save; // a lone high surrogate, then another escape
+                        }
+                    }
+                    out.push(unit);
+                }
+                c if u32::from(c) < 0x20 => return Err(self.err("invalid control character")),
+                c => {
+                    self.i += c.len_utf8();
+                    out.push(u32::from(c));
+                }
+            }
+        }
+    }
+
+    fn number(&mut self) -> Result<Json> {
+        let start = self.i;
+        self.eat(b"-");
+        let digits_start = self.i;
+        match self.peek() {
+            Some(b'0') => self.i += 1,
+            Some(b'1'..=b'9') => {
+                while matches!(self.peek(), Some(b'0'..=b'9')) {
+                    self.i += 1;
+                }
+            }
+            _ => return Err(self.err("a value expected")),
+        }
+        let int_end = self.i;
+        let mut is_float = false;
+        if self.peek() == Some(b'.') && matches!(self.s.get(self.i + 1), Some(b'0'..=b'9')) {
+            is_float = true;
+            self.i += 1;
+            while matches!(self.peek(), Some(b'0'..=b'9')) {
+                self.i += 1;
+            }
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            let save = self.i;
+            self.i += 1;
+            if matches!(self.peek(), Some(b'+' | b'-')) {
+                self.i += 1;
+            }
+            if matches!(self.peek(), Some(b'0'..=b'9')) {
+                is_float = true;
+                while matches!(self.peek(), Some(b'0'..=b'9')) {
+                    self.i += 1;
+                }
+            } else {
+                self.i = save; // as CPython: "1e" is the integer 1, then extra data
+            }
+        }
+        let lexeme =
+            std::str::from_utf8(&self.s[start..self.i]).map_err(|_| self.err("invalid number"))?;
+        if is_float {
+            let x: f64 = lexeme.parse().map_err(|_| self.err("invalid number"))?;
+            return Ok(Json::Float(x));
+        }
+        let digits = int_end - digits_start;
+        if digits > MAX_INT_DIGITS {
+            return Err(frame_err!(
+                "{WHERE} is not valid JSON: an integer of {digits} digits at byte {start} (CPython \
+                 reads at most {MAX_INT_DIGITS})"
+            ));
+        }
+        Ok(Json::Int(if lexeme == "-0" {
+            "0".into()
+        } else {
+            lexeme.into()
+        }))
+    }
+}
+
+// -- the canonical serializer ------------------------------------------------------------------
+
+/// The canonical form of `value` (see the module docs): CPython's
+/// `json.dumps(value, sort_keys=True, separators=(",", ":"))`.
+pub fn canonical(value: &Json) -> String {
+    let mut out = String::new();
+    write_value(&mut out, value);
+    out
+}
+
+fn write_value(out: &mut String, value: &Json) {
+    match value {
+        Json::Null => out.push_str("null"),
+        Json::Bool(true) => out.push_str("true"),
+        Json::Bool(false) => out.push_str("false"),
+        Json::Int(digits) => out.push_str(digits),
+        Json::Float(x) => write_float(out, *x),
+        Json::Str(s) => write_string(out, s),
+        Json::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(out, item);
+            }
+            out.push(']');
+        }
+        Json::Object(items) => {
+            // A dict: each key once, with its last value; then sorted by code point.
+            let mut last: Vec<(&Vec<u32>, &Json)> = Vec::with_capacity(items.len());
+            let mut order: Vec<usize> = (0..items.len()).collect();
+            order.sort_by(|&a, &b| items[a].0.cmp(&items[b].0).then(b.cmp(&a)));
+            for i in order {
+                let (k, v) = &items[i];
+                if last.last().is_some_and(|(prev, _)| *prev == k) {
+                    continue; // an earlier occurrence of the key: the later value won
+                }
+                last.push((k, v));
+            }
+            out.push('{');
+            for (i, (k, v)) in last.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(out, k);
+                out.push(':');
+                write_value(out, v);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// A string as CPython's `json` writes it with `ensure_ascii=True`.
+pub fn write_string(out: &mut String, s: &[u32]) {
+    out.push('"');
+    for &c in s {
+        match c {
+            0x22 => out.push_str("\\\""),
+            0x5C => out.push_str("\\\\"),
+            0x08 => out.push_str("\\b"),
+            0x0C => out.push_str("\\f"),
+            0x0A => out.push_str("\\n"),
+            0x0D => out.push_str("\\r"),
+            0x09 => out.push_str("\\t"),
+            0x20..=0x7E => out.push(char::from(c as u8)),
+            0x10000.. => {
+                let v = c - 0x10000;
+                let _ = write!(
+                    out,
+                    "\\u{:04x}\\u{:04x}",
+                    0xD800 | (v >> 10),
+                    0xDC00 | (v & 0x3FF)
+                );
+            }
+            _ => {
+                let _ = write!(out, "\\u{c:04x}");
+            }
+        }
+    }
+    out.push('"');
+}
+
+/// A float as Python's `repr` writes it (and `json.dumps`, with `NaN` and `Infinity`).
+pub fn write_float(out: &mut String, x: f64) {
+    if x.is_nan() {
+        out.push_str("NaN");
+        return;
+    }
+    if x.is_infinite() {
+        out.push_str(if x > 0.0 { "Infinity" } else { "-Infinity" });
+        return;
+    }
+    if x.is_sign_negative() {
+        out.push('-');
+    }
+    if x == 0.0 {
+        out.push_str("0.0");
+        return;
+    }
+    // Rust's shortest round-trip digits, as `d.ddde<exp>`.
+    let sci = format!("{:e}", x.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let digits: String = mantissa.chars().filter(|&c| c != '.').collect();
+    let exp: i64 = exp.parse().unwrap_or(0);
+    // Python's `decpt`: the value is 0.DIGITS × 10^decpt.
+    let decpt = exp + 1;
+    let n = digits.len() as i64;
+    if !(-4 < decpt && decpt <= 16) {
+        let (first, rest) = digits.split_at(digits.len().min(1));
+        out.push_str(first);
+        if !rest.is_empty() {
+            out.push('.');
+            out.push_str(rest);
+        }
+        let sign = if exp < 0 { '-' } else { '+' };
+        let _ = write!(out, "e{sign}{:02}", exp.unsigned_abs());
+    } else if decpt <= 0 {
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', decpt.unsigned_abs() as usize));
+        out.push_str(&digits);
+    } else if decpt < n {
+        let (int, frac) = digits.split_at(decpt as usize);
+        out.push_str(int);
+        out.push('.');
+        out.push_str(frac);
+    } else {
+        out.push_str(&digits);
+        out.extend(std::iter::repeat_n('0', (decpt - n) as usize));
+        out.push_str(".0");
+    }
+}
+
+// -- the checks --------------------------------------------------------------------------------
+
+/// `"sha256:" + hex(sha256(text))`, as py_wire writes fingerprints.
+pub fn fingerprint(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for b in digest {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// Refuses text whose arrays and objects nest deeper than [`MAX_NESTING`], counting brackets
+/// outside strings, in one pass (before any parse).
+pub fn check_nesting(text: &str) -> Result<()> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in text.as_bytes() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Err(frame_err!(
+                        "{WHERE}: nested deeper than {MAX_NESTING} levels"
+                    ));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Checks `text` is the canonical form of the JSON it holds, returning that value.
+pub fn check_canonical(text: &str) -> Result<Json> {
+    let value = parse(text)?;
+    let again = canonical(&value);
+    if again != text {
+        let (a, b) = (text.as_bytes(), again.as_bytes());
+        let at = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+        let shown = |s: &[u8]| {
+            let start = at.saturating_sub(20);
+            String::from_utf8_lossy(&s[start.min(s.len())..(at + 20).min(s.len())]).into_owned()
+        };
+        return Err(frame_err!(
+            "{WHERE} is not in canonical form (keys sorted, no whitespace, CPython's json.dumps \
+             escaping): at byte {at} it reads {:?} where the canonical form reads {:?}",
+            shown(a),
+            shown(b)
+        )
+        .expected(shown(b))
+        .found(shown(a)));
+    }
+    Ok(value)
+}
+
+/// The facts of a schema that a frame's layout must agree with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaFacts {
+    /// Per field (in the schema text's order), the spec the codec's rules resolve it to.
+    pub specs: Vec<FieldSpec>,
+    /// The schema's sequence field, when it names one.
+    pub sequence_field: Option<String>,
+}
+
+fn schema_err(what: String) -> Error {
+    frame_err!("{WHERE} is invalid: {what}")
+}
+
+fn as_str(v: &Json, what: &dyn Fn() -> String) -> Result<String> {
+    match v {
+        Json::Str(s) => code_points_to_string(s)
+            .ok_or_else(|| schema_err(format!("{} holds a lone surrogate", what()))),
+        other => Err(schema_err(format!(
+            "{} must be a string, not {}",
+            what(),
+            other.kind()
+        ))),
+    }
+}
+
+fn dtype_of(v: &Json, what: &dyn Fn() -> String) -> Result<DType> {
+    let name = as_str(v, what)?;
+    DType::from_name(&name).map_err(|e| schema_err(format!("{}: {}", what(), e.message())))
+}
+
+/// A schema field as the codec's rules read it ([`FieldDecl`]), with the schema model's
+/// defaults for keys left out.
+fn field_decl(name: &str, decl: &Json) -> Result<FieldDecl> {
+    let at = |key: &str| {
+        let key = key.to_string();
+        move || format!("field {name:?}: {key}")
+    };
+    if !matches!(decl, Json::Object(_)) {
+        return Err(schema_err(format!(
+            "field {name:?} must be an object, not {}",
+            decl.kind()
+        )));
+    }
+    let tier = match decl.get("tier") {
+        None => return Err(schema_err(format!("field {name:?} has no tier"))),
+        Some(v) => match as_str(v, &at("tier"))?.as_str() {
+            "packed" => Tier::Packed,
+            "per_token" => Tier::PerToken,
+            "scalar" => Tier::Scalar,
+            other => {
+                return Err(schema_err(format!(
+                    "field {name:?}: unknown tier {other:?}"
+                )))
+            }
+        },
+    };
+    let dtype = match decl.get("dtype") {
+        None => return Err(schema_err(format!("field {name:?} has no dtype"))),
+        Some(v) => dtype_of(v, &at("dtype"))?,
+    };
+    let wire_dtype = match decl.get("wire_dtype") {
+        None | Some(Json::Null) => None,
+        Some(v) => Some(dtype_of(v, &at("wire_dtype"))?),
+    };
+    let shape = match decl.get("shape") {
+        None => Vec::new(),
+        Some(Json::Array(dims)) => {
+            dims.iter()
+                .map(|d| match d {
+                    Json::Int(n) => n.parse::<u64>().map(Some).map_err(|_| {
+                        schema_err(format!("field {name:?}: shape dim {n} is not a u64"))
+                    }),
+                    Json::Str(s) if *s == [u32::from('*')] => Ok(None),
+                    other => Err(schema_err(format!(
+                        "field {name:?}: a shape dim must be an integer or \"*\", not {}",
+                        other.kind()
+                    ))),
+                })
+                .collect::<Result<_>>()?
+        }
+        Some(other) => {
+            return Err(schema_err(format!(
+                "field {name:?}: shape must be an array, not {}",
+                other.kind()
+            )))
+        }
+    };
+    let pack_dim = match decl.get("pack_dim") {
+        None => 0,
+        Some(Json::Int(n)) => n
+            .parse::<i64>()
+            .map_err(|_| schema_err(format!("field {name:?}: pack_dim {n} is not an i64")))?,
+        Some(other) => {
+            return Err(schema_err(format!(
+                "field {name:?}: pack_dim must be an integer, not {}",
+                other.kind()
+            )))
+        }
+    };
+    let lossy = match decl.get("lossy") {
+        None => false,
+        Some(Json::Bool(b)) => *b,
+        Some(other) => {
+            return Err(schema_err(format!(
+                "field {name:?}: lossy must be a bool, not {}",
+                other.kind()
+            )))
+        }
+    };
+    Ok(FieldDecl {
+        name: name.to_string(),
+        tier,
+        dtype,
+        wire_dtype,
+        shape,
+        pack_dim,
+        lossy,
+    })
+}
+
+/// The layout facts a schema value implies: each field resolved by the codec's field rules.
+pub fn schema_facts(schema: &Json) -> Result<SchemaFacts> {
+    let Json::Object(_) = schema else {
+        return Err(schema_err(format!(
+            "it must be an object, not {}",
+            schema.kind()
+        )));
+    };
+    let Some(Json::Object(fields)) = schema.get("fields") else {
+        return Err(schema_err("it has no \"fields\" object".into()));
+    };
+    let mut specs = Vec::with_capacity(fields.len());
+    for (name, decl) in fields {
+        let name = code_points_to_string(name)
+            .ok_or_else(|| schema_err("a field name holds a lone surrogate".into()))?;
+        let spec = field_decl(&name, decl)?
+            .resolve()
+            .map_err(|e| schema_err(e.message().to_string()).field(&name))?;
+        specs.push(spec);
+    }
+    let sequence_field = match schema.get("sequence_field") {
+        None | Some(Json::Null) => None,
+        Some(v) => Some(as_str(v, &|| "sequence_field".to_string())?),
+    };
+    Ok(SchemaFacts {
+        specs,
+        sequence_field,
+    })
+}
+
+/// Checks one schema text against its fingerprint (size, digest, nesting, JSON, canonical
+/// form, the field rules) and returns the facts it implies.
+pub fn check_text(text: &str, fingerprint_entry: &str) -> Result<SchemaFacts> {
+    if text.len() > MAX_SCHEMA_BYTES {
+        return Err(frame_err!(
+            "{WHERE} is {} bytes; a schema is at most {MAX_SCHEMA_BYTES}",
+            text.len()
+        )
+        .expected(MAX_SCHEMA_BYTES)
+        .found(text.len()));
+    }
+    let digest = fingerprint(text);
+    if digest != fingerprint_entry {
+        let shown: String = fingerprint_entry.chars().take(80).collect();
+        return Err(frame_err!(
+            "{WHERE} does not match its fingerprint {shown:?}: its digest is {digest} (damaged \
+             header?)"
+        )
+        .expected(digest)
+        .found(shown));
+    }
+    check_nesting(text)?;
+    schema_facts(&check_canonical(text)?)
+}
+
+/// Texts checked before, by fingerprint: a process reads many frames of one schema, and each
+/// needs only a comparison of its text with the one checked (the checks depend on nothing
+/// else). Bounded: emptied when full, so hostile frames cannot grow it.
+const MAX_CHECKED: usize = 256;
+
+type Checked = (String, Arc<SchemaFacts>);
+
+fn checked_texts() -> &'static RwLock<HashMap<String, Checked>> {
+    static CHECKED: OnceLock<RwLock<HashMap<String, Checked>>> = OnceLock::new();
+    CHECKED.get_or_init(|| RwLock::new(HashMap::new()))
+}
+
+/// [`check_text`], remembering texts that passed.
+pub fn checked_facts(text: &str, fingerprint_entry: &str) -> Result<Arc<SchemaFacts>> {
+    if let Ok(cache) = checked_texts().read() {
+        if let Some((known, facts)) = cache.get(fingerprint_entry) {
+            if known == text {
+                return Ok(facts.clone());
+            }
+        }
+    }
+    let facts = Arc::new(check_text(text, fingerprint_entry)?);
+    if let Ok(mut cache) = checked_texts().write() {
+        if cache.len() >= MAX_CHECKED {
+            cache.clear();
+        }
+        cache.insert(
+            fingerprint_entry.to_string(),
+            (text.to_string(), facts.clone()),
+        );
+    }
+    Ok(facts)
+}
+
+/// An embedded frame's schema checks: the schema text against its fingerprint
+/// ([`check_text`]), then the field table (`specs`, from `py_wire.fields`) and sequence field
+/// against what the schema implies. A header with neither schema nor fingerprint (a bare
+/// codec frame: its field table is all it has) is not checked here; the Python layer refuses
+/// it as a frame that carries no schema.
+pub fn check_embedded(
+    metadata: &BTreeMap<String, String>,
+    specs: &[FieldSpec],
+    sequence_field: Option<&str>,
+) -> Result<()> {
+    let facts = match (metadata.get(meta::SCHEMA), metadata.get(meta::FINGERPRINT)) {
+        (None, None) => return Ok(()),
+        (Some(_), None) => {
+            return Err(frame_err!(
+                "the frame carries a schema but no fingerprint ({:?})",
+                meta::FINGERPRINT
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(frame_err!(
+                "the frame carries a fingerprint but no schema ({:?})",
+                meta::SCHEMA
+            ))
+        }
+        (Some(text), Some(fp)) => checked_facts(text, fp)?,
+    };
+    check_field_table(&facts, specs, sequence_field)
+}
+
+/// The field table is what the schema implies: each entry is a schema field, as the codec's
+/// rules resolve it (name, tier, dtype, wire dtype, shape, pack dim), and the sequence field is
+/// the schema's. Fields the schema declares may be absent (optional fields a batch left out).
+pub fn check_field_table(
+    facts: &SchemaFacts,
+    specs: &[FieldSpec],
+    sequence_field: Option<&str>,
+) -> Result<()> {
+    for spec in specs {
+        let name = &spec.name;
+        let Some(want) = facts.specs.iter().find(|s| s.name == *name) else {
+            let known: Vec<&str> = facts.specs.iter().map(|s| s.name.as_str()).collect();
+            return Err(frame_err!(
+                "field {name:?} is in the frame's field table but not in its schema (whose \
+                 fields are {known:?}; damaged header?)"
+            )
+            .field(name));
+        };
+        let differ = |what: &str, found: String, expected: String| {
+            frame_err!(
+                "field {name:?}: the frame's field table says {what} {found} but its schema says \
+                 {expected} (damaged header?)"
+            )
+            .field(name)
+            .expected(expected.clone())
+            .found(found.clone())
+        };
+        let dtype_name = |d: Option<DType>| d.map_or("none".to_string(), |d| d.name().to_string());
+        if spec.tier != want.tier {
+            return Err(differ(
+                "tier",
+                spec.tier.name().into(),
+                want.tier.name().into(),
+            ));
+        }
+        if spec.dtype != want.dtype {
+            return Err(differ(
+                "dtype",
+                spec.dtype.name().into(),
+                want.dtype.name().into(),
+            ));
+        }
+        if spec.wire_dtype != want.wire_dtype {
+            return Err(differ(
+                "wire dtype",
+                dtype_name(spec.wire_dtype),
+                dtype_name(want.wire_dtype),
+            ));
+        }
+        if spec.shape != want.shape {
+            return Err(differ(
+                "shape",
+                pattern_string(&spec.shape),
+                pattern_string(&want.shape),
+            ));
+        }
+        if spec.pack_dim != want.pack_dim {
+            return Err(differ(
+                "pack_dim",
+                spec.pack_dim.to_string(),
+                want.pack_dim.to_string(),
+            ));
+        }
+    }
+    if sequence_field != facts.sequence_field.as_deref() {
+        return Err(frame_err!(
+            "the frame's sequence field {sequence_field:?} disagrees with its schema's {:?} \
+             (damaged header?)",
+            facts.sequence_field
+        )
+        .expected(facts.sequence_field.clone())
+        .found(sequence_field.map(str::to_string)));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(text: &str) -> String {
+        canonical(&parse(text).unwrap())
+    }
+
+    fn float(x: f64) -> String {
+        let mut s = String::new();
+        write_float(&mut s, x);
+        s
+    }
+
+    #[test]
+    fn floats_as_python_repr() {
+        let cases: &[(f64, &str)] = &[
+            (0.5, "0.5"),
+            (1.0, "1.0"),
+            (-0.0, "-0.0"),
+            (0.0, "0.0"),
+            (0.1, "0.1"),
+            (1e-4, "0.0001"),
+            (1e-5, "1e-05"),
+            (1.5e-7, "1.5e-07"),
+            (123.456, "123.456"),
+            (1e15, "1000000000000000.0"),
+            (1234567890123456.0, "1234567890123456.0"),
+            (1e16, "1e+16"),
+            (1.5e16, "1.5e+16"),
+            (1e22, "1e+22"),
+            (1.7976931348623157e308, "1.7976931348623157e+308"),
+            (5e-324, "5e-324"),
+            (3.3895313892515355e38, "3.3895313892515355e+38"),
+            (65504.0, "65504.0"),
+            (-2.5, "-2.5"),
+            (f64::NAN, "NaN"),
+            (f64::INFINITY, "Infinity"),
+            (f64::NEG_INFINITY, "-Infinity"),
+        ];
+        for &(x, want) in cases {
+            assert_eq!(float(x), want, "{x:e}");
+        }
+    }
+
+    #[test]
+    fn strings_as_cpython_ensure_ascii() {
+        let s = |text: &str| canon(text);
+        assert_eq!(s(r#""a/b""#), r#""a/b""#);
+        assert_eq!(s(r#""\/""#), r#""/""#);
+        assert_eq!(s("\"\u{e9}\""), r#""\u00e9""#);
+        assert_eq!(s(r#""\u00E9""#), r#""\u00e9""#);
+        assert_eq!(s("\"\u{7f}\""), r#""\u007f""#);
+        assert_eq!(s(r#""\u0001\b\f\n\r\t\"\\""#), r#""\u0001\b\f\n\r\t\"\\""#);
+        assert_eq!(s(r#""\u0008""#), r#""\b""#);
+        assert_eq!(s("\"\u{1F600}\""), r#""\ud83d\ude00""#);
+        assert_eq!(s(r#""\ud83d\ude00""#), r#""\ud83d\ude00""#);
+        // Lone surrogates are Python strings too, written as they came.
+        assert_eq!(s(r#""\ud800""#), r#""\ud800""#);
+        assert_eq!(s(r#""\ud800\u0041""#), r#""\ud800A""#);
+        assert_eq!(s(r#""\ude00\ud83d""#), r#""\ude00\ud83d""#);
+    }
+
+    #[test]
+    fn numbers_and_keys() {
+        assert_eq!(canon("-0"), "0");
+        assert_eq!(canon("-0.0"), "-0.0");
+        assert_eq!(canon("5e-1"), "0.5");
+        assert_eq!(canon("1E400"), "Infinity");
+        assert_eq!(canon("[NaN,-Infinity]"), "[NaN,-Infinity]");
+        assert_eq!(canon(&"9".repeat(300)), "9".repeat(300));
+        assert!(parse(&"9".repeat(MAX_INT_DIGITS)).is_ok());
+        assert!(parse(&"9".repeat(MAX_INT_DIGITS + 1)).is_err());
+        assert_eq!(
+            canon(" {\"b\": [1, true, null], \"a\" : {\"z\":1,\"\u{e9}\":2,\"Z\":3}}\n"),
+            r#"{"a":{"Z":3,"z":1,"\u00e9":2},"b":[1,true,null]}"#
+        );
+        // Code point order: U+FFFF before U+10000 (UTF-16 order would differ).
+        assert_eq!(
+            canon("{\"\u{10000}\":1,\"\u{ffff}\":2}"),
+            r#"{"\uffff":2,"\ud800\udc00":1}"#
+        );
+        // A duplicate key keeps its last value, as a Python dict.
+        assert_eq!(canon(r#"{"a":1,"b":2,"a":3}"#), r#"{"a":3,"b":2}"#);
+        for bad in [
+            "",
+            "{",
+            "[1,]",
+            "01",
+            "1e",
+            "-",
+            "[1 2]",
+            "{\"a\"}",
+            "\"\t\"",
+            "\"\\x\"",
+            "nul",
+            "\"\\u12\"",
+            "1 2",
+            "{1:2}",
+            "'a'",
+            "+1",
+            ".5",
+            "1.",
+        ] {
+            assert!(matches!(parse(bad), Err(Error::Frame(_))), "{bad:?}");
+        }
+    }
+
+    const SCHEMA: &str = r#"{"fields":{"ids":{"dtype":"int64","shape":[],"tier":"per_token"},"img":{"dtype":"float32","pack_dim":1,"shape":["*",3],"tier":"packed","wire_dtype":"bfloat16","lossy":true},"reward":{"dtype":"float32","shape":[],"tier":"scalar"}},"name":"t","sequence_field":"ids"}"#;
+
+    fn canonical_schema() -> String {
+        canon(SCHEMA)
+    }
+
+    #[test]
+    fn a_canonical_schema_passes_and_gives_its_facts() {
+        let text = canonical_schema();
+        let facts = check_text(&text, &fingerprint(&text)).unwrap();
+        assert_eq!(facts.sequence_field.as_deref(), Some("ids"));
+        let img = facts.specs.iter().find(|s| s.name == "img").unwrap();
+        assert_eq!(img.shape, vec![None, Some(3)]);
+        assert_eq!((img.pack_dim, img.wire_dtype), (1, Some(DType::BF16)));
+        check_field_table(&facts, &facts.specs, Some("ids")).unwrap();
+        // A field table may leave out schema fields (an optional field the batch lacked).
+        check_field_table(&facts, &facts.specs[..1], Some("ids")).unwrap();
+        // The cache answers for the same text, and refuses another under the same fingerprint.
+        let fp = fingerprint(&text);
+        assert!(checked_facts(&text, &fp).is_ok());
+        assert!(checked_facts(&text, &fp).is_ok());
+        assert!(checked_facts(&format!("{text} "), &fp).is_err());
+    }
+
+    fn refusal(text: &str) -> String {
+        check_text(text, &fingerprint(text))
+            .unwrap_err()
+            .message()
+            .to_string()
+    }
+
+    #[test]
+    fn refusals_name_what_is_wrong() {
+        let text = canonical_schema();
+        // Size: one byte over the cap.
+        let big = format!(
+            "{{\"description\":\"{}\"}}",
+            "a".repeat(MAX_SCHEMA_BYTES - 17)
+        );
+        assert_eq!(big.len(), MAX_SCHEMA_BYTES + 1);
+        assert!(
+            refusal(&big).contains("at most 1048576"),
+            "{}",
+            refusal(&big)
+        );
+        // Fingerprint: checked before anything is parsed.
+        let err = check_text(&"[".repeat(100_000), &fingerprint("x")).unwrap_err();
+        assert!(err.message().contains("does not match its fingerprint"));
+        let err = check_text(&text, "sha256:00").unwrap_err();
+        assert!(err.message().contains("\"sha256:00\""), "{}", err.message());
+        assert!(err.message().contains(&fingerprint(&text)));
+        // Nesting.
+        let deep = format!("{}{}", "[".repeat(33), "]".repeat(33));
+        assert!(refusal(&deep).contains("nested deeper than 32"));
+        let ok_deep = format!("{}{}", "[".repeat(32), "]".repeat(32));
+        assert!(
+            !refusal(&ok_deep).contains("nested"),
+            "{}",
+            refusal(&ok_deep)
+        );
+        // Brackets inside strings do not count.
+        assert!(check_nesting(&format!("\"{}\"", "[".repeat(100))).is_ok());
+        assert!(refusal("[\"\\\"[[[").contains("not valid JSON"));
+        // Not canonical: whitespace, key order, escaping, number forms, duplicate keys.
+        assert!(refusal(&format!("{text}\n")).contains("not in canonical form"));
+        for (from, to, why) in [
+            (",", ", ", "whitespace"),
+            ("{\"fields\"", " {\"fields\"", "leading space"),
+            ("\"t\"", "\"\\u0074\"", "needless escape"),
+            ("\"t\"", "\"\u{e9}\"", "raw non-ASCII"),
+            ("\"t\"", "\"\\u00E9\"", "uppercase hex"),
+            ("\"t\"", "\"\\/\"", "escaped slash"),
+            ("\"pack_dim\":1", "\"pack_dim\":1.00", "float zeros"),
+            ("\"pack_dim\":1", "\"pack_dim\":1e0", "exponent"),
+            (
+                "{\"fields\":",
+                "{\"name\":\"t\",\"fields\":",
+                "duplicate key",
+            ),
+        ] {
+            let bad = text.replacen(from, to, 1);
+            assert_ne!(bad, text, "{why}");
+            let msg = refusal(&bad);
+            assert!(msg.contains("not in canonical form"), "{why}: {msg}");
+        }
+        let swapped = text.replacen(
+            "\"name\":\"t\",\"sequence_field\":\"ids\"",
+            "\"sequence_field\":\"ids\",\"name\":\"t\"",
+            1,
+        );
+        assert_ne!(swapped, text);
+        let msg = refusal(&swapped);
+        assert!(
+            msg.contains("not in canonical form") && msg.contains("at byte"),
+            "{msg}"
+        );
+        // Canonical JSON whose fields break the codec's rules, or are not fields at all.
+        for (bad, want) in [
+            ("[]", "must be an object"),
+            ("{}", "no \"fields\" object"),
+            (r#"{"fields":{"x":1}}"#, "field \"x\" must be an object"),
+            (r#"{"fields":{"x":{"dtype":"int64"}}}"#, "has no tier"),
+            (
+                r#"{"fields":{"x":{"dtype":"int9","tier":"scalar"}}}"#,
+                "unknown dtype",
+            ),
+            (
+                r#"{"fields":{"a\n":{"dtype":"int64","tier":"scalar"}}}"#,
+                "field name",
+            ),
+            (
+                r#"{"fields":{"x":{"dtype":"int64","shape":["*"],"tier":"scalar"}}}"#,
+                "ragged",
+            ),
+            (
+                r#"{"fields":{"x":{"dtype":"float32","tier":"scalar","wire_dtype":"bfloat16"}}}"#,
+                "lossy",
+            ),
+            (
+                r#"{"fields":{"x":{"dtype":"int64","shape":[18446744073709551616],"tier":"scalar"}}}"#,
+                "not a u64",
+            ),
+            (
+                r#"{"fields":{"x":{"dtype":"int64","tier":"scalar"}},"sequence_field":1}"#,
+                "sequence_field must be a string",
+            ),
+        ] {
+            let msg = refusal(bad);
+            assert!(msg.contains(want), "{bad}: {msg}");
+        }
+    }
+
+    #[test]
+    fn a_field_table_that_disagrees_is_refused_per_attribute() {
+        let text = canonical_schema();
+        let facts = check_text(&text, &fingerprint(&text)).unwrap();
+        let img = facts
+            .specs
+            .iter()
+            .find(|s| s.name == "img")
+            .unwrap()
+            .clone();
+        type Edit = fn(&mut FieldSpec);
+        let edits: [(&str, Edit); 8] = [
+            ("tier", |s| s.tier = Tier::Scalar),
+            ("dtype", |s| s.dtype = DType::F64),
+            ("wire dtype", |s| s.wire_dtype = Some(DType::F16)),
+            ("wire dtype", |s| s.wire_dtype = None),
+            ("shape", |s| s.shape = vec![None, Some(4)]),
+            ("shape", |s| s.shape = vec![None, None]),
+            ("pack_dim", |s| s.pack_dim = 0),
+            ("not in its schema", |s| s.name = "other".into()),
+        ];
+        for (what, edit) in edits {
+            let mut spec = img.clone();
+            edit(&mut spec);
+            let err = check_field_table(&facts, &[spec], Some("ids")).unwrap_err();
+            assert!(matches!(err, Error::Frame(_)));
+            assert!(err.message().contains(what), "{what}: {}", err.message());
+            assert!(err.detail().field.is_some());
+        }
+        let err = check_field_table(&facts, &facts.specs, Some("reward")).unwrap_err();
+        assert!(
+            err.message().contains("sequence field"),
+            "{}",
+            err.message()
+        );
+        assert!(check_field_table(&facts, &facts.specs, None).is_err());
+    }
+
+    #[test]
+    fn embedded_headers_need_both_entries() {
+        let text = canonical_schema();
+        let mut md = BTreeMap::new();
+        assert!(check_embedded(&md, &[], None).is_ok()); // a bare codec frame
+        md.insert(meta::SCHEMA.to_string(), text.clone());
+        let err = check_embedded(&md, &[], Some("ids")).unwrap_err();
+        assert!(err.message().contains("no fingerprint"));
+        md.insert(meta::FINGERPRINT.to_string(), fingerprint(&text));
+        assert!(check_embedded(&md, &[], Some("ids")).is_ok());
+        md.remove(meta::SCHEMA);
+        let err = check_embedded(&md, &[], Some("ids")).unwrap_err();
+        assert!(err.message().contains("no schema"));
+    }
+}
