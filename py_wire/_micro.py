@@ -15,7 +15,7 @@ from py_wire._ops import take_rows
 from py_wire._packed import PackedTensor
 from py_wire._rows import row_range
 from py_wire._source import as_frame
-from py_wire._trainer import ATTENTION_MASK
+from py_wire._trainer import ATTENTION_MASK, round_up
 
 Groups = int | Sequence[range | Sequence[int] | Any]
 
@@ -101,9 +101,7 @@ class MicroBatches:
     def _window(self, a: int, b: int) -> dict[str, Any]:
         width = None
         if self._lengths is not None and (self._padded or ATTENTION_MASK in self.decoded):
-            width = max(self._lengths[a:b], default=0)
-            if self._multiple is not None:
-                width = -(-width // self._multiple) * self._multiple
+            width = round_up(max(self._lengths[a:b], default=0), self._multiple)
         jagged_offsets = None
         rows_slice = slice(a, b)
         out: dict[str, Any] = {}

@@ -24,11 +24,15 @@ ATTENTION_MASK = "attention_mask"
 
 
 def padded_width(lengths: torch.Tensor, multiple: int | None) -> int:
-    width = int(lengths.max()) if lengths.numel() else 0
-    if multiple is not None:
-        multiple = count("pad_to_multiple_of", multiple, minimum=1)
-        width = -(-width // multiple) * multiple
-    return width
+    return round_up(int(lengths.max()) if lengths.numel() else 0, multiple)
+
+
+def round_up(width: int, multiple: int | None) -> int:
+    """``width`` rounded up to ``pad_to_multiple_of`` (unchanged when it is None)."""
+    if multiple is None:
+        return width
+    multiple = count("pad_to_multiple_of", multiple, minimum=1)
+    return -(-width // multiple) * multiple
 
 
 def attention_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
