@@ -70,6 +70,19 @@ def test_floats_are_reprs(x: float) -> None:
         assert _native.canonical_json(f"{x:.17e}") == dumps(x)
 
 
+def test_float_ties_go_to_the_nearest_even_string() -> None:
+    # Near 2**40..2**53 a double's exact value often lies halfway between the two shortest
+    # strings that read back as it (562949953421312.25: "….2" and "….3"); repr writes the even.
+    values = [
+        math.ldexp(1.0, k) + i * math.ulp(math.ldexp(1.0, k))
+        for k in range(40, 54)
+        for i in range(1, 600)
+    ]
+    assert 562949953421312.25 in values
+    text = dumps(values)
+    assert _native.canonical_json(text) == text
+
+
 def test_lone_surrogates_and_python_only_numbers() -> None:
     for value in ["\ud800", "a\udfff\ud800b", "\U0001f600", float("nan"), [float("-inf")], -0.0]:
         assert _native.canonical_json(dumps(value)) == dumps(value)

@@ -469,8 +469,19 @@ pub fn write_float(out: &mut String, x: f64) {
         out.push_str("0.0");
         return;
     }
-    // Rust's shortest round-trip digits, as `d.ddde<exp>`.
-    let sci = format!("{:e}", x.abs());
+    // Rust's shortest round-trip digits, as `d.ddde<exp>`, fix how many digits Python writes;
+    // when two strings of that length round-trip, Python writes the one nearest the value
+    // (ties to even: 562949953421312.25 is "….2"), which is the correctly rounded form.
+    let shortest = format!("{:e}", x.abs());
+    let n_digits = shortest
+        .split_once('e')
+        .map_or(1, |(m, _)| m.len() - m.contains('.') as usize);
+    let nearest = format!("{:.*e}", n_digits.saturating_sub(1), x.abs());
+    let sci = if nearest.parse::<f64>() == Ok(x.abs()) {
+        nearest
+    } else {
+        shortest
+    };
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
     let digits: String = mantissa.chars().filter(|&c| c != '.').collect();
     let exp: i64 = exp.parse().unwrap_or(0);
@@ -919,6 +930,10 @@ mod tests {
             (5e-324, "5e-324"),
             (3.3895313892515355e38, "3.3895313892515355e+38"),
             (65504.0, "65504.0"),
+            // Two 17-digit strings round-trip; the value lies halfway, Python writes the even one.
+            (562949953421312.2, "562949953421312.2"),
+            (562949953421312.3, "562949953421312.2"),
+            (562949953421312.4, "562949953421312.4"),
             (-2.5, "-2.5"),
             (f64::NAN, "NaN"),
             (f64::INFINITY, "Infinity"),
