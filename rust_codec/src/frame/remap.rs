@@ -87,6 +87,85 @@ fn find_entry(maps: &str, addr: usize, len: usize) -> Option<MapsEntry> {
         .find(|e| e.start <= addr && end <= e.end)
 }
 
+/// The kernel's `struct procmap_query` (`linux/fs.h`, Linux 6.11 and later).
+#[cfg(target_os = "linux")]
+#[repr(C)]
+#[derive(Default)]
+struct ProcmapQuery {
+    size: u64,
+    query_flags: u64,
+    query_addr: u64,
+    vma_start: u64,
+    vma_end: u64,
+    vma_flags: u64,
+    vma_page_size: u64,
+    vma_offset: u64,
+    inode: u64,
+    dev_major: u32,
+    dev_minor: u32,
+    vma_name_size: u32,
+    build_id_size: u32,
+    vma_name_addr: u64,
+    build_id_addr: u64,
+}
+
+/// `_IOWR('f', 17, struct procmap_query)`.
+#[cfg(target_os = "linux")]
+const PROCMAP_QUERY: u64 =
+    (3 << 30) | ((size_of::<ProcmapQuery>() as u64) << 16) | (0x66 << 8) | 17;
+#[cfg(target_os = "linux")]
+const PROCMAP_QUERY_VMA_SHARED: u64 = 0x08;
+
+/// The mapping that holds `[addr, addr + len)`, asked of the kernel for that one address
+/// (`PROCMAP_QUERY`): reading the whole of `/proc/self/maps` costs a millisecond or more in a
+/// process with torch and Ray loaded. `None` when the kernel does not answer this query (before
+/// Linux 6.11), so the caller reads the text instead; `Some(None)` when no one mapping holds
+/// the range.
+#[cfg(target_os = "linux")]
+fn query_entry(addr: usize, len: usize) -> Option<Option<MapsEntry>> {
+    use std::os::fd::AsRawFd;
+
+    let end = addr.checked_add(len)?;
+    let maps = std::fs::File::open("/proc/self/maps").ok()?;
+    let mut name = vec![0u8; 4096];
+    let mut query = ProcmapQuery {
+        size: size_of::<ProcmapQuery>() as u64,
+        query_addr: addr as u64,
+        vma_name_size: name.len() as u32,
+        vma_name_addr: name.as_mut_ptr() as u64,
+        ..ProcmapQuery::default()
+    };
+    // SAFETY: `query` is a live, correctly sized `procmap_query`; the kernel writes at most
+    // `vma_name_size` bytes to `name`, which outlives the call, and no build id (size 0).
+    let rc = unsafe { libc::ioctl(maps.as_raw_fd(), PROCMAP_QUERY as _, &mut query) };
+    if rc != 0 {
+        return match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ENOENT) => Some(None),
+            _ => None,
+        };
+    }
+    let (start, stop) = (
+        usize::try_from(query.vma_start).ok()?,
+        usize::try_from(query.vma_end).ok()?,
+    );
+    if !(start <= addr && end <= stop) {
+        return Some(None);
+    }
+    let named = (query.vma_name_size as usize).min(name.len());
+    let text = &name[..named];
+    let text = text.split(|&b| b == 0).next().unwrap_or(&[]);
+    Some(Some(MapsEntry {
+        start,
+        end: stop,
+        shared: query.vma_flags & PROCMAP_QUERY_VMA_SHARED != 0,
+        offset: query.vma_offset,
+        dev_major: query.dev_major,
+        dev_minor: query.dev_minor,
+        inode: query.inode,
+        path: String::from_utf8_lossy(text).into_owned(),
+    }))
+}
+
 /// A private, writable, copy-on-write mapping of the file pages that show `len` bytes.
 pub struct PrivateMapping {
     #[cfg(target_os = "linux")]
@@ -111,9 +190,14 @@ impl PrivateMapping {
     pub fn of(addr: usize, len: usize) -> Result<PrivateMapping, Refusal> {
         use std::os::unix::fs::MetadataExt;
 
-        let maps = std::fs::read_to_string("/proc/self/maps")
-            .map_err(|e| Refusal::CannotReopen(format!("/proc/self/maps: {e}")))?;
-        let entry = find_entry(&maps, addr, len).ok_or(Refusal::NotMapped)?;
+        let entry = match query_entry(addr, len) {
+            Some(found) => found.ok_or(Refusal::NotMapped)?,
+            None => {
+                let maps = std::fs::read_to_string("/proc/self/maps")
+                    .map_err(|e| Refusal::CannotReopen(format!("/proc/self/maps: {e}")))?;
+                find_entry(&maps, addr, len).ok_or(Refusal::NotMapped)?
+            }
+        };
         if !entry.shared || entry.inode == 0 || !entry.path.starts_with('/') {
             let kind = if entry.path.is_empty() {
                 "anonymous".to_string()
@@ -302,6 +386,14 @@ mod tests {
         };
         assert_ne!(src, libc::MAP_FAILED);
         let addr = src as usize + 100;
+        // The kernel's one-address answer, where it gives one, is the line of the maps text.
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let heap = [1u8; 64];
+        for (at, n) in [(addr, 5000), (heap.as_ptr() as usize, 64), (addr, 1 << 40)] {
+            if let Some(answer) = query_entry(at, n) {
+                assert_eq!(answer, find_entry(&maps, at, n), "{at:x}+{n}");
+            }
+        }
         let m = PrivateMapping::of(addr, 5000).expect("remapped");
         assert_eq!(m.as_slice(), &data[100..5100]);
         assert_ne!(m.as_mut_ptr() as usize, addr);
