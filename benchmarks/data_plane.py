@@ -1,7 +1,9 @@
 """A Qwen2.5-VL GRPO batch through the real TransferQueue (SimpleStorage on a local Ray), side by
 side in one run: TQ's native nested TensorDict, a py_wire frame through Ray's object store,
 frames stored in TQ naively (the whole frame as one row; one frame per row), and
-``py_wire.interop.transfer_queue`` (one frame per GRPO group, a text and a media column).
+``py_wire.interop.transfer_queue`` (one frame per GRPO group, a text and a media column); then,
+TQ started again on its RayStore backend, the adapter there (each group's frame one object in
+Ray's object store) and TQ native on RayStore where it runs (its tensors need NIXL).
 
 The batch is ``py_wire.synth`` ``qwen2_5_vl`` with 28 rows in groups of 4 sharing their prompt's
 images (290.8 MB as the rows hold it, 73.3 MB with each group's images once). Per path: the
@@ -31,6 +33,7 @@ import machine
 import ray
 import torch
 import transfer_queue as tq
+from omegaconf import OmegaConf
 from tensordict import TensorDict
 
 import py_wire
@@ -76,14 +79,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     print(machine.describe(), "\n")
-    ray.init(
-        num_cpus=4,  # TQ's controller and each of its 2 storage units take one CPU
-        include_dashboard=False,
-        object_store_memory=2 << 30,
-        log_to_driver=False,
-    )
-    tq.init()
-    logging.getLogger("transfer_queue").setLevel(logging.ERROR)
+    start(args, "SimpleStorage")
     batch = generate(SCHEMA, args.rows)
     schema = py_wire.load_schema(SCHEMA)
     logical = nbytes(native_fields(batch))
@@ -180,7 +176,9 @@ def main() -> None:
     def clear(partition: str, keys: list[str]) -> Callable[[], None]:
         return lambda: tq.kv_clear(keys=keys, partition_id=partition)
 
-    columns = ptq.encode_groups(batch, schema, GROUP)
+    columns = ptq.encode_groups(
+        batch, schema, GROUP
+    )  # the SimpleStorage form; RayStore's frames are the same bytes
     stored["adapter"] = sum(int(c.values().numel()) for c in columns.values())
     stored["adapter_stage"] = int(columns[ptq.TEXT].values().numel())
     paths: dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]] = {
@@ -247,6 +245,86 @@ def main() -> None:
         print(f"dtype drift (reward float32 -> bfloat16) refused at the producer: {str(e)[:100]}")
     tq.close()
     ray.shutdown()
+
+    # -- the same TQ on its RayStore backend: one TQ controller per Ray cluster, so a second
+    # phase (Ray and TQ started again); ratios against the SimpleStorage native median above.
+    start(args, "RayStore")
+    times.clear()
+    ref.clear()
+    native_error = ""
+    try:
+        native_put()
+        native_get()
+    except Exception as e:  # TQ's RayStore puts tensors with NIXL, absent on CPU machines
+        native_error = f"{type(e).__name__}: {str(e)[:80]}"
+    phase2 = {
+        "py_wire encode + ray.put; ray.get + decode views": (ray_put, ray_get, lambda: ref.clear()),
+        "py_wire.interop.transfer_queue on RayStore (a Frame object per group)": (
+            adapter_put,
+            adapter_get,
+            clear("adapter", group_keys),
+        ),
+    }
+    if not native_error:
+        clear("native", row_keys)()
+        phase2["TQ native (nested TensorDict, RayStore)"] = (
+            native_put,
+            native_get,
+            clear("native", row_keys),
+        )
+    for put, get, clr in phase2.values():  # warm-up
+        put()
+        get()
+        clr()
+    stage_ms.clear()
+    for _ in range(args.reps):
+        for path, (put, get, clr) in phase2.items():
+            timed(path, put, get, clr)
+        adapter_put()
+        t = time.perf_counter()
+        adapter_stage_get()
+        stage_ms.append(time.perf_counter() - t)
+        clear("adapter", group_keys)()
+    keys_of["py_wire.interop.transfer_queue on RayStore (a Frame object per group)"] = "adapter"
+    keys_of["TQ native (nested TensorDict, RayStore)"] = "native"
+    print(
+        f"\nRayStore (load average {os.getloadavg()[0]:.1f}); x native is against the "
+        "SimpleStorage native end to end above\n"
+        "| path | put ms | get ms | end to end ms | x native | stored MB |\n"
+        "|---|---:|---:|---:|---:|---:|"
+    )
+    for path, row in times.items():
+        put, get, e2e = (statistics.median(row[k]) for k in ("put", "get", "e2e"))
+        print(
+            f"| {path} | {put * 1e3:,.0f} | {get * 1e3:,.1f} | {e2e * 1e3:,.0f} | "
+            f"{native_e2e / e2e:.1f} | {stored[keys_of[path]] / 1e6:.1f} |"
+        )
+    print(
+        f"| adapter, stage 'generation' fetch (text column only) | | "
+        f"{statistics.median(stage_ms) * 1e3:,.1f} | | | "
+        f"{stored['adapter_stage'] / 1e6:.2f} moved |"
+    )
+    if native_error:
+        print(f"TQ native on RayStore: refused here ({native_error})")
+    tq.close()
+    ray.shutdown()
+
+
+def start(args: argparse.Namespace, backend: str) -> None:
+    """Ray (TQ's controller and each of its 2 storage units take one CPU) and TQ on ``backend``."""
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        object_store_memory=2 << 30,
+        log_to_driver=False,
+    )
+    # TQ logs an error that RayStore has no bootstrap: it needs none (its client makes its actor).
+    logging.getLogger("transfer_queue").setLevel(logging.CRITICAL)
+    tq.init(OmegaConf.create({"backend": {"storage_backend": backend}}))
+    logging.getLogger("transfer_queue").setLevel(logging.ERROR)
+    # The object store's first page faults, paid once here rather than by the first path timed.
+    refs = [ray.put(torch.zeros(100 << 20, dtype=torch.uint8)) for _ in range(12)]
+    del refs
 
 
 if __name__ == "__main__":

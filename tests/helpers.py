@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 import py_wire
@@ -55,3 +57,12 @@ def media_fields(name: str, schema: py_wire.Schema) -> set[str]:
         for n, f in schema.fields.items()
         if (f.tier == "packed" or n in ("mm_token_type_ids", "token_type_ids")) and n not in skip
     }
+
+
+def mapping_of(address: int) -> str:
+    """The /proc/self/maps line of the mapping that holds ``address``."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        if lo <= address < hi:
+            return line
+    raise AssertionError(f"{address:#x} is not mapped")

@@ -40,6 +40,18 @@ buffers with no copy on put (the groups are encoded straight into one buffer, ea
 :func:`get` then decodes as views, 64-byte alignment kept). The rest of the time is TQ's own
 byte moves through its storage units, which a manager of ours would pay too.
 
+**Two storage paths, chosen from the TQ client's backend.** On SimpleStorage (TQ's default)
+a column is one jagged ``uint8`` tensor, as above: its bytes go through TQ's storage units
+(ZMQ sockets, about four copies of every stored byte on put and get together). On TQ's
+``RayStore`` backend (``backend.storage_backend: RayStore``) each group's frame is one
+:class:`~py_wire.Frame` value that TQ's ``RayStorageClient`` stores with ``ray.put``: the frame
+goes into Ray's object store once, and :func:`get` decodes it in place (a read-only object
+store page is mapped copy-on-write, so views are writable and a write stays private; see
+:meth:`py_wire.Frame.copy_on_write`). TQ's own tensor path on RayStore needs NIXL
+(``ray.put(..., _tensor_transport="nixl")``); frames, stored as objects, do not. As with any
+``ray.put``, the producer process owns the objects: they live while it does (TQ's design for
+RayStore, not py_wire's), and :func:`clear` (TQ's ``kv_clear``) frees them.
+
 Nothing here starts Ray or TQ: call ``ray.init(num_cpus=4)`` (TQ's controller and each of its
 storage units take one CPU; fewer makes ``transfer_queue.init()`` hang) and
 ``transfer_queue.init()`` first.
@@ -193,6 +205,22 @@ def _rows(value: Any, start: int, stop: int) -> Any:
     )
 
 
+def _group_plans(
+    batch: Mapping[str, Any], sch: Schema, group_size: int | Sequence[int]
+) -> tuple[dict[str, list[list[tuple[str, str, Any, Any]]]], tuple[str, ...]]:
+    """Per column, each group's checked fields (as :func:`py_wire.encode` checks a batch), and
+    the columns the schema has."""
+    media = set(media_fields(sch))
+    spans = _group_spans(_num_rows(batch, sch), group_size)
+    plans: dict[str, list[list[tuple[str, str, Any, Any]]]] = {c: [] for c in COLUMNS}
+    for start, stop in spans:
+        group = {k: _rows(v, start, stop) for k, v in batch.items()}
+        raw = _fields(group, sch, None)
+        plans[TEXT].append([r for r in raw if r[0] not in media])
+        plans[MEDIA].append([r for r in raw if r[0] in media or r[0] == sch.sequence_field])
+    return plans, COLUMNS if media else (TEXT,)
+
+
 def encode_groups(
     batch: Mapping[str, Any],
     schema: Schema | str | Path,
@@ -204,16 +232,9 @@ def encode_groups(
     written. No column when the batch has no rows; no media column for a schema without media
     fields."""
     sch = load_schema(schema)
-    media = set(media_fields(sch))
-    num_rows = _num_rows(batch, sch)
-    spans = _group_spans(num_rows, group_size)
-    plans: dict[str, list[list[tuple[str, str, Any, Any]]]] = {c: [] for c in COLUMNS}
-    for start, stop in spans:
-        group = {k: _rows(v, start, stop) for k, v in batch.items()}
-        raw = _fields(group, sch, None)
-        plans[TEXT].append([r for r in raw if r[0] not in media])
-        plans[MEDIA].append([r for r in raw if r[0] in media or r[0] == sch.sequence_field])
-    columns = COLUMNS if media else (TEXT,)
+    media = bool(media_fields(sch))
+    plans, columns = _group_plans(batch, sch, group_size)
+    spans = plans[TEXT]
     out: dict[str, torch.Tensor] = {}
     with plain_tensors():
         for column in columns:
@@ -233,6 +254,40 @@ def encode_groups(
     return out
 
 
+def encode_group_frames(
+    batch: Mapping[str, Any],
+    schema: Schema | str | Path,
+    group_size: int | Sequence[int] = 1,
+) -> dict[str, list[Frame]]:
+    """The batch as TQ columns of :class:`~py_wire.Frame` objects, one per group (the RayStore
+    path): the same frames :func:`encode_groups` packs into one buffer, each in its own."""
+    sch = load_schema(schema)
+    media = bool(media_fields(sch))
+    plans, columns = _group_plans(batch, sch, group_size)
+    out: dict[str, list[Frame]] = {}
+    with plain_tensors():
+        for column in columns:
+            codec = _codec(sch, column, contracts=column == MEDIA or not media)
+            if plans[column]:
+                out[column] = [
+                    _native.encode(codec, raw, None, None, None) for raw in plans[column]
+                ]
+    return out
+
+
+def stores_frames_as_objects() -> bool:
+    """Whether this process's TQ client stores each value with ``ray.put`` (TQ's RayStore
+    backend), so that a frame goes as one :class:`~py_wire.Frame` object rather than as bytes
+    through TQ's storage units."""
+    client = _tq().get_client()
+    storage = getattr(getattr(client, "storage_manager", None), "storage_client", None)
+    try:
+        from transfer_queue.storage.clients.ray_storage_client import RayStorageClient
+    except ImportError:  # a TQ without RayStore
+        return False
+    return isinstance(storage, RayStorageClient)
+
+
 def put(
     batch: Mapping[str, Any],
     schema: Schema | str | Path,
@@ -248,8 +303,13 @@ def put(
     :class:`~py_wire.BatchError` for anything :func:`py_wire.encode` refuses, before TQ sees a
     byte."""
     sch = load_schema(schema)
-    columns = encode_groups(batch, sch, group_size)
-    n = 0 if not columns else int(next(iter(columns.values())).size(0))
+    as_objects = stores_frames_as_objects()
+    columns: Mapping[str, Any] = (
+        encode_group_frames(batch, sch, group_size)
+        if as_objects
+        else encode_groups(batch, sch, group_size)
+    )
+    n = 0 if not columns else len(next(iter(columns.values())))
     keys = list(keys)
     if len(keys) != n:
         raise with_field(BatchError(f"{len(keys)} keys for {n} groups (one key per group)"), "keys")
@@ -257,8 +317,10 @@ def put(
         raise with_field(BatchError(f"{len(tags)} tags for {n} groups"), "tags")
     if n == 0:
         return None
-    from tensordict import TensorDict
+    from tensordict import NonTensorStack, TensorDict
 
+    if as_objects:
+        columns = {c: NonTensorStack(*frames) for c, frames in columns.items()}
     fields = TensorDict(columns, batch_size=[n])
     return _tq().kv_batch_put(
         keys=keys,
@@ -268,22 +330,40 @@ def put(
     )
 
 
-def _column_frames(value: Any, column: str, keys: Sequence[str]) -> list[Frame]:
-    if not (
+def _stored_frames(value: Any, column: str, keys: Sequence[str]) -> list[Frame]:
+    """The frames of one column as TQ's get returned them: a jagged ``uint8`` tensor
+    (SimpleStorage) or one Frame per key (RayStore)."""
+    if (
         isinstance(value, torch.Tensor)
         and value.is_nested
         and value.layout == torch.jagged
         and value.dtype == torch.uint8
     ):
-        raise FrameError(
-            f"TQ column {column!r} holds {type(value).__name__}, not py_wire frames "
-            "(a jagged uint8 tensor)"
-        )
-    buf = value.values()
-    offsets = as_jagged(value).offsets().tolist()
+        buf = value.values()
+        offsets = as_jagged(value).offsets().tolist()
+        if len(offsets) != len(keys) + 1:
+            raise FrameError(
+                f"TQ column {column!r} holds {len(offsets) - 1} rows for {len(keys)} keys"
+            )
+        return [
+            Frame.from_buffer(buf[offsets[i] : offsets[i + 1]].numpy()) for i in range(len(keys))
+        ]
+    values = value.tolist() if hasattr(value, "tolist") else value
+    if isinstance(values, list | tuple) and all(isinstance(v, Frame) for v in values):
+        if len(values) != len(keys):
+            raise FrameError(
+                f"TQ column {column!r} holds {len(values)} frames for {len(keys)} keys"
+            )
+        return list(values)
+    raise FrameError(
+        f"TQ column {column!r} holds {type(value).__name__}, not py_wire frames "
+        "(a jagged uint8 tensor, or Frame objects)"
+    )
+
+
+def _column_frames(value: Any, column: str, keys: Sequence[str]) -> list[Frame]:
     frames = []
-    for i, key in enumerate(keys):
-        frame = Frame.from_buffer(buf[offsets[i] : offsets[i + 1]].numpy())
+    for key, frame in zip(keys, _stored_frames(value, column, keys), strict=True):
         if frame.metadata.get(COLUMN_KEY) != column:
             raise FrameError(
                 f"key {key!r}: the frame in TQ column {column!r} was encoded for column "
@@ -311,6 +391,21 @@ def get_frames(
     return {c: _column_frames(got[c], c, keys) for c in columns}
 
 
+def _all_frames(keys: list[str], partition_id: str) -> dict[str, list[Frame]]:
+    """Both columns in one TQ round trip (TQ returns only the columns it holds), the media
+    column required when the frames' schema has media fields."""
+    got = _tq().kv_batch_get(keys=keys, partition_id=partition_id, select_fields=list(COLUMNS))
+    held = set(got.keys())
+    if TEXT not in held:
+        raise FrameError(f"TQ holds no {TEXT!r} column for keys {keys[:4]}")
+    frames = {c: _column_frames(got[c], c, keys) for c in COLUMNS if c in held}
+    if MEDIA not in frames and media_fields(checked_schema(frames[TEXT][0])):
+        raise FrameError(
+            f"TQ holds no {MEDIA!r} column for keys {keys[:4]}, though their schema has media"
+        )
+    return frames
+
+
 def _key_list(keys: Sequence[str] | str) -> list[str]:
     keys = [keys] if isinstance(keys, str) else list(keys)
     if not keys:
@@ -333,7 +428,9 @@ def get(
     needs media; ``columns=(TEXT,)`` asks for the text column alone. Several keys are joined
     with :func:`py_wire.concat` (one copy); a single key decodes as views of TQ's buffer."""
     keys = _key_list(keys)
-    if columns is None:
+    if columns is None and stage is None:
+        frames = _all_frames(keys, partition_id)
+    elif columns is None:
         frames = get_frames(keys, partition_id, (TEXT,))
         wanted = columns_for(checked_schema(frames[TEXT][0]), stage)
         if MEDIA in wanted:

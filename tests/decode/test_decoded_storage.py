@@ -24,6 +24,7 @@ import torch
 import py_wire
 from py_wire.synth.registry import generate
 from tests import nemo_rl_model
+from tests.helpers import mapping_of
 
 SCHEMA = "qwen2_5_vl"
 
@@ -138,15 +139,6 @@ def test_pickled_and_deepcopied_rows_carry_only_themselves(vlm: py_wire.Frame, l
     assert len(pickle.dumps(reward)) < 2048
 
 
-def _mapping_of(address: int) -> str:
-    """The /proc/self/maps line of the mapping that holds ``address``."""
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-        if lo <= address < hi:
-            return line
-    raise AssertionError(f"{address:#x} is not mapped")
-
-
 def test_a_read_only_mmap_decodes_copy_on_write(vlm: py_wire.Frame, tmp_path: Path) -> None:
     """A read-only mapping of a file (here and under /dev/shm): the default decode views a
     private mapping of the same pages (no copy), a write stays in this process, and every
@@ -163,7 +155,7 @@ def test_a_read_only_mmap_decodes_copy_on_write(vlm: py_wire.Frame, tmp_path: Pa
             assert frame.copy_on_write_refusal() is None
             out = py_wire.decode(source)
             pixels = out["pixel_values"].tensors[0]
-            line = _mapping_of(pixels.data_ptr())
+            line = mapping_of(pixels.data_ptr())
             inode = str(os.stat(path).st_ino)
             perms, file_inode = line.split()[1], line.split()[4]
             assert perms[3] == "p" and file_inode == inode, line  # private, same file: no copy

@@ -1,5 +1,7 @@
 """py_wire frames through the real TransferQueue (PyPI ``transferqueue``): its controller and
-SimpleStorage units on a local Ray, one instance for the module.
+storage on a local Ray, every test run once on each of two backends: SimpleStorage (TQ's
+default: frames as jagged ``uint8`` columns through its storage units) and RayStore (each
+group's frame one object in Ray's object store).
 
 TQ's controller and each storage unit take one Ray CPU (``num_cpus=4``: with fewer,
 ``transfer_queue.init()`` hangs silently), so a watchdog ends the process, with tracebacks,
@@ -17,10 +19,12 @@ import pytest
 import ray
 import torch
 import transfer_queue as tq
+from omegaconf import OmegaConf
 
 import py_wire
 from py_wire.interop import transfer_queue as ptq
 from py_wire.synth.registry import generate
+from tests.helpers import mapping_of
 
 SCHEMA = "qwen2_5_vl"
 GROUP = 4
@@ -28,17 +32,20 @@ GROUP = 4
 WATCHDOG_S = 240
 
 
-@pytest.fixture(scope="module", autouse=True)
-def tq_session() -> Iterator[None]:
+@pytest.fixture(scope="module", autouse=True, params=["SimpleStorage", "RayStore"])
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
     faulthandler.dump_traceback_later(WATCHDOG_S, exit=True, file=sys.stderr)
     if ray.is_initialized():
         ray.shutdown()
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    tq.init()
+    # TQ logs an error that RayStore has no bootstrap (it needs none: its client makes its actor).
+    logging.getLogger("transfer_queue").setLevel(logging.CRITICAL)
+    tq.init(OmegaConf.create({"backend": {"storage_backend": request.param}}))
     # TQ warns once per get that it caps threads at the core count: noise here.
     logging.getLogger("transfer_queue").setLevel(logging.ERROR)
+    assert ptq.stores_frames_as_objects() == (request.param == "RayStore")
     try:
-        yield
+        yield request.param
     finally:
         tq.close()
         ray.shutdown()
@@ -65,6 +72,13 @@ def assert_same(want: dict[str, Any], got: dict[str, Any]) -> None:
             assert a.dtype == b.dtype and torch.equal(a.values(), b.values()), name
         else:
             assert a.dtype == b.dtype and torch.equal(a, b), name
+
+
+def column_nbytes(value: Any) -> int:
+    """The payload bytes TQ's get returned for one column, in either backend's form."""
+    if isinstance(value, torch.Tensor):
+        return value.values().numel()
+    return sum(len(frame) for frame in value.tolist())
 
 
 def keys(prefix: str, n: int) -> list[str]:
@@ -107,9 +121,7 @@ def test_text_stage_fetch_moves_no_media(batch: dict[str, Any]) -> None:
 
     def spy(**kw: Any) -> Any:
         out = real(**kw)
-        calls.append(
-            (kw["select_fields"], sum(out[c].values().numel() for c in kw["select_fields"]))
-        )
+        calls.append((kw["select_fields"], sum(column_nbytes(out[c]) for c in kw["select_fields"])))
         return out
 
     tq_get, tq.kv_batch_get = tq.kv_batch_get, spy
@@ -185,12 +197,36 @@ def test_tags_and_samplers_stay_tqs(batch: dict[str, Any]) -> None:
     assert not tq.kv_list("q").get("q")
 
 
-def test_a_foreign_column_is_a_frame_error(batch: dict[str, Any]) -> None:
-    text = ptq.encode_groups(batch, SCHEMA, GROUP)[ptq.TEXT]
-    from tensordict import TensorDict
+def test_a_foreign_column_is_a_frame_error(batch: dict[str, Any], backend: str) -> None:
+    from tensordict import NonTensorStack, TensorDict
+
+    if backend == "RayStore":
+        text = NonTensorStack(*ptq.encode_group_frames(batch, SCHEMA, GROUP)[ptq.TEXT])
+    else:
+        text = ptq.encode_groups(batch, SCHEMA, GROUP)[ptq.TEXT]
 
     tq.kv_batch_put(
         keys=keys("swap", 3), partition_id="p", fields=TensorDict({ptq.MEDIA: text}, batch_size=[3])
     )
     with pytest.raises(py_wire.FrameError, match="column"):
         ptq.get_frames(keys("swap", 3), "p", (ptq.MEDIA,))
+
+
+def test_raystore_frames_decode_in_the_object_store(batch: dict[str, Any], backend: str) -> None:
+    """On RayStore a group's frame is read where Ray's object store holds it: the default decode
+    maps it copy-on-write (no copy), and a write to a decoded view stays in this process."""
+    if backend != "RayStore":
+        assert not ptq.stores_frames_as_objects()
+        return
+    ptq.put(batch, SCHEMA, keys("cow", 3), "p", group_size=GROUP)
+    (frame,) = ptq.get_frames(["cow1"], "p", (ptq.TEXT,))[ptq.TEXT]
+    assert frame.storage == "readonly-buffer" and frame.copy_on_write_refusal() is None
+    got = ptq.get(["cow1"], "p")
+    reward = got["reward"]
+    perms, inode = mapping_of(reward.data_ptr()).split()[1:5:3]
+    assert perms[3] == "p" and inode != "0"  # a private mapping of the store's file: no copy
+    before = reward.clone()
+    reward.add_(1.0)  # writable views, private pages
+    (again,) = ptq.get_frames(["cow1"], "p", (ptq.TEXT,))[ptq.TEXT]
+    assert torch.equal(py_wire.decode(again, writable="copy")["reward"], before)
+    tq.kv_clear(keys=keys("cow", 3), partition_id="p")
