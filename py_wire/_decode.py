@@ -321,9 +321,9 @@ def _check_trainer_options(
 def checked_schema(frame: Frame) -> Schema:
     """The schema a frame carries: every reader of a frame (decode, frame ops, contract checks)
     starts here. O(fields). The codec's reader checked, when the frame was wrapped, that an
-    embedded schema matches its fingerprint and is canonical, and that the field table and
-    sequence field are what it implies (``frame::schema_text``); a compact frame's field table
-    was derived, in the codec, from the schema this process holds under its fingerprint. The
+    embedded schema matches its fingerprint and is canonical (``frame::schema_text``), and
+    derived the field table and sequence field from it, as it derives a compact frame's from
+    the schema this process holds under its fingerprint. The
     frame keeps the Schema it built (``Frame.schema``)."""
     schema: Schema = frame.schema
     return schema

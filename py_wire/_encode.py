@@ -58,8 +58,8 @@ def encode(
     ``py_wire.`` are reserved; at most 64 KiB): what a producer wants a consumer to know that
     is not a field, such as the padded width an adapter restores. Frame operations keep it.
     ``compact=True`` writes a compact frame: its header names the schema by fingerprint
-    (``py_wire.schema_ref``) instead of embedding it, and carries no field table (a 1-row
-    ``text_grpo`` header is about a third of the embedded one). Its reader must hold the
+    (``py_wire.schema_ref``) instead of embedding it (a 1-row ``text_grpo`` header is 37%
+    of the embedded one). Its reader must hold the
     schema (:func:`load_schema` holds every schema it returns; ``decode(..., schema=)`` and
     ``Frame.from_buffer(..., schema=)`` too), else reading it is a :class:`FrameError` naming
     the fingerprint. For streams, data planes and replay buffers whose readers know the

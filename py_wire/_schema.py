@@ -406,11 +406,11 @@ class Schema(BaseModel):
     def from_frame(cls, frame: Frame) -> Schema:
         """The schema a frame carries. The codec checked it when the frame was wrapped (its
         size, fingerprint, nesting and canonical form, before the text was parsed, and the
-        field table against it); every failure is a ``FrameError``. A compact frame
-        (``py_wire.schema_ref``) gives the schema this process holds under its fingerprint
-        (``FrameError`` naming the fingerprint when it holds none). A schema read from an
-        embedded frame is held from then on (up to a cap), so that later compact frames of it
-        can be read."""
+        tensors against the field table it derives from it); every failure is a
+        ``FrameError``. A compact frame (``py_wire.schema_ref``) gives the schema this process
+        holds under its fingerprint (``FrameError`` naming the fingerprint when it holds none).
+        A schema read from an embedded frame is held from then on (up to a cap), so that later
+        compact frames of it can be read."""
         fingerprint, text = frame.schema_source  # one call: what the codec validated
         if fingerprint is None:
             raise FrameError("the frame carries no schema")
@@ -452,9 +452,9 @@ def _problems(e: ValidationError) -> str:
 def _schema_from_frame_text(text: str, fingerprint: str) -> Schema:
     """The schema an embedded frame's text describes. The codec's reader checked the text when
     the frame was wrapped (``frame::schema_text``: its size, fingerprint, nesting, JSON and
-    canonical form, and the field table against it); what is left is meaning: the schema
-    model's rules, and that the text is the whole model as py_wire writes it (no key left to a
-    default), so that the schema read back has the frame's fingerprint."""
+    canonical form, and the tensors against the field table it implies); what is left is
+    meaning: the schema model's rules, and that the text is the whole model as py_wire writes
+    it (no key left to a default), so that the schema read back has the frame's fingerprint."""
     where = "the frame's schema"
     try:
         data = json.loads(text)

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 import py_wire
 from py_wire.synth.registry import GENERATORS
+from tests.hostile.mutate import Parsed, format_1_table
 
 HERE = Path(__file__).resolve().parent
 SCHEMAS = HERE.parent.parent / "py_wire" / "schemas"
@@ -230,11 +231,6 @@ def frames() -> list[tuple[str, bytes]]:
     return [(n, bytes(memoryview(f))) for n, f in out + ops]
 
 
-def metadata_json(frame: bytes) -> dict[str, str]:
-    (hlen,) = struct.unpack("<Q", frame[:8])
-    return json.loads(frame[8 : 8 + hlen])["__metadata__"]
-
-
 def main() -> None:
     seeds: dict[str, dict[str, bytes]] = {"frames": {}, "gather": {}, "schema_json": {}}
     all_frames = frames()
@@ -246,9 +242,10 @@ def main() -> None:
         # gather: [flags, split u16, k] ++ frame ++ k u16 rows (see fuzz_targets/gather.rs).
         rows = struct.pack("<3H", 0, 1, 0)
         seeds["gather"][name] = bytes([2, 0, 0, 3]) + data + rows
-        md = metadata_json(data)
-        seeds["schema_json"][name + ".fields"] = md["py_wire.fields"].encode()
-        for spec in json.loads(md["py_wire.fields"])[:3]:
+        # The field table its schema implies (format-1 headers carried it in py_wire.fields).
+        table = format_1_table(Parsed.of(data)) or []
+        seeds["schema_json"][name + ".fields"] = json.dumps(table).encode()
+        for spec in table[:3]:
             seeds["schema_json"][f"{name}.field-{spec['name']}"] = json.dumps(spec).encode()
     # Pairs for the two-frame gather (concat of two frames, then a row selection).
     small = [(n, d) for n, d in all_frames if len(d) <= 30 * 1024]

@@ -6,11 +6,16 @@
 //! 1. 8 bytes: `N`, the header's length, a little-endian `u64`.
 //! 2. `N` bytes: the safetensors JSON header, space-padded so the data section starts at a
 //!    multiple of 64. One entry per tensor (`dtype`, `shape`, `data_offsets` relative to the
-//!    data section) and `__metadata__`, strings only: `py_wire.format` (`"1"`),
-//!    `py_wire.num_rows`, then either the embedded schema (`py_wire.schema`, its
-//!    `py_wire.fingerprint`, the field table `py_wire.fields`, `py_wire.sequence_field`) or,
-//!    in a compact frame, only `py_wire.schema_ref` (the fingerprint; see [`frame::compact`]).
-//!    A caller's own keys and `py_wire.checksum` ([`frame::checksum`]) may sit beside them.
+//!    data section) and `__metadata__`, strings only: `py_wire.format` (`"2"`),
+//!    `py_wire.num_rows`, then either the embedded schema (`py_wire.schema` and its
+//!    `py_wire.fingerprint`) or, in a compact frame, only `py_wire.schema_ref` (the
+//!    fingerprint; see [`frame::compact`]). Either way the reader derives the field table and
+//!    sequence field from the schema ([`frame::layout::schema_field_table`]). A caller's own
+//!    keys and `py_wire.checksum` ([`frame::checksum`]) may sit beside them. Format `"1"`
+//!    embedded headers also carry the field table `py_wire.fields` and
+//!    `py_wire.sequence_field`; they are still read, and must agree with their schema. A bare
+//!    codec frame, encoded without any schema (the codec's own tests and fuzz targets; the
+//!    Python layer never writes or accepts one), carries those two instead of a schema.
 //! 3. The data section: every tensor 64-byte aligned from the frame's first byte, gaps as
 //!    explicit `__pad.K` U8 tensors, the end 64-aligned. Per frame: `__seq_offsets` (I64,
 //!    `[B+1]`) when the schema has per-token fields. Per field `f`: per-token `[T, ...]` (all

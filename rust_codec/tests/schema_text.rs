@@ -1,5 +1,6 @@
 //! The embedded schema as `parse_frame` checks it (`frame::schema_text`): its fingerprint and
-//! canonical form, and the field table against what it implies.
+//! canonical form, the field table derived from it, and a format-1 frame's own field table
+//! against what it implies.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests panic on purpose
 
@@ -7,9 +8,10 @@ mod common;
 
 use std::collections::BTreeMap;
 
+use py_wire_codec::frame::header::parse_header;
 use py_wire_codec::frame::schema_text::fingerprint;
 use py_wire_codec::schema::spec::meta;
-use py_wire_codec::{parse_frame, DType, Error};
+use py_wire_codec::{parse_frame, DType, Error, FieldSpec, Tier};
 
 const SCHEMA: &str = concat!(
     r#"{"fields":{"ids":{"dtype":"int64","shape":[],"tier":"per_token"},"#,
@@ -45,10 +47,30 @@ fn refusal(bytes: &[u8]) -> String {
 #[test]
 fn an_embedded_schema_that_agrees_reads() {
     let fp = fingerprint(SCHEMA);
-    let layout = parse_frame(&frame(Some(SCHEMA), Some(&fp), DType::F32, "ids")).unwrap();
+    let bytes = frame(Some(SCHEMA), Some(&fp), DType::F32, "ids");
+    let layout = parse_frame(&bytes).unwrap();
     assert_eq!(layout.num_rows, 2);
+    // The field table and the sequence field come from the schema; the header has neither.
+    let md = &parse_header(&bytes).unwrap().metadata;
+    assert_eq!(md[meta::FORMAT], "2");
+    assert!(!md.contains_key(meta::FIELDS), "{md:?}");
+    assert!(!md.contains_key(meta::SEQUENCE_FIELD), "{md:?}");
+    assert_eq!(layout.sequence_field.as_deref(), Some("ids"));
+    assert_eq!(
+        layout
+            .fields
+            .iter()
+            .map(|f| f.spec.clone())
+            .collect::<Vec<_>>(),
+        specs()
+    );
     // A bare codec frame (no schema entries at all) has only its field table to go by.
-    parse_frame(&frame(None, None, DType::F32, "ids")).unwrap();
+    let bare = frame(None, None, DType::F32, "ids");
+    assert!(parse_header(&bare)
+        .unwrap()
+        .metadata
+        .contains_key(meta::FIELDS));
+    assert_eq!(specs_of(&parse_frame(&bare).unwrap()), specs());
 }
 
 #[test]
@@ -71,13 +93,32 @@ fn a_damaged_schema_is_refused_by_parse_frame() {
 }
 
 #[test]
-fn a_field_table_that_disagrees_with_the_schema_is_refused() {
+fn a_schema_that_disagrees_with_the_tensors_is_refused_naming_the_field() {
     let fp = fingerprint(SCHEMA);
-    let msg = refusal(&frame(Some(SCHEMA), Some(&fp), DType::F64, "ids"));
+    match parse_frame(&frame(Some(SCHEMA), Some(&fp), DType::F64, "ids")) {
+        Err(Error::Frame(d)) => assert!(
+            d.message.contains("field \"reward\"")
+                && d.message.contains("float64")
+                && d.message.contains("float32"),
+            "{}",
+            d.message
+        ),
+        other => panic!("{:?}", other.map(|l| l.num_rows)),
+    }
+    // A schema without the field whose tensors the frame holds.
+    let fewer = SCHEMA.replace(
+        r#","reward":{"dtype":"float32","shape":[],"tier":"scalar"}"#,
+        "",
+    );
+    assert_ne!(fewer, SCHEMA);
+    let msg = refusal(&frame(
+        Some(&fewer),
+        Some(&fingerprint(&fewer)),
+        DType::F32,
+        "ids",
+    ));
     assert!(
-        msg.contains("field \"reward\"")
-            && msg.contains("dtype float64")
-            && msg.contains("float32"),
+        msg.contains("\"reward\"") && msg.contains("belongs to no field"),
         "{msg}"
     );
     let other = SCHEMA.replace(r#""sequence_field":"ids""#, r#""sequence_field":null"#);
@@ -88,6 +129,110 @@ fn a_field_table_that_disagrees_with_the_schema_is_refused() {
         "ids",
     ));
     assert!(msg.contains("sequence field"), "{msg}");
+}
+
+/// The specs `SCHEMA` resolves to, in schema order.
+fn specs() -> Vec<FieldSpec> {
+    vec![
+        common::spec("ids", Tier::PerToken, DType::I64, vec![]),
+        common::spec("reward", Tier::Scalar, DType::F32, vec![]),
+    ]
+}
+
+fn specs_of(layout: &py_wire_codec::frame::layout::FrameLayout) -> Vec<FieldSpec> {
+    layout.fields.iter().map(|f| f.spec.clone()).collect()
+}
+
+/// `bytes` with its `__metadata__` edited by `edit`, the header re-padded so the data section
+/// stays 64-byte aligned.
+fn rewritten(
+    bytes: &[u8],
+    edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
+) -> Vec<u8> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    edit(header["__metadata__"].as_object_mut().unwrap());
+    let mut json = serde_json::to_vec(&header).unwrap();
+    json.resize((8 + json.len()).next_multiple_of(64) - 8, b' ');
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&json);
+    out.extend_from_slice(&bytes[8 + n..]);
+    out
+}
+
+/// A format-1 frame, as py_wire wrote them before the field table left the embedded header:
+/// the format-2 frame of `SCHEMA` with `table` and `seq` added and the version set to "1".
+fn format_1(table: &[FieldSpec], seq: Option<&str>) -> Vec<u8> {
+    let current = frame(Some(SCHEMA), Some(&fingerprint(SCHEMA)), DType::F32, "ids");
+    rewritten(&current, |md| {
+        md.insert(meta::FORMAT.into(), "1".into());
+        md.insert(
+            meta::FIELDS.into(),
+            serde_json::to_string(table).unwrap().into(),
+        );
+        if let Some(seq) = seq {
+            md.insert(meta::SEQUENCE_FIELD.into(), seq.into());
+        }
+    })
+}
+
+#[test]
+fn format_1_frames_are_read_when_their_field_table_is_the_schemas() {
+    let old = format_1(&specs(), Some("ids"));
+    assert_eq!(parse_header(&old).unwrap().metadata[meta::FORMAT], "1");
+    let layout = parse_frame(&old).unwrap();
+    assert_eq!(specs_of(&layout), specs());
+    assert_eq!(layout.sequence_field.as_deref(), Some("ids"));
+    // Written in another order, the table still names the same fields: the derived order wins.
+    let reversed: Vec<FieldSpec> = specs().into_iter().rev().collect();
+    let layout = parse_frame(&format_1(&reversed, Some("ids"))).unwrap();
+    assert_eq!(specs_of(&layout), specs());
+
+    // A table that disagrees with the schema, or with the tensors, is a FrameError naming the
+    // field; so are a wrong sequence field and a missing table.
+    let mut wrong = specs();
+    wrong[1].dtype = DType::F64;
+    let msg = refusal(&format_1(&wrong, Some("ids")));
+    assert!(
+        msg.contains("field \"reward\"") && msg.contains("dtype float64"),
+        "{msg}"
+    );
+    let msg = refusal(&format_1(&specs()[..1], Some("ids")));
+    assert!(
+        msg.contains("\"reward\"") && msg.contains("leaves it out"),
+        "{msg}"
+    );
+    let twice = [specs(), specs()[1..].to_vec()].concat();
+    assert!(refusal(&format_1(&twice, Some("ids"))).contains("twice"));
+    let msg = refusal(&format_1(&specs(), Some("reward")));
+    assert!(msg.contains("sequence field"), "{msg}");
+    let msg = refusal(&format_1(&specs(), None));
+    assert!(msg.contains("sequence field"), "{msg}");
+    let no_table = rewritten(&old, |md| {
+        md.remove(meta::FIELDS);
+    });
+    let msg = refusal(&no_table);
+    assert!(msg.contains("\"py_wire.fields\" is missing"), "{msg}");
+}
+
+#[test]
+fn a_format_2_header_that_mixes_forms_or_another_version_is_refused() {
+    let current = frame(Some(SCHEMA), Some(&fingerprint(SCHEMA)), DType::F32, "ids");
+    for key in [meta::FIELDS, meta::SEQUENCE_FIELD] {
+        let mixed = rewritten(&current, |md| {
+            md.insert(key.into(), serde_json::to_string(&specs()).unwrap().into());
+        });
+        let msg = refusal(&mixed);
+        assert!(
+            msg.contains("also carries") && msg.contains(key),
+            "{key}: {msg}"
+        );
+    }
+    let future = rewritten(&current, |md| {
+        md.insert(meta::FORMAT.into(), "3".into());
+    });
+    let msg = refusal(&future);
+    assert!(msg.contains("\"3\"") && msg.contains("\"2\""), "{msg}");
 }
 
 #[test]

@@ -81,8 +81,9 @@ def test_round_trip_is_bit_exact_against_the_embedded_form(name):
 
 def test_a_one_row_text_grpo_frame_is_small():
     """Issue 19's acceptance: the py_wire part of a 1-row compact text_grpo header (its
-    __metadata__) within 512 bytes, and the whole header a third of the embedded one. The rest
-    is safetensors' own tensor table (7 tensors, 7 alignment paddings), the same in both."""
+    __metadata__) within 512 bytes, and the whole header well under half the embedded one
+    (a third before issue 17 took the field table out of the embedded header). The rest is
+    safetensors' own tensor table (7 tensors, 7 alignment paddings), the same in both."""
     batch = small_text_batch((1,))
     compact = py_wire.encode(batch, TEXT, compact=True)
     embedded = py_wire.encode(batch, TEXT)
@@ -90,7 +91,14 @@ def test_a_one_row_text_grpo_frame_is_small():
     meta = json.dumps(table.pop("__metadata__"), separators=(",", ":"))
     assert len(meta) <= 512, meta
     assert size <= 1152, size
-    assert size * 3 <= header(embedded)[0]
+    assert size * 5 <= header(embedded)[0] * 2
+    # Issue 17: the embedded header describes the fields once, by its schema (3,584 bytes
+    # with the field table and sequence field beside it, 2,944 without).
+    assert (
+        not {"py_wire.fields", "py_wire.sequence_field"}
+        & header(embedded)[1]["__metadata__"].keys()
+    )
+    assert header(embedded)[0] <= 3008, header(embedded)[0]
     assert header(embedded)[1].keys() - {"__metadata__"} == table.keys()
 
 
@@ -250,6 +258,23 @@ def test_a_lying_fingerprint_is_a_frame_error():
         py_wire.decode(swap_ref(vlm, other.fingerprint))
 
 
+def test_an_embedded_schema_that_disagrees_with_the_tensors_names_the_field():
+    """Issue 17: the embedded form derives its field table from its schema, as the compact
+    form does; a schema (with a matching fingerprint) whose layout the tensors break is a
+    FrameError naming the field."""
+    from tests.hostile.mutate import Parsed
+
+    doubled = TEXT.model_dump(mode="json")
+    doubled["fields"]["reward"]["dtype"] = "float64"
+    doubled["name"] = "text_grpo_f64_embedded"
+    other = py_wire.Schema.from_dict(doubled)
+    parsed = Parsed.of(bytes(py_wire.encode(small_text_batch(), TEXT)))
+    parsed.meta_set("py_wire.schema", other.canonical_json)
+    parsed.meta_set("py_wire.fingerprint", other.fingerprint)
+    with pytest.raises(py_wire.FrameError, match='field "reward" is stored as float32'):
+        py_wire.Frame.from_buffer(parsed.build())
+
+
 def test_compact_headers_refuse_embedded_keys():
     compact = py_wire.encode(small_text_batch(), TEXT, compact=True)
     _, table = header(compact)
@@ -257,7 +282,7 @@ def test_compact_headers_refuse_embedded_keys():
     text = json.dumps(table, separators=(",", ":")).encode()
     pad = (-(8 + len(text))) % 64
     raw = struct.pack("<Q", len(text) + pad) + text + b" " * pad + data_section(compact)
-    with pytest.raises(py_wire.FrameError, match="only embedded frames carry"):
+    with pytest.raises(py_wire.FrameError, match="a compact frame never carries"):
         py_wire.Frame.from_buffer(raw)
 
 

@@ -52,7 +52,9 @@ def test_stock_safetensors_reads_every_field(vlm, tmp_path):
     path = tmp_path / "batch.safetensors"
     path.write_bytes(bytes(frame))
     with safetensors.safe_open(str(path), framework="pt") as f:
-        assert f.metadata()["py_wire.format"] == "1"
+        assert f.metadata()["py_wire.format"] == "2"
+        # The field table is the schema's: the header carries no second description of it.
+        assert not {"py_wire.fields", "py_wire.sequence_field"} & f.metadata().keys()
         assert torch.equal(
             f.get_tensor("image_grid_thw"), torch.tensor([[1, 2, 4], [1, 2, 2], [1, 2, 4]])
         )

@@ -340,7 +340,7 @@ def meta_num_rows(c: Ctx, p: Parsed) -> None:
 
 @structural
 def meta_format(c: Ctx, p: Parsed) -> None:
-    v = c.rng.choice(["0", "2", "1.0", "", " 1", "01", "9" * 100, "\uff11"])
+    v = c.rng.choice(["0", "1", "3", "1.0", "", " 2", "02", "9" * 100, "\uff12"])
     p.meta_set("py_wire.format", v)
     c.note(f"format -> {v!r}")
 
@@ -362,6 +362,10 @@ def meta_drop_or_add(c: Ctx, p: Parsed) -> None:
 def meta_sequence_field(c: Ctx, p: Parsed) -> None:
     names = sorted({k.split(".")[0] for k in p.tensors() if not k.startswith("__")})
     v = c.rng.choice([*names, "", "nope", "__seq_offsets", "__metadata__"])
+    # A format-2 embedded header carries no sequence field (one is refused as mixing forms):
+    # half the time make it a format-1 header, whose sequence field is checked against its schema.
+    if c.rng.random() < 0.5 and to_format_1(p):
+        c.note("as format 1")
     if c.rng.random() < 0.3:
         p.meta()[:] = [(k, x) for k, x in p.meta() if k != "py_wire.sequence_field"]
         c.note("drop sequence_field")
@@ -380,7 +384,48 @@ def meta_not_strings(c: Ctx, p: Parsed) -> None:
     c.note(f"metadata {k!r} -> non-string {v!r}")
 
 
+def format_1_table(p: Parsed) -> list[dict[str, object]] | None:
+    """The field table a format-1 writer put in ``py_wire.fields`` beside the embedded schema:
+    the schema's fields that have a values tensor, as the codec's field specs (``"*"`` dims as
+    null), or None when the header holds no readable schema."""
+    s = _schema(p)
+    decls = s.get("fields") if isinstance(s, dict) else None
+    if not isinstance(decls, dict):
+        return None
+    names = set(p.tensors())
+    table: list[dict[str, object]] = []
+    for name, d in decls.items():
+        if name not in names or not isinstance(d, dict):
+            continue
+        entry: dict[str, object] = {"name": name, "tier": d.get("tier"), "dtype": d.get("dtype")}
+        if d.get("wire_dtype") is not None:
+            entry["wire_dtype"] = d["wire_dtype"]
+        entry["shape"] = [None if x == "*" else x for x in d.get("shape", [])]
+        entry["pack_dim"] = d.get("pack_dim", 0)
+        table.append(entry)
+    return table
+
+
+def to_format_1(p: Parsed) -> bool:
+    """Rewrite an embedded header as a format-1 writer wrote it: version "1", the field table
+    and the sequence field beside the schema (which the reader must find to agree). False when
+    the header holds no readable schema (nothing is changed then)."""
+    table = format_1_table(p)
+    if table is None:
+        return False
+    p.meta_set("py_wire.format", "1")
+    p.meta_set("py_wire.fields", json.dumps(table))
+    seq = (_schema(p) or {}).get("sequence_field")
+    if isinstance(seq, str):
+        p.meta_set("py_wire.sequence_field", seq)
+    return True
+
+
 def _fields(p: Parsed) -> list[dict[str, object]]:
+    """The header's field table: a bare or format-1 header's own; an embedded format-2 header
+    carries none, so it is made a format-1 header first (the table then what its schema says)."""
+    if p.meta_get("py_wire.fields") is None and p.meta_get("py_wire.schema") is not None:
+        to_format_1(p)
     return json.loads(p.meta_get("py_wire.fields"))  # type: ignore[arg-type]
 
 
@@ -626,10 +671,12 @@ def payload_bytes(c: Ctx, p: Parsed) -> None:
 
 @structural
 def coordinated_dtype(c: Ctx, p: Parsed) -> None:
-    """Change a field's dtype consistently in the tensor entry, the field table and the schema
-    (same item size), so that every cross-check agrees and the mutant reaches decode proper."""
+    """Change a field's dtype consistently in the tensor entry, the schema and (a format-1
+    header, half the time) the field table (same item size), so that every cross-check agrees
+    and the mutant reaches decode proper."""
+    legacy = p.meta_get("py_wire.fields") is not None or c.rng.random() < 0.5
     try:
-        fields = _fields(p)
+        fields = _fields(p) if legacy else format_1_table(p)
         s = _schema(p)
     except Exception:
         return
@@ -656,9 +703,10 @@ def coordinated_dtype(c: Ctx, p: Parsed) -> None:
         t = p.tensor(name)  # type: ignore[arg-type]
         t["dtype"] = st
         p.set_tensor(name, t)  # type: ignore[arg-type]
-    p.meta_set("py_wire.fields", json.dumps(fields))
+    if legacy:
+        p.meta_set("py_wire.fields", json.dumps(fields))
     _set_schema(c, p, json.dumps(s, sort_keys=True, separators=(",", ":")))
-    c.note(f"coordinated dtype {name}: {wire} -> {new}")
+    c.note(f"coordinated dtype {name}: {wire} -> {new}" + (" (format 1)" if legacy else ""))
 
 
 @structural

@@ -49,7 +49,10 @@ def independent_reading(data: bytes) -> dict[str, list[list[torch.Tensor]]]:
 
     tensors = load(data)
     header_len = struct.unpack("<Q", data[:8])[0]
-    table = json.loads(json.loads(data[8 : 8 + header_len])["__metadata__"]["py_wire.fields"])
+    meta = json.loads(data[8 : 8 + header_len])["__metadata__"]
+    # The field table as the spec derives it: the schema's fields that have a values tensor.
+    decls = json.loads(meta["py_wire.schema"])["fields"]
+    table = [{"name": n, **d} for n, d in decls.items() if n in tensors]
     out: dict[str, list[list[torch.Tensor]]] = {}
     for field in table:
         name, values = field["name"], tensors[field["name"]]
@@ -143,9 +146,9 @@ def rewrite_header(frame_bytes: bytes, edit) -> bytes:
         lambda h: h["__metadata__"].update({"py_wire.schema": "{}"}),
         lambda h: h["__metadata__"].update({"py_wire.fingerprint": "sha256:00"}),
         lambda h: h.pop("pixel_values.row_segments"),
-        lambda h: h["__metadata__"].update(
-            {"py_wire.fields": h["__metadata__"]["py_wire.fields"].replace("1176", "1175")}
-        ),
+        lambda h: h["__metadata__"].update({"py_wire.fields": "[]"}),
+        lambda h: h["__metadata__"].update({"py_wire.sequence_field": "input_ids"}),
+        lambda h: h["__metadata__"].update({"py_wire.format": "1"}),
     ],
     ids=[
         "huge-shape",
@@ -156,7 +159,9 @@ def rewrite_header(frame_bytes: bytes, edit) -> bytes:
         "schema",
         "fingerprint",
         "missing-index",
-        "field-table",
+        "field-table",  # a format-2 embedded header with a field table mixes forms
+        "sequence-field",
+        "format-1-without-table",
     ],
 )
 def test_lying_headers(frame_bytes, edit):
@@ -188,17 +193,57 @@ def test_not_a_frame_at_all():
             py_wire.decode(junk)
 
 
+def as_format_1(frame_bytes: bytes, edit=None) -> bytes:
+    """The frame as a format-1 writer wrote it (its field table and sequence field beside the
+    schema), the table first passed through ``edit``."""
+    from tests.hostile.mutate import Parsed, to_format_1
+
+    parsed = Parsed.of(frame_bytes)
+    assert to_format_1(parsed)
+    if edit is not None:
+        table = json.loads(str(parsed.meta_get("py_wire.fields")))
+        parsed.meta_set("py_wire.fields", json.dumps(edit(table)))
+    return parsed.build()
+
+
+def test_a_format_1_frame_is_read_as_its_schema_says(frame_bytes):
+    old = as_format_1(frame_bytes)
+    assert (
+        json.loads(old[8 : 8 + struct.unpack("<Q", old[:8])[0]])["__metadata__"]["py_wire.format"]
+        == "1"
+    )
+    frame = py_wire.Frame.from_buffer(old)
+    want = py_wire.Frame.from_buffer(frame_bytes)
+    assert [f.name for f in frame.layout.fields] == [f.name for f in want.layout.fields]
+    got, expected = py_wire.decode(old), py_wire.decode(frame_bytes)
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        for mine, theirs in zip(rows_of(got[name]), rows_of(value), strict=True):
+            assert all(map(same_bits, mine, theirs)), name
+    # Frame ops read it, and write the current format.
+    out = py_wire.take_rows(old, [1, 0])
+    assert out.metadata["py_wire.format"] == "2" and "py_wire.fields" not in out.metadata
+
+
+def _shape_1175(table: list[dict]) -> list[dict]:
+    for f in table:
+        if f["name"] == "pixel_values":
+            f["shape"] = [None, 1175]
+    return table
+
+
+def test_a_format_1_field_table_that_disagrees_with_its_schema_is_refused(frame_bytes):
+    with pytest.raises(FrameError, match=r"pixel_values.*shape"):
+        py_wire.decode(as_format_1(frame_bytes, _shape_1175))
+
+
 @pytest.mark.parametrize("keep", [(), ("input_ids",), ("input_ids", "pixel_values")])
 def test_a_field_table_that_lost_fields_is_refused_when_wrapped(frame_bytes, keep):
     """Issue 15, finding 8: a frame whose ``py_wire.fields`` lost entries while their tensors
     remain wrapped and decoded as a frame of fewer fields, and ``concat`` with it raised
-    InternalError. Every tensor must belong to a field (or be ``__pad.K`` padding)."""
-    from tests.hostile.mutate import Parsed
-
-    parsed = Parsed.of(frame_bytes)
-    table = json.loads(str(parsed.meta_get("py_wire.fields")))
-    parsed.meta_set("py_wire.fields", json.dumps([f for f in table if f["name"] in keep]))
-    damaged = parsed.build()
+    InternalError. Every tensor must belong to a field (or be ``__pad.K`` padding). Since
+    format 2 the embedded header has no table to lose; a format-1 header still does."""
+    damaged = as_format_1(frame_bytes, lambda table: [f for f in table if f["name"] in keep])
     with pytest.raises(FrameError, match="belongs to no field"):
         py_wire.Frame.from_buffer(damaged)
     with pytest.raises(FrameError, match="belongs to no field"):

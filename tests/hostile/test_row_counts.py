@@ -21,12 +21,10 @@ def fieldless_frame(num_rows: int, schema_name: str = "qwen2_5_vl") -> bytes:
     """A frame with no tensors, the real schema and fingerprint, and a claimed row count."""
     schema = py_wire.load_schema(schema_name)
     meta = {
-        "py_wire.format": "1",
+        "py_wire.format": "2",
         "py_wire.num_rows": str(num_rows),
-        "py_wire.fields": "[]",
         "py_wire.schema": schema.canonical_json,
         "py_wire.fingerprint": schema.fingerprint,
-        "py_wire.sequence_field": "input_ids",
     }
     header = json.dumps({"__metadata__": meta}).encode()
     header += b" " * (-(8 + len(header)) % 64)

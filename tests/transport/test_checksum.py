@@ -25,7 +25,7 @@ def _field_ranges(frame: py_wire.Frame) -> dict[str, list[tuple[int, int]]]:
     """Absolute byte ranges of each field's tensors, from the header."""
     n = int.from_bytes(bytes(frame)[:8], "little")
     header = json.loads(bytes(frame)[8 : 8 + n])
-    fields = [f["name"] for f in json.loads(frame.metadata["py_wire.fields"])]
+    fields = [f.name for f in frame.layout.fields]
     out: dict[str, list[tuple[int, int]]] = {f: [] for f in fields}
     for name, entry in header.items():
         if name == "__metadata__":
@@ -44,9 +44,7 @@ def test_roundtrip_and_header_entry() -> None:
     assert not plain.has_checksum and frame.has_checksum
     stored = json.loads(frame.metadata[KEY])
     assert stored["algorithm"] == "xxh3-64"
-    assert set(stored["fields"]) == {
-        f["name"] for f in json.loads(frame.metadata["py_wire.fields"])
-    }
+    assert set(stored["fields"]) == {f.name for f in frame.layout.fields}
     assert all(len(h) == 16 and h != "0" * 16 for h in stored["fields"].values())
     # Additive: the metadata is the plain frame's plus one key; the payload is the same.
     other = {k: v for k, v in frame.metadata.items() if k != KEY}

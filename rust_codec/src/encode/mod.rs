@@ -177,9 +177,10 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
     let mut metadata = request.metadata.clone();
     metadata.insert(meta::FORMAT.into(), meta::FORMAT_VERSION.into());
     metadata.insert(meta::NUM_ROWS.into(), num_rows.to_string());
-    // A compact frame (its schema named by `py_wire.schema_ref`) carries no field table and
-    // no sequence field: its reader derives both from the schema it holds.
-    if !metadata.contains_key(meta::SCHEMA_REF) {
+    // A frame that carries its schema (embedded, `py_wire.schema`) or names it (compact,
+    // `py_wire.schema_ref`) carries no field table and no sequence field: its reader derives
+    // both from the schema. Only a bare codec frame, written without a schema, carries them.
+    if !metadata.contains_key(meta::SCHEMA_REF) && !metadata.contains_key(meta::SCHEMA) {
         metadata.insert(
             meta::FIELDS.into(),
             serde_json::to_string(&field_table).map_err(|e| batch_err!("field table: {e}"))?,

@@ -5,9 +5,11 @@
 //! A compact header carries `py_wire.format`, `py_wire.num_rows` and `py_wire.schema_ref`
 //! (plus a producer's own entries and `py_wire.checksum`), nothing else: no schema JSON, no
 //! field table, no sequence field. The reader derives the field table from the schema it holds
-//! (the schema's fields, in schema order, that have a values tensor in the frame) and the
-//! sequence field from the same schema; every other check of the layout is the embedded form's,
-//! so tensors that are not the held schema's (a lying fingerprint) are a `FrameError`.
+//! as it does from an embedded schema
+//! ([`schema_field_table`](crate::frame::layout::schema_field_table): the schema's fields that
+//! have a values tensor in the frame, in data-section order) and the sequence field from the same
+//! schema; every other check of the layout is the embedded form's, so tensors that are not the
+//! held schema's (a lying fingerprint) are a `FrameError`.
 //!
 //! What a process holds lives in a process-wide registry, filled by the Python layer
 //! (`load_schema` and every schema an API call is handed, and schemas learnt from embedded
@@ -17,7 +19,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::error::{Code, Detail, Error, Result};
-use crate::frame::header::Header;
 use crate::schema::spec::{meta, FieldSpec};
 use crate::{frame_err, internal_err, schema_err};
 
@@ -119,7 +120,7 @@ pub fn schema_ref(metadata: &BTreeMap<String, String>) -> Result<Option<&str>> {
         if metadata.contains_key(key) {
             return Err(frame_err!(
                 "the header names its schema by {:?} (a compact frame) but also carries {key:?}, \
-                 which only embedded frames carry (damaged header?)",
+                 which a compact frame never carries (damaged header?)",
                 meta::SCHEMA_REF
             ));
         }
@@ -141,17 +142,6 @@ pub fn resolve(fingerprint: &str) -> Result<Arc<HeldSchema>> {
             ..Default::default()
         }))
     })
-}
-
-/// A compact frame's field table: the held schema's fields that have a values tensor in the
-/// frame, in schema order.
-pub fn field_table(schema: &HeldSchema, header: &Header) -> Vec<FieldSpec> {
-    schema
-        .specs
-        .iter()
-        .filter(|s| header.entry(&s.name).is_some())
-        .cloned()
-        .collect()
 }
 
 #[cfg(test)]

@@ -48,7 +48,8 @@ pub struct PackedIndex {
 /// One field of a parsed frame: its spec and where its tensors lie.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedField {
-    /// The field's layout facts, from the frame's field table or the held schema.
+    /// The field's layout facts, from the frame's schema (embedded or held; see
+    /// [`schema_field_table`]) or a bare codec frame's field table.
     pub spec: FieldSpec,
     /// Where the field's values tensor lies.
     pub values: TensorLoc,
@@ -70,7 +71,7 @@ pub struct FrameLayout {
     pub seq_offsets: Option<TensorLoc>,
     /// Tokens in the frame: the last sequence offset (0 without per-token fields).
     pub total_tokens: u64,
-    /// The frame's fields, in field-table order.
+    /// The frame's fields, in field-table order (for a schema's table: data-section order).
     pub fields: Vec<DecodedField>,
 }
 
@@ -114,29 +115,108 @@ fn find(header: &Header, name: &str, dtype: DType, rank: usize) -> Result<Tensor
     locate(header, entry)
 }
 
-/// The field table and sequence field of the frame whose header is `header`: what its metadata
-/// carries (an embedded frame, checked against its schema), or what the held schema its `py_wire.schema_ref` names says (a
-/// compact frame, see `frame::compact`; a `FrameError` naming the fingerprint when this
-/// process holds no such schema).
-fn field_table(header: &Header) -> Result<(Vec<FieldSpec>, Option<String>)> {
+/// A schema's field table for the frame whose header is `header`: the schema's fields (`specs`)
+/// that have a values tensor in the frame, in the order their values lie in the data section
+/// (the order the encoder wrote them in; empty tensors sharing an offset by name). An optional
+/// field a batch did not carry is absent. The one way a field table is obtained from a schema,
+/// embedded or compact: the order does not depend on where the schema came from (an embedded
+/// schema's canonical JSON sorts its fields by name, a held one keeps its declaration order).
+pub fn schema_field_table(specs: &[FieldSpec], header: &Header) -> Vec<FieldSpec> {
+    // By name, so a hostile header of many tensors costs O(tensors + fields), not a product.
+    let by_name: std::collections::HashMap<&str, &FieldSpec> =
+        specs.iter().map(|s| (s.name.as_str(), s)).collect();
+    header
+        .entries
+        .iter()
+        .filter_map(|entry| by_name.get(entry.name.as_str()).map(|s| (*s).clone()))
+        .collect()
+}
+
+/// The field table and sequence field of the frame whose header is `header`, in format
+/// `format` (checked by the caller to be one this build reads):
+///
+/// - compact (`py_wire.schema_ref`): from the held schema it names (see `frame::compact`; a
+///   `FrameError` naming the fingerprint when this process holds no such schema);
+/// - embedded (`py_wire.schema`, checked against `py_wire.fingerprint`, see
+///   `frame::schema_text`): from that schema. A format-1 header also carries the field table
+///   and sequence field it was written with, which must be what the schema implies; a
+///   format-2 header that carries them mixes forms;
+/// - neither (a bare codec frame, written without a schema): the field table it carries.
+fn field_table(header: &Header, format: &str) -> Result<(Vec<FieldSpec>, Option<String>)> {
     let metadata = &header.metadata;
     if let Some(reference) = compact::schema_ref(metadata)? {
         let schema = compact::resolve(reference)?;
-        return Ok((
-            compact::field_table(&schema, header),
-            schema.sequence_field.clone(),
+        let specs = schema_field_table(&schema.specs, header);
+        return Ok((specs, schema.sequence_field.clone()));
+    }
+    let carried = || -> Result<Option<(Vec<FieldSpec>, Option<String>)>> {
+        let Some(json) = metadata.get(meta::FIELDS) else {
+            return Ok(None);
+        };
+        let specs: Vec<FieldSpec> =
+            serde_json::from_str(json).map_err(|e| frame_err!("field table is malformed: {e}"))?;
+        Ok(Some((specs, metadata.get(meta::SEQUENCE_FIELD).cloned())))
+    };
+    let Some(facts) = schema_text::embedded_facts(metadata)? else {
+        return carried()?.ok_or_else(|| {
+            frame_err!(
+                "the frame carries no schema ({:?} or {:?}) and no field table ({:?})",
+                meta::SCHEMA,
+                meta::SCHEMA_REF,
+                meta::FIELDS
+            )
+        });
+    };
+    let specs = schema_field_table(&facts.specs, header);
+    if format == meta::FORMAT_VERSION_1 {
+        let (table, sequence_field) = carried()?
+            .ok_or_else(|| frame_err!("{:?} is missing (a format-1 frame)", meta::FIELDS))?;
+        // Names first (linear in the table), so the per-entry comparison meets no more
+        // entries than the frame has fields.
+        check_same_fields(&table, &specs)?;
+        schema_text::check_field_table(&facts, &table, sequence_field.as_deref())?;
+    } else if let Some(key) = [meta::FIELDS, meta::SEQUENCE_FIELD]
+        .into_iter()
+        .find(|k| metadata.contains_key(*k))
+    {
+        return Err(frame_err!(
+            "the header embeds its schema ({:?}) but also carries {key:?}, which a format-{} \
+             embedded frame derives from the schema (damaged header?)",
+            meta::SCHEMA,
+            meta::FORMAT_VERSION
         ));
     }
-    let json = metadata
-        .get(meta::FIELDS)
-        .ok_or_else(|| frame_err!("{:?} is missing", meta::FIELDS))?;
-    let specs: Vec<FieldSpec> =
-        serde_json::from_str(json).map_err(|e| frame_err!("field table is malformed: {e}"))?;
-    let sequence_field = metadata.get(meta::SEQUENCE_FIELD).cloned();
-    // The embedded schema (its fingerprint, size, nesting, canonical form) and the field table
-    // against what it implies: see `frame::schema_text`.
-    schema_text::check_embedded(metadata, &specs, sequence_field.as_deref())?;
-    Ok((specs, sequence_field))
+    Ok((specs, facts.sequence_field.clone()))
+}
+
+/// A format-1 field table (`table`) names exactly the fields the schema's table for the frame
+/// (`derived`) has, each once: the fields with a values tensor. Sets by name, so a hostile
+/// table of many entries costs O(entries).
+fn check_same_fields(table: &[FieldSpec], derived: &[FieldSpec]) -> Result<()> {
+    let want: std::collections::HashSet<&str> = derived.iter().map(|s| s.name.as_str()).collect();
+    let mut seen = std::collections::HashSet::with_capacity(want.len());
+    for spec in table {
+        let name = &spec.name;
+        if !seen.insert(name.as_str()) {
+            return Err(frame_err!("field {name:?} appears twice in the field table").field(name));
+        }
+        if !want.contains(name.as_str()) {
+            return Err(frame_err!(
+                "values of field {name:?} are missing: the frame's field table lists it but \
+                 no tensor holds it (damaged header?)"
+            )
+            .field(name));
+        }
+    }
+    if let Some(spec) = derived.iter().find(|d| !seen.contains(d.name.as_str())) {
+        return Err(frame_err!(
+            "tensor {:?} belongs to no field of the frame's field table: its schema has the \
+             field but the table leaves it out (damaged header?)",
+            spec.name
+        )
+        .field(&spec.name));
+    }
+    Ok(())
 }
 
 /// Parses and validates a whole frame. `buf` may hold bytes after the frame's end (a frame in a
@@ -181,26 +261,35 @@ fn layout_with(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayout> 
     })
 }
 
+/// The header's format version, one this build reads ([`meta::FORMAT_VERSION`] or
+/// [`meta::FORMAT_VERSION_1`]), else a `FrameError` naming the version found.
+fn format_version(md: &std::collections::BTreeMap<String, String>) -> Result<&str> {
+    match md.get(meta::FORMAT).map(String::as_str) {
+        Some(v @ (meta::FORMAT_VERSION | meta::FORMAT_VERSION_1)) => Ok(v),
+        Some(other) => {
+            let shown: String = other.chars().take(20).collect();
+            Err(frame_err!(
+                "frame format version {shown:?} is not supported (this build reads {:?} and \
+                 {:?})",
+                meta::FORMAT_VERSION,
+                meta::FORMAT_VERSION_1
+            )
+            .expected(meta::FORMAT_VERSION)
+            .found(shown))
+        }
+        None => Err(frame_err!(
+            "not a py_wire frame: no {:?} in __metadata__",
+            meta::FORMAT
+        )),
+    }
+}
+
 fn checked_layout(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayout> {
     let buf = buf
         .get(..header.frame_len)
         .ok_or_else(|| frame_err!("frame length {} exceeds the buffer", header.frame_len))?;
     let md = &header.metadata;
-    match md.get(meta::FORMAT).map(String::as_str) {
-        Some(meta::FORMAT_VERSION) => {}
-        Some(other) => {
-            return Err(frame_err!(
-                "frame format version {other:?} is not supported (this build reads {:?})",
-                meta::FORMAT_VERSION
-            ))
-        }
-        None => {
-            return Err(frame_err!(
-                "not a py_wire frame: no {:?} in __metadata__",
-                meta::FORMAT
-            ))
-        }
-    }
+    let format = format_version(md)?;
     let num_rows: u64 = md
         .get(meta::NUM_ROWS)
         .filter(|s| s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()))
@@ -215,7 +304,7 @@ fn checked_layout(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayou
             buf.len()
         ));
     }
-    let (specs, sequence_field) = field_table(&header)?;
+    let (specs, sequence_field) = field_table(&header, format)?;
 
     let mut layout = FrameLayout {
         header: Header {
@@ -361,7 +450,7 @@ fn check_every_entry_claimed(header: &Header, fields: &[DecodedField]) -> Result
 /// buffer holding only these bytes; the payload is never read by `parse_frame`.
 pub fn validation_ranges(prefix: &[u8]) -> Result<(usize, Vec<(usize, usize)>)> {
     let header = parse_prefix(prefix)?;
-    let (specs, _) = field_table(&header)?;
+    let (specs, _) = field_table(&header, format_version(&header.metadata)?)?;
     let mut ranges = vec![(0, header.data_start)];
     for entry in &header.entries {
         if !specs.iter().any(|s| s.name == entry.name) {

@@ -1,7 +1,7 @@
 //! The embedded schema's text (`py_wire.schema`) and fingerprint (`py_wire.fingerprint`): every
-//! check a reader makes on them, and the field table checked against what the schema implies.
+//! check a reader makes on them, and what the schema implies of the frame's field table.
 //!
-//! [`parse_frame`](crate::frame::layout::parse_frame) runs [`check_embedded`] on every embedded
+//! [`parse_frame`](crate::frame::layout::parse_frame) runs [`embedded_facts`] on every embedded
 //! frame, so a damaged schema is a `FrameError` from the codec whichever reader meets it (the
 //! Python layer, the frame ops, the fuzz targets). The checks, in order (each cheap before the
 //! next, so hostile text is refused before it is parsed):
@@ -11,8 +11,10 @@
 //! 3. nesting: arrays and objects nest at most [`MAX_NESTING`] deep (counted outside strings);
 //! 4. JSON, as CPython's `json.loads` reads it (see [`parse`]);
 //! 5. canonical form: the text is byte for byte what [`canonical`] writes of the value it holds;
-//! 6. the schema's fields pass the codec's field rules ([`FieldDecl::resolve`]) and the frame's
-//!    field table (`py_wire.fields`) and sequence field agree with them.
+//! 6. the schema's fields pass the codec's field rules ([`FieldDecl::resolve`]): the reader
+//!    derives the frame's field table and sequence field from them
+//!    ([`schema_field_table`](crate::frame::layout::schema_field_table)); a format-1 frame's own
+//!    field table (`py_wire.fields`) and sequence field must agree ([`check_field_table`]).
 //!
 //! # The canonical form
 //!
@@ -790,38 +792,29 @@ pub fn checked_facts(text: &str, fingerprint_entry: &str) -> Result<Arc<SchemaFa
     Ok(facts)
 }
 
-/// An embedded frame's schema checks: the schema text against its fingerprint
-/// ([`check_text`]), then the field table (`specs`, from `py_wire.fields`) and sequence field
-/// against what the schema implies. A header with neither schema nor fingerprint (a bare
-/// codec frame: its field table is all it has) is not checked here; the Python layer refuses
-/// it as a frame that carries no schema.
-pub fn check_embedded(
-    metadata: &BTreeMap<String, String>,
-    specs: &[FieldSpec],
-    sequence_field: Option<&str>,
-) -> Result<()> {
-    let facts = match (metadata.get(meta::SCHEMA), metadata.get(meta::FINGERPRINT)) {
-        (None, None) => return Ok(()),
-        (Some(_), None) => {
-            return Err(frame_err!(
-                "the frame carries a schema but no fingerprint ({:?})",
-                meta::FINGERPRINT
-            ))
-        }
-        (None, Some(_)) => {
-            return Err(frame_err!(
-                "the frame carries a fingerprint but no schema ({:?})",
-                meta::SCHEMA
-            ))
-        }
-        (Some(text), Some(fp)) => checked_facts(text, fp)?,
-    };
-    check_field_table(&facts, specs, sequence_field)
+/// An embedded frame's schema: its text checked against its fingerprint ([`check_text`],
+/// remembered by [`checked_facts`]) and the facts it implies, from which the reader derives the
+/// frame's field table and sequence field. `None` for a header with neither schema nor
+/// fingerprint (a compact or a bare codec frame); one without the other is a `FrameError`.
+pub fn embedded_facts(metadata: &BTreeMap<String, String>) -> Result<Option<Arc<SchemaFacts>>> {
+    match (metadata.get(meta::SCHEMA), metadata.get(meta::FINGERPRINT)) {
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(frame_err!(
+            "the frame carries a schema but no fingerprint ({:?})",
+            meta::FINGERPRINT
+        )),
+        (None, Some(_)) => Err(frame_err!(
+            "the frame carries a fingerprint but no schema ({:?})",
+            meta::SCHEMA
+        )),
+        (Some(text), Some(fp)) => checked_facts(text, fp).map(Some),
+    }
 }
 
-/// The field table is what the schema implies: each entry is a schema field, as the codec's
-/// rules resolve it (name, tier, dtype, wire dtype, shape, pack dim), and the sequence field is
-/// the schema's. Fields the schema declares may be absent (optional fields a batch left out).
+/// A format-1 frame's field table (`py_wire.fields`) is what the schema implies: each entry is a
+/// schema field, as the codec's rules resolve it (name, tier, dtype, wire dtype, shape, pack
+/// dim), and the sequence field is the schema's. Fields the schema declares may be absent
+/// (optional fields a batch left out).
 pub fn check_field_table(
     facts: &SchemaFacts,
     specs: &[FieldSpec],
@@ -1181,14 +1174,15 @@ mod tests {
     fn embedded_headers_need_both_entries() {
         let text = canonical_schema();
         let mut md = BTreeMap::new();
-        assert!(check_embedded(&md, &[], None).is_ok()); // a bare codec frame
+        assert!(embedded_facts(&md).unwrap().is_none()); // a bare codec frame
         md.insert(meta::SCHEMA.to_string(), text.clone());
-        let err = check_embedded(&md, &[], Some("ids")).unwrap_err();
+        let err = embedded_facts(&md).unwrap_err();
         assert!(err.message().contains("no fingerprint"));
         md.insert(meta::FINGERPRINT.to_string(), fingerprint(&text));
-        assert!(check_embedded(&md, &[], Some("ids")).is_ok());
+        let facts = embedded_facts(&md).unwrap().unwrap();
+        assert_eq!(facts.sequence_field.as_deref(), Some("ids"));
         md.remove(meta::SCHEMA);
-        let err = check_embedded(&md, &[], Some("ids")).unwrap_err();
+        let err = embedded_facts(&md).unwrap_err();
         assert!(err.message().contains("no schema"));
     }
 }

@@ -306,8 +306,9 @@ impl Frame {
     }
 
     /// The frame's schema as the reader validated it, in one call: `(fingerprint, text)` for
-    /// an embedded frame (the text checked against the fingerprint, canonical, and agreeing
-    /// with the field table: `frame::schema_text`), `(fingerprint, None)` for a compact one
+    /// an embedded frame (the text checked against the fingerprint, canonical, and the tensors
+    /// against the field table derived from it: `frame::schema_text`), `(fingerprint, None)`
+    /// for a compact one
     /// (the fingerprint it names), `(None, None)` for a frame that names no schema.
     #[getter]
     fn schema_source(&self) -> (Option<&str>, Option<&str>) {

@@ -285,13 +285,20 @@ pub mod names {
 pub mod meta {
     /// The frame format's version key.
     pub const FORMAT: &str = "py_wire.format";
-    /// The only format version this build writes and reads.
-    pub const FORMAT_VERSION: &str = "1";
+    /// The format version this build writes: a frame that carries a schema (embedded or
+    /// compact) carries no field table; its reader derives the table from the schema.
+    pub const FORMAT_VERSION: &str = "2";
+    /// The earlier format version, still read: its embedded frames also carry the field table
+    /// ([`FIELDS`]) and [`SEQUENCE_FIELD`], which must agree with what their schema implies.
+    pub const FORMAT_VERSION_1: &str = "1";
     /// The number of rows in the batch, as a decimal string.
     pub const NUM_ROWS: &str = "py_wire.num_rows";
-    /// The field table: the frame's [`FieldSpec`](super::FieldSpec)s as JSON (embedded frames only).
+    /// The field table: the frame's [`FieldSpec`](super::FieldSpec)s as JSON. Only a frame
+    /// without a schema (a bare codec frame, which the Python layer never writes or accepts)
+    /// and a format-1 embedded frame carry one.
     pub const FIELDS: &str = "py_wire.fields";
-    /// The name of the field whose rows define the per-token lengths, when the schema has one.
+    /// The name of the field whose rows define the per-token lengths, beside [`FIELDS`] (the
+    /// same frames carry it, when they have one).
     pub const SEQUENCE_FIELD: &str = "py_wire.sequence_field";
     /// The schema as canonical JSON (written by Python).
     pub const SCHEMA: &str = "py_wire.schema";
