@@ -282,10 +282,10 @@ def stores_frames_as_objects() -> bool:
     client = _tq().get_client()
     storage = getattr(getattr(client, "storage_manager", None), "storage_client", None)
     try:
-        from transfer_queue.storage.clients.ray_storage_client import RayStorageClient
+        module = importlib.import_module("transfer_queue.storage.clients.ray_storage_client")
     except ImportError:  # a TQ without RayStore
         return False
-    return isinstance(storage, RayStorageClient)
+    return isinstance(storage, module.RayStorageClient)
 
 
 def put(
