@@ -226,17 +226,7 @@ def main() -> None:
         "\n| path | put ms | get ms | end to end ms | x native | stored MB |\n"
         "|---|---:|---:|---:|---:|---:|"
     )
-    for path, row in times.items():
-        put, get, e2e = (statistics.median(row[k]) for k in ("put", "get", "e2e"))
-        print(
-            f"| {path} | {put * 1e3:,.0f} | {get * 1e3:,.1f} | {e2e * 1e3:,.0f} | "
-            f"{native_e2e / e2e:.1f} | {stored[keys_of[path]] / 1e6:.1f} |"
-        )
-    print(
-        f"| adapter, stage 'generation' fetch (text column only) | | "
-        f"{statistics.median(stage_ms) * 1e3:,.1f} | | | "
-        f"{stored['adapter_stage'] / 1e6:.2f} moved |"
-    )
+    print_rows(times, stored, keys_of, native_e2e, stage_ms)
     drifted = dict(batch, reward=batch["reward"].to(torch.bfloat16))
     try:
         ptq.put(drifted, schema, group_keys, "adapter", group_size=GROUP)
@@ -293,6 +283,22 @@ def main() -> None:
         "| path | put ms | get ms | end to end ms | x native | stored MB |\n"
         "|---|---:|---:|---:|---:|---:|"
     )
+    print_rows(times, stored, keys_of, native_e2e, stage_ms)
+    if native_error:
+        print(f"TQ native on RayStore: refused here ({native_error})")
+    tq.close()
+    ray.shutdown()
+
+
+def print_rows(
+    times: dict[str, dict[str, list[float]]],
+    stored: dict[str, int],
+    keys_of: dict[str, str],
+    native_e2e: float,
+    stage_ms: list[float],
+) -> None:
+    """One table's rows: medians per path, the ratio to TQ native end to end, stored bytes,
+    then the adapter's text-only stage fetch."""
     for path, row in times.items():
         put, get, e2e = (statistics.median(row[k]) for k in ("put", "get", "e2e"))
         print(
@@ -304,10 +310,6 @@ def main() -> None:
         f"{statistics.median(stage_ms) * 1e3:,.1f} | | | "
         f"{stored['adapter_stage'] / 1e6:.2f} moved |"
     )
-    if native_error:
-        print(f"TQ native on RayStore: refused here ({native_error})")
-    tq.close()
-    ray.shutdown()
 
 
 def start(args: argparse.Namespace, backend: str) -> None:
