@@ -122,7 +122,7 @@ fn rewritten_headers_are_frame_errors() {
     let n = u64::from_le_bytes(frame[..8].try_into().unwrap()) as usize;
     let header = std::str::from_utf8(&frame[8..8 + n]).unwrap().to_string();
     let rewrites = [
-        ("\"py_wire.format\":\"2\"", "\"py_wire.format\":\"3\""),
+        ("\"py_wire.format\":\"3\"", "\"py_wire.format\":\"4\""),
         ("\"py_wire.num_rows\":\"3\"", "\"py_wire.num_rows\":\"4\""),
         (
             "\"py_wire.num_rows\":\"3\"",

@@ -52,7 +52,7 @@ fn an_embedded_schema_that_agrees_reads() {
     assert_eq!(layout.num_rows, 2);
     // The field table and the sequence field come from the schema; the header has neither.
     let md = &parse_header(&bytes).unwrap().metadata;
-    assert_eq!(md[meta::FORMAT], "2");
+    assert_eq!(md[meta::FORMAT], "3");
     assert!(!md.contains_key(meta::FIELDS), "{md:?}");
     assert!(!md.contains_key(meta::SEQUENCE_FIELD), "{md:?}");
     assert_eq!(layout.sequence_field.as_deref(), Some("ids"));
@@ -216,7 +216,7 @@ fn format_1_frames_are_read_when_their_field_table_is_the_schemas() {
 }
 
 #[test]
-fn a_format_2_header_that_mixes_forms_or_another_version_is_refused() {
+fn a_format_3_header_that_mixes_forms_or_another_version_is_refused() {
     let current = frame(Some(SCHEMA), Some(&fingerprint(SCHEMA)), DType::F32, "ids");
     for key in [meta::FIELDS, meta::SEQUENCE_FIELD] {
         let mixed = rewritten(&current, |md| {
@@ -229,10 +229,18 @@ fn a_format_2_header_that_mixes_forms_or_another_version_is_refused() {
         );
     }
     let future = rewritten(&current, |md| {
-        md.insert(meta::FORMAT.into(), "3".into());
+        md.insert(meta::FORMAT.into(), "4".into());
     });
     let msg = refusal(&future);
-    assert!(msg.contains("\"3\"") && msg.contains("\"2\""), "{msg}");
+    assert!(
+        msg.contains("\"4\"") && msg.contains("\"3\"") && msg.contains("\"2\""),
+        "{msg}"
+    );
+    // Format 2's embedded form is format 3's: such a frame still reads.
+    let format_2 = rewritten(&current, |md| {
+        md.insert(meta::FORMAT.into(), "2".into());
+    });
+    assert_eq!(parse_frame(&format_2).unwrap().num_rows, 2);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 """Compact frames (issue 19): a header that names the schema by fingerprint
 (``py_wire.schema_ref``) instead of embedding it. Same data section, bit for bit, as the
-embedded form; readable by a process that holds the schema, a FrameError naming the fingerprint
-elsewhere; frame ops keep the form; stock safetensors still opens it."""
+embedded form; its tensors listed in ``py_wire.tensors`` (format 3) over one ``__data`` byte
+tensor, so stock safetensors still opens it; readable by a process that holds the schema, a
+FrameError naming the fingerprint elsewhere; frame ops keep the form."""
 
 from __future__ import annotations
 
@@ -79,19 +80,42 @@ def test_round_trip_is_bit_exact_against_the_embedded_form(name):
     assert b"".join(bytes(p) for p in parts) == bytes(compact)
 
 
+def listed(frame: py_wire.Frame) -> list[tuple[str, str, list[int]]]:
+    """A compact header's tensor list, as (name, dtype, shape) in data order."""
+    text = header(frame)[1]["__metadata__"]["py_wire.tensors"]
+    out = []
+    for item in text.split(";"):
+        name, dtype, dims = item.split(":")
+        out.append((name, dtype, [int(d) for d in dims.split(",")] if dims else []))
+    return out
+
+
+def table_of(frame: py_wire.Frame) -> list[tuple[str, str, list[int]]]:
+    """An embedded header's tensors but padding, as (name, dtype, shape) in data order."""
+    entries = header(frame)[1]
+    entries.pop("__metadata__")
+    named = [(k, v) for k, v in entries.items() if not k.startswith("__pad.")]
+    named.sort(key=lambda kv: (kv[1]["data_offsets"], kv[0]))
+    return [(k, v["dtype"], v["shape"]) for k, v in named]
+
+
 def test_a_one_row_text_grpo_frame_is_small():
-    """Issue 19's acceptance: the py_wire part of a 1-row compact text_grpo header (its
-    __metadata__) within 512 bytes, and the whole header well under half the embedded one
-    (a third before issue 17 took the field table out of the embedded header). The rest is
-    safetensors' own tensor table (7 tensors, 7 alignment paddings), the same in both."""
+    """Issue 19's acceptance: a 1-row compact text_grpo frame has at most 512 bytes of header
+    (the 8-byte length included): the schema named, the tensors listed without padding
+    entries. The list stands for exactly the embedded form's table."""
     batch = small_text_batch((1,))
     compact = py_wire.encode(batch, TEXT, compact=True)
     embedded = py_wire.encode(batch, TEXT)
     size, table = header(compact)
-    meta = json.dumps(table.pop("__metadata__"), separators=(",", ":"))
-    assert len(meta) <= 512, meta
-    assert size <= 1152, size
-    assert size * 5 <= header(embedded)[0] * 2
+    assert size <= 512, (size, table)
+    assert table.keys() == {"__metadata__", "__data"}
+    assert table["__data"] == {
+        "dtype": "U8",
+        "shape": [len(compact) - size],
+        "data_offsets": [0, len(compact) - size],
+    }
+    assert listed(compact) == table_of(embedded)
+    assert table["__metadata__"]["py_wire.format"] == "3"
     # Issue 17: the embedded header describes the fields once, by its schema (3,584 bytes
     # with the field table and sequence field beside it, 2,944 without).
     assert (
@@ -99,15 +123,78 @@ def test_a_one_row_text_grpo_frame_is_small():
         & header(embedded)[1]["__metadata__"].keys()
     )
     assert header(embedded)[0] <= 3008, header(embedded)[0]
-    assert header(embedded)[1].keys() - {"__metadata__"} == table.keys()
+    # A row of a VLM schema: the list grows with the tensors, not with the schema.
+    qwen = py_wire.load_schema("qwen2_5_vl")
+    vlm = small_batch("qwen2_5_vl")
+    one = py_wire.take_rows(py_wire.encode(vlm, qwen, compact=True), [0])
+    assert header(one)[0] * 4 <= header(py_wire.take_rows(py_wire.encode(vlm, qwen), [0]))[0]
 
 
 def test_stock_safetensors_opens_a_compact_frame():
+    """As one byte tensor, the data section; embedding the schema gives the fields' tensors."""
     batch = small_text_batch()
     compact = py_wire.encode(batch, TEXT, compact=True)
     tensors = safetensors.torch.load(bytes(compact))
-    assert torch.equal(tensors["reward"], batch["reward"])
-    assert torch.equal(tensors["input_ids"], torch.cat(batch["input_ids"]))
+    assert tensors.keys() == {"__data"}
+    assert tensors["__data"].numpy().tobytes() == data_section(compact)
+    embedded = safetensors.torch.load(bytes(py_wire.concat([compact], compact=False)))
+    assert torch.equal(embedded["reward"], batch["reward"])
+    assert torch.equal(embedded["input_ids"], torch.cat(batch["input_ids"]))
+
+
+def rebuilt(frame: py_wire.Frame, table: dict, **meta: str) -> bytes:
+    """``table`` (a header's JSON, edited) over ``frame``'s data section, metadata updated."""
+    table["__metadata__"].update(meta)
+    text = json.dumps(table, separators=(",", ":")).encode()
+    pad = (-(8 + len(text))) % 64
+    return struct.pack("<Q", len(text) + pad) + text + b" " * pad + data_section(frame)
+
+
+def test_format_2_compact_frames_still_read_and_forms_do_not_mix():
+    """Format 2's compact header kept the safetensors table; it reads as before. A format-3
+    compact header must list its tensors, and only a compact header may."""
+    batch = small_text_batch((3, 1, 4))
+    compact = py_wire.encode(batch, TEXT, compact=True)
+    embedded = py_wire.encode(batch, TEXT)
+    table = header(embedded)[1]
+    for key in ("py_wire.schema", "py_wire.fingerprint"):
+        del table["__metadata__"][key]
+    old = rebuilt(embedded, table, **{"py_wire.format": "2", SCHEMA_REF_KEY: TEXT.fingerprint})
+    frame = py_wire.Frame.from_buffer(old)
+    assert frame.compact
+    assert_batch_equal(py_wire.decode(frame), batch, TEXT)
+    assert bytes(py_wire.take_rows(frame, [0, 1, 2])) == bytes(compact)
+    with pytest.raises(py_wire.FrameError, match=r'lists its tensors in "py_wire\.tensors"'):
+        py_wire.Frame.from_buffer(rebuilt(embedded, table, **{"py_wire.format": "3"}))
+    mine = header(compact)[1]
+    with pytest.raises(py_wire.FrameError, match="format-2 compact frame never does"):
+        py_wire.Frame.from_buffer(rebuilt(compact, mine, **{"py_wire.format": "2"}))
+    mine = header(compact)[1]
+    del mine["__metadata__"][SCHEMA_REF_KEY]
+    mine["__metadata__"]["py_wire.schema"] = TEXT.canonical_json
+    mine["__metadata__"]["py_wire.fingerprint"] = TEXT.fingerprint
+    with pytest.raises(py_wire.FrameError, match="only compact frames list their tensors"):
+        py_wire.Frame.from_buffer(rebuilt(compact, mine))
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda s: s.replace("input_ids:I64:", "input_ids:I32:"), "stored as int32"),
+        (lambda s: s.replace(";reward:F32:3", ""), "covers"),
+        (lambda s: s.replace("reward:F32:3", "reward:F32:4"), "shape"),
+        (lambda s: s + ";extra:U8:0", "belongs to no field"),
+        (lambda s: s.replace("reward", "input_ids"), "listed twice"),
+        (lambda s: s.replace(":I64:4", ":I64:04"), "not a dim"),
+    ],
+)
+def test_a_lying_tensor_list_is_a_frame_error(edit, message):
+    compact = py_wire.encode(small_text_batch((3, 1, 4)), TEXT, compact=True)
+    table = header(compact)[1]
+    text = table["__metadata__"]["py_wire.tensors"]
+    assert edit(text) != text
+    with pytest.raises(py_wire.FrameError, match=message):
+        py_wire.Frame.from_buffer(rebuilt(compact, table, **{"py_wire.tensors": edit(text)}))
 
 
 def test_frame_ops_keep_compact_frames_compact():
@@ -277,11 +364,7 @@ def test_an_embedded_schema_that_disagrees_with_the_tensors_names_the_field():
 
 def test_compact_headers_refuse_embedded_keys():
     compact = py_wire.encode(small_text_batch(), TEXT, compact=True)
-    _, table = header(compact)
-    table["__metadata__"]["py_wire.fields"] = "[]"
-    text = json.dumps(table, separators=(",", ":")).encode()
-    pad = (-(8 + len(text))) % 64
-    raw = struct.pack("<Q", len(text) + pad) + text + b" " * pad + data_section(compact)
+    raw = rebuilt(compact, header(compact)[1], **{"py_wire.fields": "[]"})
     with pytest.raises(py_wire.FrameError, match="a compact frame never carries"):
         py_wire.Frame.from_buffer(raw)
 

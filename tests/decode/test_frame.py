@@ -52,7 +52,7 @@ def test_stock_safetensors_reads_every_field(vlm, tmp_path):
     path = tmp_path / "batch.safetensors"
     path.write_bytes(bytes(frame))
     with safetensors.safe_open(str(path), framework="pt") as f:
-        assert f.metadata()["py_wire.format"] == "2"
+        assert f.metadata()["py_wire.format"] == "3"
         # The field table is the schema's: the header carries no second description of it.
         assert not {"py_wire.fields", "py_wire.sequence_field"} & f.metadata().keys()
         assert torch.equal(

@@ -222,7 +222,7 @@ def test_a_format_1_frame_is_read_as_its_schema_says(frame_bytes):
             assert all(map(same_bits, mine, theirs)), name
     # Frame ops read it, and write the current format.
     out = py_wire.take_rows(old, [1, 0])
-    assert out.metadata["py_wire.format"] == "2" and "py_wire.fields" not in out.metadata
+    assert out.metadata["py_wire.format"] == "3" and "py_wire.fields" not in out.metadata
 
 
 def _shape_1175(table: list[dict]) -> list[dict]:

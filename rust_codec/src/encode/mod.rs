@@ -211,6 +211,7 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
         .and_then(|d| d.checked_add(data_start))
         .ok_or_else(|| batch_err!("frame of {data_len} bytes does not fit in memory"))?;
     let written = Header {
+        listed: crate::frame::header::lists_tensors(&metadata),
         metadata,
         entries,
         data_start,

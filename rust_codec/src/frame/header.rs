@@ -6,7 +6,9 @@ use serde::Deserialize;
 
 use crate::error::Result;
 use crate::frame::buffer::ALIGNMENT;
+use crate::frame::tensor_list;
 use crate::schema::dtype::DType;
+use crate::schema::spec::meta;
 use crate::{frame_err, internal_err};
 
 /// The largest header a reader accepts (as safetensors): the header is O(fields), so a real
@@ -34,25 +36,72 @@ pub struct Entry {
 /// `BTreeMap` would list them): `__metadata__` and one entry per tensor, each entry's keys
 /// `data_offsets`, `dtype`, `shape`. A frame op writes a header per output frame, so building
 /// a JSON value tree first (a map, a copy of every metadata string) showed in its cost.
+///
+/// A compact header (its metadata names the schema, `py_wire.schema_ref`) lists the tensors in
+/// `py_wire.tensors` and covers the data section with the one `__data` tensor instead (see
+/// `frame::tensor_list`); `entries` must then be placed by the encoder's rule.
 pub fn write_header(metadata: &BTreeMap<String, String>, entries: &[Entry]) -> Result<Vec<u8>> {
+    let internal = |e: &dyn std::fmt::Display| internal_err!("header: {e}");
+    if metadata.contains_key(meta::TENSORS) {
+        return Err(internal(&format!(
+            "{:?} is written here only",
+            meta::TENSORS
+        )));
+    }
+    let mut pairs: Vec<(&str, &str)> = metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let listed;
+    let table: &[Entry] = if lists_tensors(metadata) {
+        let (list, data_len) = tensor_list::write(entries)?;
+        listed = (list, [tensor_list::data_entry(data_len)]);
+        pairs.push((meta::TENSORS, &listed.0));
+        pairs.sort_unstable_by_key(|(k, _)| *k);
+        &listed.1
+    } else {
+        entries
+    };
+    write_table(&pairs, table)
+}
+
+/// Whether a header of `metadata` lists its tensors (`py_wire.tensors`): a compact one does.
+pub fn lists_tensors(metadata: &BTreeMap<String, String>) -> bool {
+    metadata.contains_key(meta::SCHEMA_REF)
+}
+
+/// Writes `{"__metadata__": {pairs}, name: entry, ...}` with keys in byte order (`pairs` are
+/// in key order already), prefixed by its length and padded to alignment.
+fn write_table(pairs: &[(&str, &str)], entries: &[Entry]) -> Result<Vec<u8>> {
     use std::io::Write;
     let internal = |e: &dyn std::fmt::Display| internal_err!("header: {e}");
     // Keys in byte order; `None` is the metadata.
-    let mut keys: BTreeMap<&str, Option<&Entry>> = BTreeMap::new();
-    keys.insert("__metadata__", None);
-    for entry in entries {
-        if keys.insert(entry.name.as_str(), Some(entry)).is_some() {
-            return Err(internal(&format!(
-                "tensor name {:?} appears twice",
-                entry.name
-            )));
-        }
+    let mut keys: Vec<(&str, Option<&Entry>)> = Vec::with_capacity(entries.len() + 1);
+    keys.push(("__metadata__", None));
+    keys.extend(entries.iter().map(|e| (e.name.as_str(), Some(e))));
+    keys.sort_unstable_by_key(|(name, _)| *name);
+    if let Some(twice) = keys.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(internal(&format!(
+            "tensor name {:?} appears twice",
+            twice[0].0
+        )));
     }
-    let metadata_len: usize = metadata.iter().map(|(k, v)| k.len() + v.len() + 8).sum();
+    let metadata_len: usize = pairs.iter().map(|(k, v)| k.len() + v.len() + 8).sum();
     let mut out = Vec::with_capacity(8 + 64 + metadata_len + 96 * entries.len());
     out.extend_from_slice(&[0u8; 8]);
-    let string =
-        |out: &mut Vec<u8>, s: &str| serde_json::to_writer(out, s).map_err(|e| internal(&e));
+    let string = |out: &mut Vec<u8>, s: &str| {
+        // Names, numbers and fingerprints need no escaping: written as they are.
+        if s.bytes()
+            .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+        {
+            out.push(b'"');
+            out.extend_from_slice(s.as_bytes());
+            out.push(b'"');
+            Ok(())
+        } else {
+            serde_json::to_writer(out, s).map_err(|e| internal(&e))
+        }
+    };
     out.push(b'{');
     for (i, (name, entry)) in keys.into_iter().enumerate() {
         if i > 0 {
@@ -63,7 +112,7 @@ pub fn write_header(metadata: &BTreeMap<String, String>, entries: &[Entry]) -> R
         match entry {
             None => {
                 out.push(b'{');
-                for (j, (key, value)) in metadata.iter().enumerate() {
+                for (j, (key, value)) in pairs.iter().enumerate() {
                     if j > 0 {
                         out.push(b',');
                     }
@@ -111,8 +160,13 @@ struct RawEntry {
 pub struct Header {
     /// The header's `__metadata__`: py_wire's keys and any the caller added, all strings.
     pub metadata: BTreeMap<String, String>,
-    /// Sorted by `begin`; together they cover the data section exactly.
+    /// Sorted by `begin`; together they cover the data section exactly. For a header that
+    /// lists its tensors (`py_wire.tensors`, see `frame::tensor_list`): the entries the list
+    /// stands for, padding included, not the one `__data` tensor of its table.
     pub entries: Vec<Entry>,
+    /// The header listed its tensors in `py_wire.tensors` (a format-3 compact frame) rather
+    /// than in the safetensors table; the key itself is not kept in `metadata`.
+    pub listed: bool,
     /// Absolute offset of the data section.
     pub data_start: usize,
     /// The frame's own length: `data_start` plus the end of the last tensor. A buffer may hold
@@ -147,7 +201,7 @@ pub fn frame_size(prefix: &[u8]) -> Result<FrameSize> {
     if (prefix.len() as u64) < data_start {
         return Ok(FrameSize::NeedAtLeast(data_start));
     }
-    let (_, entries) = parse_json(&prefix[8..data_start as usize])?;
+    let Parsed { entries, .. } = parse_json(&prefix[8..data_start as usize])?;
     let data_len = tiled_len(&entries)?;
     let total = data_start
         .checked_add(data_len)
@@ -171,14 +225,15 @@ pub fn parse_prefix(prefix: &[u8]) -> Result<Header> {
             prefix.len()
         ));
     }
-    let (metadata, entries) = parse_json(&prefix[8..data_start as usize])?;
+    let parsed = parse_json(&prefix[8..data_start as usize])?;
     let frame_len = data_start
-        .checked_add(tiled_len(&entries)?)
+        .checked_add(tiled_len(&parsed.entries)?)
         .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| frame_err!("frame length overflows"))?;
     Ok(Header {
-        metadata,
-        entries,
+        metadata: parsed.metadata,
+        entries: parsed.entries,
+        listed: parsed.listed,
         data_start: data_start as usize,
         frame_len,
     })
@@ -198,10 +253,32 @@ fn read_header_len(buf: &[u8]) -> Result<Option<u64>> {
     Ok(Some(header_len))
 }
 
-type Parsed = (BTreeMap<String, String>, Vec<Entry>);
+/// A parsed header's metadata, entries (sorted by `begin`) and whether they were listed.
+struct Parsed {
+    metadata: BTreeMap<String, String>,
+    entries: Vec<Entry>,
+    listed: bool,
+}
 
-/// Parses the JSON header; entries come back sorted by `begin`.
+/// Parses the JSON header; entries come back sorted by `begin`, a tensor list expanded.
 fn parse_json(json: &[u8]) -> Result<Parsed> {
+    let (mut metadata, entries) = parse_table(json)?;
+    Ok(match tensor_list::take_list(&mut metadata) {
+        Some(list) => Parsed {
+            entries: tensor_list::expand(&list, &entries)?,
+            metadata,
+            listed: true,
+        },
+        None => Parsed {
+            metadata,
+            entries,
+            listed: false,
+        },
+    })
+}
+
+/// The header's JSON as it stands: `__metadata__` and the safetensors table, sorted by `begin`.
+fn parse_table(json: &[u8]) -> Result<(BTreeMap<String, String>, Vec<Entry>)> {
     let value: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| frame_err!("header is not valid JSON: {e}"))?;
     let serde_json::Value::Object(root) = value else {
@@ -286,7 +363,11 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
         ));
     }
     let data_start = 8 + header_len as usize;
-    let (metadata, entries) = parse_json(&buf[8..data_start])?;
+    let Parsed {
+        metadata,
+        entries,
+        listed,
+    } = parse_json(&buf[8..data_start])?;
     let data_len = (buf.len() - data_start) as u64;
     let cursor = tiled_len(&entries)?;
     if cursor > data_len {
@@ -297,6 +378,7 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
     Ok(Header {
         metadata,
         entries,
+        listed,
         data_start,
         // cursor <= data_len, so this is within buf.len().
         frame_len: data_start + cursor as usize,

@@ -144,7 +144,9 @@ pub fn schema_field_table(specs: &[FieldSpec], header: &Header) -> Vec<FieldSpec
 /// - neither (a bare codec frame, written without a schema): the field table it carries.
 fn field_table(header: &Header, format: &str) -> Result<(Vec<FieldSpec>, Option<String>)> {
     let metadata = &header.metadata;
-    if let Some(reference) = compact::schema_ref(metadata)? {
+    let reference = compact::schema_ref(metadata)?;
+    check_table_form(header.listed, reference.is_some(), format)?;
+    if let Some(reference) = reference {
         let schema = compact::resolve(reference)?;
         let specs = schema_field_table(&schema.specs, header);
         return Ok((specs, schema.sequence_field.clone()));
@@ -183,10 +185,38 @@ fn field_table(header: &Header, format: &str) -> Result<(Vec<FieldSpec>, Option<
             "the header embeds its schema ({:?}) but also carries {key:?}, which a format-{} \
              embedded frame derives from the schema (damaged header?)",
             meta::SCHEMA,
-            meta::FORMAT_VERSION
+            format
         ));
     }
     Ok((specs, facts.sequence_field.clone()))
+}
+
+/// One table form per header kind and version: a format-3 compact header lists its tensors
+/// (`py_wire.tensors`); every other header (embedded, bare, format 1 or 2) has the safetensors
+/// table.
+fn check_table_form(listed: bool, compact: bool, format: &str) -> Result<()> {
+    let wants_list = compact && format == meta::FORMAT_VERSION;
+    match (listed, wants_list) {
+        (true, false) if !compact => Err(frame_err!(
+            "the header lists its tensors ({:?}) but names no schema by {:?}: only compact \
+             frames list their tensors",
+            meta::TENSORS,
+            meta::SCHEMA_REF
+        )),
+        (true, false) => Err(frame_err!(
+            "the header lists its tensors ({:?}), which a format-{format} compact frame never \
+             does (format {} lists them)",
+            meta::TENSORS,
+            meta::FORMAT_VERSION
+        )),
+        (false, true) => Err(frame_err!(
+            "a format-{} compact header lists its tensors in {:?}; this one has a safetensors \
+             table instead (damaged header?)",
+            meta::FORMAT_VERSION,
+            meta::TENSORS
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A format-1 field table (`table`) names exactly the fields the schema's table for the frame
@@ -261,17 +291,19 @@ fn layout_with(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayout> 
     })
 }
 
-/// The header's format version, one this build reads ([`meta::FORMAT_VERSION`] or
-/// [`meta::FORMAT_VERSION_1`]), else a `FrameError` naming the version found.
+/// The header's format version, one this build reads ([`meta::FORMAT_VERSION`],
+/// [`meta::FORMAT_VERSION_2`] or [`meta::FORMAT_VERSION_1`]), else a `FrameError` naming the
+/// version found.
 fn format_version(md: &std::collections::BTreeMap<String, String>) -> Result<&str> {
     match md.get(meta::FORMAT).map(String::as_str) {
-        Some(v @ (meta::FORMAT_VERSION | meta::FORMAT_VERSION_1)) => Ok(v),
+        Some(v @ (meta::FORMAT_VERSION | meta::FORMAT_VERSION_2 | meta::FORMAT_VERSION_1)) => Ok(v),
         Some(other) => {
             let shown: String = other.chars().take(20).collect();
             Err(frame_err!(
-                "frame format version {shown:?} is not supported (this build reads {:?} and \
-                 {:?})",
+                "frame format version {shown:?} is not supported (this build reads {:?}, {:?} \
+                 and {:?})",
                 meta::FORMAT_VERSION,
+                meta::FORMAT_VERSION_2,
                 meta::FORMAT_VERSION_1
             )
             .expected(meta::FORMAT_VERSION)
@@ -288,8 +320,39 @@ fn checked_layout(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayou
     let buf = buf
         .get(..header.frame_len)
         .ok_or_else(|| frame_err!("frame length {} exceeds the buffer", header.frame_len))?;
-    let md = &header.metadata;
-    let format = format_version(md)?;
+    let format = format_version(&header.metadata)?;
+    let num_rows = row_count(&header.metadata, buf.len())?;
+    let (specs, sequence_field) = match trust {
+        Trust::Hostile => field_table(&header, format)?,
+        Trust::Written => written_field_table(&header, format)?,
+    };
+    let (seq_offsets, total_tokens) = match specs.iter().any(|s| s.tier == Tier::PerToken) {
+        true => sequence_offsets(&header, buf, num_rows, trust)?,
+        false => (None, 0),
+    };
+    if trust == Trust::Hostile {
+        check_specs(&specs)?;
+    }
+    let fields = specs
+        .into_iter()
+        .map(|spec| located_field(&header, buf, spec, num_rows, total_tokens, trust))
+        .collect::<Result<Vec<_>>>()?;
+    check_sequence_field(&fields, sequence_field.as_deref())?;
+    if trust == Trust::Hostile {
+        check_every_entry_claimed(&header, &fields)?;
+    }
+    Ok(FrameLayout {
+        header,
+        num_rows,
+        sequence_field,
+        seq_offsets,
+        total_tokens,
+        fields,
+    })
+}
+
+/// `py_wire.num_rows`, refused when the frame's `frame_len` bytes could not back it.
+fn row_count(md: &std::collections::BTreeMap<String, String>, frame_len: usize) -> Result<u64> {
     let num_rows: u64 = md
         .get(meta::NUM_ROWS)
         .filter(|s| s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()))
@@ -297,109 +360,129 @@ fn checked_layout(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayou
         .ok_or_else(|| frame_err!("{:?} is missing or not a row count", meta::NUM_ROWS))?;
     // No loop or allocation may be sized by a number the bytes do not back: every real frame
     // spends at least one byte per row (its sequence and row offsets alone spend 8).
-    if num_rows > buf.len() as u64 {
+    if num_rows > frame_len as u64 {
         return Err(frame_err!(
-            "{:?} claims {num_rows} rows but the frame holds only {} bytes",
-            meta::NUM_ROWS,
-            buf.len()
+            "{:?} claims {num_rows} rows but the frame holds only {frame_len} bytes",
+            meta::NUM_ROWS
         ));
     }
-    let (specs, sequence_field) = field_table(&header, format)?;
+    Ok(num_rows)
+}
 
-    let mut layout = FrameLayout {
-        header: Header {
-            metadata: Default::default(),
-            entries: Vec::new(),
-            data_start: header.data_start,
-            frame_len: header.frame_len,
-        },
-        num_rows,
-        sequence_field,
-        seq_offsets: None,
-        total_tokens: 0,
-        fields: Vec::with_capacity(specs.len()),
-    };
-    if specs.iter().any(|s| s.tier == Tier::PerToken) {
-        let loc = find(&header, names::SEQ_OFFSETS, DType::I64, 1)?;
-        let what = || names::SEQ_OFFSETS.to_string();
-        layout.total_tokens = match trust {
-            Trust::Hostile => {
-                let total = last_index(buf, &loc, &what)?;
-                read_offsets(buf, &loc, num_rows + 1, total, &what)?;
-                total
-            }
-            Trust::Written => {
-                expect_shape(&what(), &loc.shape, &[num_rows + 1])?;
-                last_index(buf, &loc, &what)?
-            }
-        };
-        layout.seq_offsets = Some(loc);
+/// The field table of a header this process's encoder wrote. Its embedded schema was checked
+/// where it came from (a parsed frame, or the Python layer), so a schema this process holds
+/// under the header's fingerprint stands for it; only a schema not held is parsed again.
+fn written_field_table(header: &Header, format: &str) -> Result<(Vec<FieldSpec>, Option<String>)> {
+    let md = &header.metadata;
+    if md.contains_key(meta::SCHEMA) {
+        if let Some(schema) = md.get(meta::FINGERPRINT).and_then(|fp| compact::held(fp)) {
+            let specs = schema_field_table(&schema.specs, header);
+            return Ok((specs, schema.sequence_field.clone()));
+        }
     }
-    let total_tokens = layout.total_tokens;
+    field_table(header, format)
+}
 
-    let mut fields = Vec::with_capacity(specs.len());
-    let mut seen = std::collections::HashSet::new();
+/// Every spec passes the codec's field rules, each name once.
+fn check_specs(specs: &[FieldSpec]) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(specs.len());
     for spec in specs {
         spec.validate()
             .map_err(|e| frame_err!("field table: {}", e.message()))?;
-        if !seen.insert(spec.name.clone()) {
+        if !seen.insert(spec.name.as_str()) {
             return Err(frame_err!(
                 "field {:?} appears twice in the field table",
                 spec.name
             ));
         }
-        let stored = spec.stored_dtype();
-        let values_entry = header
-            .entry(&spec.name)
-            .ok_or_else(|| frame_err!("values of field {:?} are missing", spec.name))?;
-        if values_entry.dtype != stored {
-            return Err(frame_err!(
-                "field {:?} is stored as {} but the field table says {}",
-                spec.name,
-                values_entry.dtype.name(),
-                stored.name()
-            ));
-        }
-        let values = locate(&header, values_entry)?;
-        let statics: Vec<u64> = spec.shape.iter().map(|d| d.unwrap_or(0)).collect();
-        let packed = match spec.tier {
-            Tier::Scalar => {
-                let mut expected = vec![num_rows];
-                expected.extend(&statics);
-                expect_shape(&spec.name, &values.shape, &expected)?;
-                None
-            }
-            Tier::PerToken => {
-                let mut expected = vec![total_tokens];
-                expected.extend(&statics);
-                expect_shape(&spec.name, &values.shape, &expected)?;
-                None
-            }
-            Tier::Packed => Some(packed_index(buf, &header, &spec, &values, num_rows, trust)?),
-        };
-        fields.push(DecodedField {
-            spec,
-            values,
-            packed,
-        });
     }
-    if let Some(first) = fields.iter().find(|f| f.spec.tier == Tier::PerToken) {
-        let seq = layout.sequence_field.as_deref();
-        if !fields
-            .iter()
-            .any(|f| Some(f.spec.name.as_str()) == seq && f.spec.tier == Tier::PerToken)
-        {
-            return Err(frame_err!(
-                "the frame has per-token fields ({:?}, ...) but its sequence field {seq:?} is \
-                 not one of them",
-                first.spec.name
-            ));
+    Ok(())
+}
+
+/// `__seq_offsets` and the token count it ends at: every offset read and checked from hostile
+/// bytes, only the shape and the last offset from written ones.
+fn sequence_offsets(
+    header: &Header,
+    buf: &[u8],
+    num_rows: u64,
+    trust: Trust,
+) -> Result<(Option<TensorLoc>, u64)> {
+    let loc = find(header, names::SEQ_OFFSETS, DType::I64, 1)?;
+    let what = || names::SEQ_OFFSETS.to_string();
+    let total_tokens = match trust {
+        Trust::Hostile => {
+            let total = last_index(buf, &loc, &what)?;
+            read_offsets(buf, &loc, num_rows + 1, total, &what)?;
+            total
         }
+        Trust::Written => {
+            expect_shape(&what(), &loc.shape, &[num_rows + 1])?;
+            last_index(buf, &loc, &what)?
+        }
+    };
+    Ok((Some(loc), total_tokens))
+}
+
+/// A field of the table located in the frame: its values tensor of the stored dtype and the
+/// shape its tier implies, and a packed field's index tables.
+fn located_field(
+    header: &Header,
+    buf: &[u8],
+    spec: FieldSpec,
+    num_rows: u64,
+    total_tokens: u64,
+    trust: Trust,
+) -> Result<DecodedField> {
+    let stored = spec.stored_dtype();
+    let values_entry = header
+        .entry(&spec.name)
+        .ok_or_else(|| frame_err!("values of field {:?} are missing", spec.name))?;
+    if values_entry.dtype != stored {
+        return Err(frame_err!(
+            "field {:?} is stored as {} but the field table says {}",
+            spec.name,
+            values_entry.dtype.name(),
+            stored.name()
+        ));
     }
-    check_every_entry_claimed(&header, &fields)?;
-    layout.fields = fields;
-    layout.header = header;
-    Ok(layout)
+    let values = locate(header, values_entry)?;
+    let rows = match spec.tier {
+        Tier::Scalar => Some(num_rows),
+        Tier::PerToken => Some(total_tokens),
+        Tier::Packed => None,
+    };
+    let packed = match rows {
+        Some(rows) => {
+            let mut expected = vec![rows];
+            expected.extend(spec.shape.iter().map(|d| d.unwrap_or(0)));
+            expect_shape(&spec.name, &values.shape, &expected)?;
+            None
+        }
+        None => Some(packed_index(buf, header, &spec, &values, num_rows, trust)?),
+    };
+    Ok(DecodedField {
+        spec,
+        values,
+        packed,
+    })
+}
+
+/// A frame with per-token fields names one of them as its sequence field.
+fn check_sequence_field(fields: &[DecodedField], seq: Option<&str>) -> Result<()> {
+    let Some(first) = fields.iter().find(|f| f.spec.tier == Tier::PerToken) else {
+        return Ok(());
+    };
+    if !fields
+        .iter()
+        .any(|f| Some(f.spec.name.as_str()) == seq && f.spec.tier == Tier::PerToken)
+    {
+        return Err(frame_err!(
+            "the frame has per-token fields ({:?}, ...) but its sequence field {seq:?} is \
+             not one of them",
+            first.spec.name
+        ));
+    }
+    Ok(())
 }
 
 /// Every tensor of the header belongs to a field of the field table (its values, its CSR

@@ -11,3 +11,4 @@ pub mod pad;
 pub mod remap;
 pub mod schema_text;
 pub mod stream;
+pub mod tensor_list;

@@ -262,6 +262,9 @@ pub mod names {
     pub const SEQ_OFFSETS: &str = "__seq_offsets";
     /// The prefix of the `__pad.K` U8 tensors that fill alignment gaps.
     pub const PAD_PREFIX: &str = "__pad.";
+    /// The one U8 tensor covering the data section of a header that lists its tensors in
+    /// [`meta::TENSORS`](super::meta::TENSORS) (compact frames, format 3).
+    pub const DATA: &str = "__data";
     /// A packed field's `[S, rank]` table of each segment's shape.
     pub fn seg_shapes(field: &str) -> String {
         format!("{field}.seg_shapes")
@@ -286,8 +289,12 @@ pub mod meta {
     /// The frame format's version key.
     pub const FORMAT: &str = "py_wire.format";
     /// The format version this build writes: a frame that carries a schema (embedded or
-    /// compact) carries no field table; its reader derives the table from the schema.
-    pub const FORMAT_VERSION: &str = "2";
+    /// compact) carries no field table; its reader derives the table from the schema. A
+    /// compact frame lists its tensors in [`TENSORS`] (see `frame::tensor_list`).
+    pub const FORMAT_VERSION: &str = "3";
+    /// Format 2, still read: as 3, but a compact frame lists its tensors in the safetensors
+    /// table, padding entries and all, as an embedded one does.
+    pub const FORMAT_VERSION_2: &str = "2";
     /// The earlier format version, still read: its embedded frames also carry the field table
     /// ([`FIELDS`]) and [`SEQUENCE_FIELD`], which must agree with what their schema implies.
     pub const FORMAT_VERSION_1: &str = "1";
@@ -310,8 +317,11 @@ pub mod meta {
     pub const SCHEMA_REF: &str = "py_wire.schema_ref";
     /// Optional payload checksums (see `frame::checksum`).
     pub const CHECKSUM: &str = "py_wire.checksum";
+    /// A compact frame's tensor list (format 3), which stands for the safetensors table (see
+    /// `frame::tensor_list`); a reader rebuilds the table from it and drops the key.
+    pub const TENSORS: &str = "py_wire.tensors";
     /// Every key, by short name, for the Python layer (one declaration of each).
-    pub const ALL: [(&str, &str); 7] = [
+    pub const ALL: [(&str, &str); 8] = [
         ("format", FORMAT),
         ("num_rows", NUM_ROWS),
         ("fields", FIELDS),
@@ -319,6 +329,7 @@ pub mod meta {
         ("schema", SCHEMA),
         ("fingerprint", FINGERPRINT),
         ("schema_ref", SCHEMA_REF),
+        ("tensors", TENSORS),
     ];
 }
 
