@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,7 +19,7 @@ from py_wire import _native
 from py_wire._args import fill_value, flag, optional_count
 from py_wire._device import host_shadow
 from py_wire._dtypes import DTYPES
-from py_wire._native import Frame, FrameError, FrameLayout, SchemaError, TensorLoc
+from py_wire._native import FieldLayout, Frame, FrameError, FrameLayout, SchemaError, TensorLoc
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._rows import RowWindow
 from py_wire._schema import Schema, load_schema
@@ -183,19 +184,49 @@ def decode(
     """
     policy = writable_policy(writable)
     flag("verify", verify)
-    if layout not in (None, "nested", "padded", "list"):
-        raise _native.WireError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
-    partial = rows is not None or stage is not None
+    _check_layout(layout)
     # Held before the frame is read: a compact frame naming it is then readable.
     wanted = load_schema(schema) if schema is not None else None
+    partial = rows is not None or stage is not None
     frame, clone, payload = _source_frame(data, policy, partial)
     if verify:
-        if not frame.has_checksum:
-            raise FrameError(
-                "verify=True, but the frame carries no checksums (encode it with checksum=True)"
-            )
-        host = frame if payload is None else Frame.from_buffer(payload.cpu().numpy())
-        host.verify()
+        _verify(frame, payload)
+    frame_schema = _schema_of(frame, wanted)
+    pad_multiple, pads = _check_trainer_options(
+        frame_schema, layout, pad_to_multiple_of, pad_values, attention_mask, source_dtype
+    )
+    options = _Options(layout, source_dtype, pad_multiple, pads, clone)
+    views = FrameViews(frame, payload, private=clone)
+    selection = _Selection.of(views, frame_schema, stage, rows)
+    fields = _FieldDecoder(views, frame_schema, selection, options)
+    out = {name: fields.value(f) for name, f in views.fields.items() if selection.keeps(name)}
+    if selection.keep is not None:
+        _add_missing_stage_fields(out, frame_schema, selection, layout)
+    if layout == "padded" and fields.seq_lengths is not None:
+        _add_lengths(out, frame_schema, selection, fields.seq_lengths, fields.device)
+    if attention_mask:
+        out[ATTENTION_MASK] = _attention_mask(selection, pad_multiple, fields.device)
+    return out
+
+
+def _check_layout(layout: object) -> None:
+    if layout not in (None, "nested", "padded", "list"):
+        raise _native.WireError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
+
+
+def _verify(frame: Frame, payload: torch.Tensor | None) -> None:
+    """``verify=True``: the frame's payload checksums, on the host (a device frame's bytes are
+    copied there for the check)."""
+    if not frame.has_checksum:
+        raise FrameError(
+            "verify=True, but the frame carries no checksums (encode it with checksum=True)"
+        )
+    host = frame if payload is None else Frame.from_buffer(payload.cpu().numpy())
+    host.verify()
+
+
+def _schema_of(frame: Frame, wanted: Schema | None) -> Schema:
+    """The frame's schema, which must be ``wanted`` when the caller named one."""
     frame_schema = checked_schema(frame)
     if wanted is not None and wanted.fingerprint != frame_schema.fingerprint:
         raise SchemaError(
@@ -203,83 +234,144 @@ def decode(
             f"({frame_schema.fingerprint}), not {wanted.name!r} v{wanted.version} "
             f"({wanted.fingerprint})"
         )
-    pad_to_multiple_of, pad_values = _check_trainer_options(
-        frame_schema, layout, pad_to_multiple_of, pad_values, attention_mask, source_dtype
-    )
-    views = FrameViews(frame, payload, private=clone)
-    window = None if rows is None else RowWindow(views.seq_offsets, frame.num_rows, rows)
-    keep = set(frame_schema.fields_for(stage)) if stage is not None else None
-    seq_offsets = views.seq_offsets if window is None else window.seq_offsets
-    num_rows = frame.num_rows if window is None else window.num_rows
-    own = views.own
-    device = views.payload.device
-    out: dict[str, Any] = {}
-    seq_lengths: torch.Tensor | None = None
-    jagged_offsets: torch.Tensor | None = None
-    for name, f in views.fields.items():
-        if keep is not None and name not in keep:
-            continue
-        values = views.values(f.values)
-        cast = DTYPES[f.dtype] if source_dtype and f.stored_dtype != f.dtype else None
-        tier = f.tier
-        if tier == "scalar":
-            out[name] = own(
-                _owned(values if window is None else window.scalar(values), cast, clone)
+    return frame_schema
+
+
+@dataclass(frozen=True)
+class _Options:
+    """``decode``'s checked options, as building each field's value reads them. ``clone``:
+    every returned tensor must be a copy (see :func:`_source_frame`)."""
+
+    layout: Layout | None
+    source_dtype: bool
+    pad_to_multiple_of: int | None
+    pad_values: dict[str, Any]
+    clone: bool
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """What ``decode`` returns of the frame: a stage's fields (``keep``; ``None``: all) over a
+    row window (``None``: all rows), with that window's sequence offsets and row count."""
+
+    keep: set[str] | None
+    window: RowWindow | None
+    seq_offsets: torch.Tensor | None
+    num_rows: int
+
+    @staticmethod
+    def of(
+        views: FrameViews, schema: Schema, stage: str | None, rows: range | slice | None
+    ) -> _Selection:
+        frame = views.frame
+        window = None if rows is None else RowWindow(views.seq_offsets, frame.num_rows, rows)
+        keep = set(schema.fields_for(stage)) if stage is not None else None
+        if window is None:
+            return _Selection(keep, None, views.seq_offsets, frame.num_rows)
+        return _Selection(keep, window, window.seq_offsets, window.num_rows)
+
+    def keeps(self, name: str) -> bool:
+        return self.keep is None or name in self.keep
+
+
+class _FieldDecoder:
+    """Builds each field's returned value, per tier, over ``views``. Per-token fields share
+    what it computes once: the padded layout's lengths and the jagged layout's offsets."""
+
+    def __init__(
+        self, views: FrameViews, schema: Schema, selection: _Selection, options: _Options
+    ) -> None:
+        self.views = views
+        self.schema = schema
+        self.window = selection.window
+        self.seq_offsets = selection.seq_offsets
+        self.options = options
+        self.device = views.payload.device
+        self.seq_lengths: torch.Tensor | None = None
+        self.jagged_offsets: torch.Tensor | None = None
+
+    def value(self, f: FieldLayout) -> Any:
+        values = self.views.values(f.values)
+        cast = DTYPES[f.dtype] if self.options.source_dtype and f.stored_dtype != f.dtype else None
+        if f.tier == "scalar":
+            if self.window is not None:
+                values = self.window.scalar(values)
+            return self.views.own(_owned(values, cast, self.options.clone))
+        if f.tier == "packed":
+            return self._packed(f, values, cast)
+        return self._per_token(f.name, values, cast)
+
+    def _packed(self, f: FieldLayout, values: torch.Tensor, cast: torch.dtype | None) -> Any:
+        tables = {k: self.views.view(getattr(f, k)) for k in _CSR}
+        in_order = f.in_order
+        if self.window is not None:
+            values, tables, in_order = self.window.packed(values, tables, in_order)
+        values = self.views.own(_owned(values, cast, self.options.clone))
+        packed = PackedTensor._from_frame(_FrameRows(values, tables, in_order), f.pack_dim)
+        return packed.rows() if self.options.layout == "list" else packed
+
+    def _per_token(self, name: str, values: torch.Tensor, cast: torch.dtype | None) -> Any:
+        offsets = self.seq_offsets
+        assert offsets is not None
+        if self.window is not None:
+            values = self.window.per_token(values)
+        own = self.views.own
+        layout = self.options.layout
+        if layout == "list":
+            values = _owned(values, cast, self.options.clone)
+            return [own(r) for r in torch.split(values, torch.diff(offsets).tolist())]
+        if layout == "padded":
+            values = _owned(values, cast, clone=False)  # padding copies anyway
+            if self.seq_lengths is None:
+                self.seq_lengths = torch.diff(offsets)
+            pad = self.options.pad_values.get(name, self.schema.fields[name].pad_value)
+            width = padded_width(self.seq_lengths, self.options.pad_to_multiple_of)
+            return _padded(values, offsets, self.seq_lengths, pad, width)
+        if self.jagged_offsets is None:
+            # One offsets tensor for every field: they share one ragged dim.
+            self.jagged_offsets = own(offsets).to(self.device)
+        return _jagged(own(_owned(values, cast, self.options.clone)), self.jagged_offsets)
+
+
+def _add_missing_stage_fields(
+    out: dict[str, Any], schema: Schema, selection: _Selection, layout: Layout | None
+) -> None:
+    """A stage's packed field the frame lacks is a column no row had media for: present it as
+    rows without segments, so a consumer sees "no media", never a missing key."""
+    assert selection.keep is not None
+    for name in selection.keep - out.keys():
+        field = schema.fields[name]
+        if field.tier == "packed":
+            empty = PackedTensor._no_segments(
+                selection.num_rows, len(field.shape), DTYPES[field.stored_dtype], field.pack_dim
             )
-        elif tier == "packed":
-            tables = {k: views.view(getattr(f, k)) for k in _CSR}
-            in_order = f.in_order
-            if window is not None:
-                values, tables, in_order = window.packed(values, tables, in_order)
-            values = own(_owned(values, cast, clone))
-            packed = PackedTensor._from_frame(_FrameRows(values, tables, in_order), f.pack_dim)
-            out[name] = packed.rows() if layout == "list" else packed
-        else:
-            offsets = seq_offsets
-            assert offsets is not None
-            if window is not None:
-                values = window.per_token(values)
-            if layout == "list":
-                values = _owned(values, cast, clone)
-                rows_out = torch.split(values, torch.diff(offsets).tolist())
-                out[name] = [own(r) for r in rows_out]
-            elif layout == "padded":
-                values = _owned(values, cast, clone=False)  # padding copies anyway
-                if seq_lengths is None:
-                    seq_lengths = torch.diff(offsets)
-                pad = (pad_values or {}).get(name, frame_schema.fields[name].pad_value)
-                width = padded_width(seq_lengths, pad_to_multiple_of)
-                out[name] = _padded(values, offsets, seq_lengths, pad, width)
-            else:
-                if jagged_offsets is None:
-                    # One offsets tensor for every field: they share one ragged dim.
-                    jagged_offsets = own(offsets).to(device)
-                out[name] = _jagged(own(_owned(values, cast, clone)), jagged_offsets)
-    if keep is not None:
-        # A stage's packed field the frame lacks is a column no row had media for: present it as
-        # rows without segments, so a consumer sees "no media", never a missing key.
-        for name in keep - out.keys():
-            field = frame_schema.fields[name]
-            if field.tier == "packed":
-                empty = PackedTensor._no_segments(
-                    num_rows, len(field.shape), DTYPES[field.stored_dtype], field.pack_dim
-                )
-                out[name] = empty.rows() if layout == "list" else empty
-    if layout == "padded" and seq_lengths is not None:
-        key = frame_schema.lengths_field
-        if key is None:
-            out.setdefault("lengths", seq_lengths.to(device))
-        elif key not in out and (keep is None or key in keep):
-            # Absent from the frame: derive it, in the dtype the schema declares.
-            out[key] = seq_lengths.to(device, DTYPES[frame_schema.fields[key].dtype])
-    if attention_mask:
-        if seq_offsets is None:
-            raise _native.WireError("attention_mask needs per-token fields; this frame has none")
-        lengths = torch.diff(seq_offsets)
-        out[ATTENTION_MASK] = make_attention_mask(
-            lengths, padded_width(lengths, pad_to_multiple_of)
-        ).to(device)
-    return out
+            out[name] = empty.rows() if layout == "list" else empty
+
+
+def _add_lengths(
+    out: dict[str, Any],
+    schema: Schema,
+    selection: _Selection,
+    seq_lengths: torch.Tensor,
+    device: torch.device,
+) -> None:
+    """The padded layout's row lengths: under ``"lengths"``, or the schema's lengths field."""
+    key = schema.lengths_field
+    if key is None:
+        out.setdefault("lengths", seq_lengths.to(device))
+    elif key not in out and selection.keeps(key):
+        # Absent from the frame: derive it, in the dtype the schema declares.
+        out[key] = seq_lengths.to(device, DTYPES[schema.fields[key].dtype])
+
+
+def _attention_mask(
+    selection: _Selection, pad_to_multiple_of: int | None, device: torch.device
+) -> torch.Tensor:
+    seq_offsets = selection.seq_offsets
+    if seq_offsets is None:
+        raise _native.WireError("attention_mask needs per-token fields; this frame has none")
+    lengths = torch.diff(seq_offsets)
+    return make_attention_mask(lengths, padded_width(lengths, pad_to_multiple_of)).to(device)
 
 
 def _check_trainer_options(

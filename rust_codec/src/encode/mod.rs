@@ -11,13 +11,14 @@ pub mod staged;
 mod write;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
-use crate::error::{Code, Result};
+use crate::error::{Code, Error, Result};
 use crate::frame::buffer::AlignedBuf;
-use crate::frame::copy::DEFAULT_PARALLEL_THRESHOLD;
-use crate::frame::header::{write_header, Header};
+use crate::frame::copy::{CopyJob, DEFAULT_PARALLEL_THRESHOLD};
+use crate::frame::header::{write_header, Entry, Header};
 use crate::schema::dtype::DType;
-use crate::schema::spec::{meta, names, Tier};
+use crate::schema::spec::{meta, names, FieldSpec, Tier};
 use crate::tensor::{Dims, TensorRef};
 use crate::{batch_err, internal_err, schema_err};
 
@@ -83,6 +84,41 @@ pub fn encode(request: &EncodeRequest<'_>, options: EncodeOptions) -> Result<Ali
 
 /// Builds the frame's plan: validation, layout and the list of copies. O(fields + segments).
 pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
+    check_unique_fields(request)?;
+    let num_rows = agreed_num_rows(request)?;
+    let sequence = sequence_of(request)?;
+    let mut layout = lay_out_fields(request, num_rows, sequence.as_ref())?;
+    let mut metadata = frame_metadata(request, num_rows)?;
+    // The data section's end must be covered: pad the final tensor out to alignment so the next
+    // frame in a stream (or a file) starts aligned too.
+    let data_len = layout.align()?;
+    let mut entries = layout.entries;
+    crate::frame::header::sort_entries(&mut entries);
+    let checksum_fields = checksum_placeholder(request, &mut metadata, &entries)?;
+    let header = write_header(&metadata, &entries)?;
+    let data_start = header.len();
+    let total_len = frame_len(data_len, data_start, num_rows)?;
+    let written = Header {
+        listed: crate::frame::header::lists_tensors(&metadata),
+        metadata,
+        entries,
+        data_start,
+        frame_len: total_len,
+    };
+    let (jobs, blobs) = after_header(layout.jobs, layout.blobs, data_start);
+    Ok(Plan {
+        header,
+        written,
+        checksum_fields,
+        num_rows,
+        blobs,
+        jobs,
+        total_len,
+    })
+}
+
+/// Every field's spec is valid, and no field name appears twice.
+fn check_unique_fields(request: &EncodeRequest<'_>) -> Result<()> {
     let mut seen = HashSet::new();
     for field in &request.fields {
         field.spec.validate()?;
@@ -90,7 +126,11 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
             return Err(schema_err!("field {:?} appears twice", field.spec.name));
         }
     }
-    // Row counts must agree across fields.
+    Ok(())
+}
+
+/// The batch's row count: every field's must agree; a batch without fields takes the hint.
+fn agreed_num_rows(request: &EncodeRequest<'_>) -> Result<u64> {
     let mut num_rows: Option<(u64, &str)> = None;
     for field in &request.fields {
         let rows = row_count(field)?;
@@ -109,42 +149,62 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
             Some(_) => {}
         }
     }
-    let num_rows = num_rows
+    Ok(num_rows
         .map(|(n, _)| n)
         .or(request.num_rows_hint)
-        .unwrap_or(0);
+        .unwrap_or(0))
+}
 
-    let has_per_token = request.fields.iter().any(|f| f.spec.tier == Tier::PerToken);
-    let seq_lengths = if has_per_token {
-        let seq_name = request.sequence_field.as_deref().ok_or_else(|| {
-            schema_err!("the batch has per-token fields but the schema names no sequence field")
+/// The sequence field every per-token field is planned against: its name, its rows' token
+/// offsets, and its row spans when it is a gather's.
+struct Sequence<'r> {
+    name: &'r str,
+    offsets: SeqOffsets,
+    spans: Option<&'r Arc<RowSpans>>,
+}
+
+/// The batch's [`Sequence`], or `None` when it has no per-token fields. Checks the lengths
+/// field against it.
+fn sequence_of<'r>(request: &'r EncodeRequest<'_>) -> Result<Option<Sequence<'r>>> {
+    if !request.fields.iter().any(|f| f.spec.tier == Tier::PerToken) {
+        return Ok(None);
+    }
+    let seq_name = request.sequence_field.as_deref().ok_or_else(|| {
+        schema_err!("the batch has per-token fields but the schema names no sequence field")
+    })?;
+    let seq_field = request
+        .fields
+        .iter()
+        .find(|f| f.spec.name == seq_name)
+        .ok_or_else(|| {
+            batch_err!("the batch has per-token fields but lacks the sequence field {seq_name:?}")
         })?;
-        let seq_field = request
-            .fields
-            .iter()
-            .find(|f| f.spec.name == seq_name)
-            .ok_or_else(|| {
-                batch_err!(
-                    "the batch has per-token fields but lacks the sequence field {seq_name:?}"
-                )
-            })?;
-        if seq_field.spec.tier != Tier::PerToken {
-            return Err(schema_err!(
-                "sequence field {seq_name:?} must be per-token, not {}",
-                seq_field.spec.tier.name()
-            ));
-        }
-        let offsets = sequence_offsets(seq_field)?;
-        check_lengths_field(request, seq_name, &offsets)?;
-        let spans = match &seq_field.input {
-            FieldInput::Ranges { spans, .. } => Some(spans),
-            _ => None,
-        };
-        Some((seq_name, offsets, spans))
-    } else {
-        None
+    if seq_field.spec.tier != Tier::PerToken {
+        return Err(schema_err!(
+            "sequence field {seq_name:?} must be per-token, not {}",
+            seq_field.spec.tier.name()
+        ));
+    }
+    let offsets = sequence_offsets(seq_field)?;
+    check_lengths_field(request, seq_name, &offsets)?;
+    let spans = match &seq_field.input {
+        FieldInput::Ranges { spans, .. } => Some(spans),
+        _ => None,
     };
+    Ok(Some(Sequence {
+        name: seq_name,
+        offsets,
+        spans,
+    }))
+}
 
+/// Places the sequence offsets (when there are per-token fields), then every field in request
+/// order, each by its tier.
+fn lay_out_fields<'a>(
+    request: &EncodeRequest<'a>,
+    num_rows: u64,
+    sequence: Option<&Sequence<'_>>,
+) -> Result<Layout<'a>> {
     let mut layout = Layout {
         cursor: 0,
         entries: Vec::new(),
@@ -152,28 +212,31 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
         blobs: Vec::new(),
         pads: 0,
     };
-    let mut field_table = Vec::with_capacity(request.fields.len());
-    if let Some((_, offsets, _)) = &seq_lengths {
+    if let Some(seq) = sequence {
+        let offsets = &seq.offsets.0;
         layout.blob_i64(
             names::SEQ_OFFSETS.to_string(),
-            vec![offsets.0.len() as u64],
-            &offsets.0,
+            vec![offsets.len() as u64],
+            offsets,
         )?;
     }
     for field in &request.fields {
         match field.spec.tier {
             Tier::Scalar => plan_scalar(&mut layout, field, num_rows)?,
             Tier::PerToken => {
-                let (seq_name, offsets, seq_spans) = seq_lengths
-                    .as_ref()
+                let seq = sequence
                     .ok_or_else(|| internal_err!("per-token field without sequence lengths"))?;
-                plan_per_token(&mut layout, field, seq_name, offsets, *seq_spans)?
+                plan_per_token(&mut layout, field, seq)?
             }
             Tier::Packed => plan_packed(&mut layout, field)?,
         }
-        field_table.push(field.spec.clone());
     }
+    Ok(layout)
+}
 
+/// The header's `__metadata__`: the request's entries, the format and row count, and (a bare
+/// codec frame only) the field table and sequence field.
+fn frame_metadata(request: &EncodeRequest<'_>, num_rows: u64) -> Result<BTreeMap<String, String>> {
     let mut metadata = request.metadata.clone();
     metadata.insert(meta::FORMAT.into(), meta::FORMAT_VERSION.into());
     metadata.insert(meta::NUM_ROWS.into(), num_rows.to_string());
@@ -181,6 +244,7 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
     // `py_wire.schema_ref`) carries no field table and no sequence field: its reader derives
     // both from the schema. Only a bare codec frame, written without a schema, carries them.
     if !metadata.contains_key(meta::SCHEMA_REF) && !metadata.contains_key(meta::SCHEMA) {
+        let field_table: Vec<&FieldSpec> = request.fields.iter().map(|f| &f.spec).collect();
         metadata.insert(
             meta::FIELDS.into(),
             serde_json::to_string(&field_table).map_err(|e| batch_err!("field table: {e}"))?,
@@ -189,34 +253,33 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
             metadata.insert(meta::SEQUENCE_FIELD.into(), seq.clone());
         }
     }
-    // The data section's end must be covered: pad the final tensor out to alignment so the next
-    // frame in a stream (or a file) starts aligned too.
-    let data_len = layout.align()?;
-    let mut entries = layout.entries;
-    crate::frame::header::sort_entries(&mut entries);
-    // Checksums: the header's digest now, zeros for the payload's until it is written.
-    let checksum_fields = if request.checksum {
-        let fields: Vec<String> = request.fields.iter().map(|f| f.spec.name.clone()).collect();
-        metadata.remove(meta::CHECKSUM);
-        let entry = crate::frame::checksum::placeholder(&metadata, &entries, &fields)?;
-        metadata.insert(meta::CHECKSUM.into(), entry);
-        Some(fields)
-    } else {
-        None
-    };
-    let header = write_header(&metadata, &entries)?;
-    let data_start = header.len();
+    Ok(metadata)
+}
+
+/// With `request.checksum`: puts the header's digest in `metadata` now, zeros for the
+/// payload's until it is written, and returns the fields the checksum covers.
+fn checksum_placeholder(
+    request: &EncodeRequest<'_>,
+    metadata: &mut BTreeMap<String, String>,
+    entries: &[Entry],
+) -> Result<Option<Vec<String>>> {
+    if !request.checksum {
+        return Ok(None);
+    }
+    let fields: Vec<String> = request.fields.iter().map(|f| f.spec.name.clone()).collect();
+    metadata.remove(meta::CHECKSUM);
+    let entry = crate::frame::checksum::placeholder(metadata, entries, &fields)?;
+    metadata.insert(meta::CHECKSUM.into(), entry);
+    Ok(Some(fields))
+}
+
+/// The whole frame's length: header then data section. Refuses a frame too large for memory,
+/// or one whose bytes do not back its row count.
+fn frame_len(data_len: u64, data_start: usize, num_rows: u64) -> Result<usize> {
     let total_len = usize::try_from(data_len)
         .ok()
         .and_then(|d| d.checked_add(data_start))
         .ok_or_else(|| batch_err!("frame of {data_len} bytes does not fit in memory"))?;
-    let written = Header {
-        listed: crate::frame::header::lists_tensors(&metadata),
-        metadata,
-        entries,
-        data_start,
-        frame_len: total_len,
-    };
     if num_rows > total_len as u64 {
         // Readers refuse row counts the bytes do not back (a hostile header's favourite lie).
         return Err(batch_err!(
@@ -225,24 +288,23 @@ pub fn plan<'a>(request: &EncodeRequest<'a>) -> Result<Plan<'a>> {
         )
         .code(Code::RowsUnbacked));
     }
-    let mut jobs = layout.jobs;
+    Ok(total_len)
+}
+
+/// The layout's copies and blobs moved from data-section offsets to frame offsets.
+fn after_header<'a>(
+    mut jobs: Vec<CopyJob<'a>>,
+    blobs: Vec<(u64, Vec<u8>)>,
+    data_start: usize,
+) -> (Vec<CopyJob<'a>>, Vec<(usize, Vec<u8>)>) {
     for job in &mut jobs {
         job.dst_offset += data_start;
     }
-    let blobs = layout
-        .blobs
+    let blobs = blobs
         .into_iter()
         .map(|(o, b)| (o as usize + data_start, b))
         .collect();
-    Ok(Plan {
-        header,
-        written,
-        checksum_fields,
-        num_rows,
-        blobs,
-        jobs,
-        total_len,
-    })
+    (jobs, blobs)
 }
 
 /// The declared lengths field, when present, must equal every row's sequence length.
@@ -338,142 +400,21 @@ fn plan_scalar<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>, num_rows: u64
 fn plan_per_token<'a>(
     layout: &mut Layout<'a>,
     field: &FieldData<'a>,
-    seq_name: &str,
-    seq: &SeqOffsets,
-    seq_spans: Option<&std::sync::Arc<RowSpans>>,
+    seq: &Sequence<'_>,
 ) -> Result<()> {
     let spec = &field.spec;
-    let trailing: Vec<u64> = spec.shape.iter().map(|d| d.unwrap_or(0)).collect();
-    let total = seq.total();
-    let mut values_shape = vec![total];
-    values_shape.extend(&trailing);
-    let mismatch = |row: usize, found: u64| {
-        batch_err!(
-            "field {:?}, row {row}: sequence length {found} but {seq_name:?} has {} tokens in \
-             that row",
-            spec.name,
-            seq.len(row)
-        )
-        .code(Code::Length)
-        .field(&spec.name)
-        .row(row)
-        .expected(seq.len(row))
-        .found(found)
-    };
+    let mut values_shape = vec![seq.offsets.total()];
+    values_shape.extend(spec.shape.iter().map(|d| d.unwrap_or(0)));
     let sources = match &field.input {
         FieldInput::Segments {
             segments,
             row_offsets,
-        } => {
-            let mut sources = Vec::with_capacity(segments.len());
-            for (row, w) in row_offsets.windows(2).enumerate() {
-                if w[1] - w[0] != 1 {
-                    return Err(batch_err!(
-                        "field {:?}, row {row}: a per-token field needs exactly one tensor per \
-                         row, found {}",
-                        spec.name,
-                        w[1] - w[0]
-                    ));
-                }
-                let t = &segments[w[0] as usize];
-                let location = Where::Row(row);
-                check_dtype(spec, t, location)?;
-                if t.shape.is_empty() {
-                    return Err(batch_err!(
-                        "field {:?}, row {row}: a per-token row needs a sequence dim, got a \
-                         0-d tensor",
-                        spec.name
-                    ));
-                }
-                check_dims(spec, &t.shape[1..], &spec.shape, location, "trailing dims")?;
-                if t.shape[0] != seq.len(row) {
-                    return Err(mismatch(row, t.shape[0]));
-                }
-                sources.push(t.clone());
-            }
-            sources
-        }
+        } => token_rows_of_segments(spec, seq, segments, row_offsets)?,
         FieldInput::Jagged { values, offsets } => {
-            check_dtype(spec, values, Where::Field)?;
-            if values.shape.is_empty() {
-                return Err(batch_err!(
-                    "field {:?}: jagged values need a sequence dim",
-                    spec.name
-                ));
-            }
-            check_dims(
-                spec,
-                &values.shape[1..],
-                &spec.shape,
-                Where::Field,
-                "trailing dims",
-            )?;
-            for (row, w) in offsets.windows(2).enumerate() {
-                if w[1] - w[0] != seq.len(row) {
-                    return Err(mismatch(row, w[1] - w[0]));
-                }
-            }
-            let first = offsets[0];
-            let last = offsets[offsets.len() - 1];
-            vec![values.narrow0(first, last - first)?]
+            vec![token_rows_of_jagged(spec, seq, values, offsets)?]
         }
-        FieldInput::Padded {
-            padded,
-            lengths: given,
-        } => {
-            check_dtype(spec, padded, Where::Field)?;
-            check_dims(
-                spec,
-                &padded.shape[2..],
-                &spec.shape,
-                Where::Field,
-                "trailing dims",
-            )?;
-            let max_len = padded.shape[1];
-            let mut sources = Vec::with_capacity(given.len());
-            for (row, &len) in given.iter().enumerate() {
-                if len != seq.len(row) {
-                    return Err(mismatch(row, len));
-                }
-                if len > max_len {
-                    return Err(batch_err!(
-                        "field {:?}, row {row}: length {len} exceeds the padded width {max_len}",
-                        spec.name
-                    ));
-                }
-                let row_view = select0(padded, row as u64)?;
-                sources.push(row_view.narrow0(0, len)?);
-            }
-            sources
-        }
-        FieldInput::Ranges { sources, spans } => {
-            for t in sources {
-                check_dtype(spec, t, Where::Field)?;
-                if t.shape.is_empty() {
-                    return Err(batch_err!(
-                        "field {:?}: rows need a sequence dim",
-                        spec.name
-                    ));
-                }
-                check_dims(
-                    spec,
-                    &t.shape[1..],
-                    &spec.shape,
-                    Where::Field,
-                    "trailing dims",
-                )?;
-            }
-            // Every per-token field of a gather shares the sequence field's spans.
-            let shared = seq_spans.is_some_and(|seq| std::sync::Arc::ptr_eq(seq, spans));
-            if !shared {
-                for (row, (_, start, end)) in spans.rows().enumerate() {
-                    if row >= seq.num_rows() || seq.len(row) != end - start {
-                        return Err(mismatch(row, end - start));
-                    }
-                }
-            }
-            span_views(sources, spans)?
-        }
+        FieldInput::Padded { padded, lengths } => token_rows_of_padded(spec, seq, padded, lengths)?,
+        FieldInput::Ranges { sources, spans } => token_rows_of_ranges(spec, seq, sources, spans)?,
         FieldInput::Dense(_) | FieldInput::Csr { .. } => {
             return Err(batch_err!(
                 "field {:?} is per-token: pass a list of per-row tensors, a jagged nested \
@@ -483,6 +424,146 @@ fn plan_per_token<'a>(
         }
     };
     layout.values(spec, values_shape, sources)
+}
+
+/// A per-token field's row `row` has `found` tokens, not the sequence field's count.
+fn length_mismatch(spec: &FieldSpec, seq: &Sequence<'_>, row: usize, found: u64) -> Error {
+    batch_err!(
+        "field {:?}, row {row}: sequence length {found} but {:?} has {} tokens in that row",
+        spec.name,
+        seq.name,
+        seq.offsets.len(row)
+    )
+    .code(Code::Length)
+    .field(&spec.name)
+    .row(row)
+    .expected(seq.offsets.len(row))
+    .found(found)
+}
+
+/// A per-token tensor's dtype, its sequence dim (`no_seq_dim` when it has none) and its
+/// trailing dims.
+fn check_token_tensor(
+    spec: &FieldSpec,
+    t: &TensorRef<'_>,
+    location: Where,
+    no_seq_dim: &str,
+) -> Result<()> {
+    check_dtype(spec, t, location)?;
+    if t.shape.is_empty() {
+        return Err(batch_err!("field {:?}{location}: {no_seq_dim}", spec.name));
+    }
+    check_dims(spec, &t.shape[1..], &spec.shape, location, "trailing dims")
+}
+
+/// Per-row tensors: exactly one a row, each as long as the sequence field's row.
+fn token_rows_of_segments<'a>(
+    spec: &FieldSpec,
+    seq: &Sequence<'_>,
+    segments: &[TensorRef<'a>],
+    row_offsets: &[u64],
+) -> Result<Vec<TensorRef<'a>>> {
+    let mut sources = Vec::with_capacity(segments.len());
+    for (row, w) in row_offsets.windows(2).enumerate() {
+        if w[1] - w[0] != 1 {
+            return Err(batch_err!(
+                "field {:?}, row {row}: a per-token field needs exactly one tensor per row, \
+                 found {}",
+                spec.name,
+                w[1] - w[0]
+            ));
+        }
+        let t = &segments[w[0] as usize];
+        let no_seq_dim = "a per-token row needs a sequence dim, got a 0-d tensor";
+        check_token_tensor(spec, t, Where::Row(row), no_seq_dim)?;
+        if t.shape[0] != seq.offsets.len(row) {
+            return Err(length_mismatch(spec, seq, row, t.shape[0]));
+        }
+        sources.push(t.clone());
+    }
+    Ok(sources)
+}
+
+/// A jagged tensor: its rows' lengths must be the sequence field's; one view of the tokens
+/// its offsets cover.
+fn token_rows_of_jagged<'a>(
+    spec: &FieldSpec,
+    seq: &Sequence<'_>,
+    values: &TensorRef<'a>,
+    offsets: &[u64],
+) -> Result<TensorRef<'a>> {
+    check_token_tensor(
+        spec,
+        values,
+        Where::Field,
+        "jagged values need a sequence dim",
+    )?;
+    for (row, w) in offsets.windows(2).enumerate() {
+        if w[1] - w[0] != seq.offsets.len(row) {
+            return Err(length_mismatch(spec, seq, row, w[1] - w[0]));
+        }
+    }
+    let first = offsets[0];
+    let last = offsets[offsets.len() - 1];
+    values.narrow0(first, last - first)
+}
+
+/// A padded `[B, L, ...]` tensor with lengths: one view a row, of its first `lengths[r]`
+/// tokens.
+fn token_rows_of_padded<'a>(
+    spec: &FieldSpec,
+    seq: &Sequence<'_>,
+    padded: &TensorRef<'a>,
+    lengths: &[u64],
+) -> Result<Vec<TensorRef<'a>>> {
+    check_dtype(spec, padded, Where::Field)?;
+    check_dims(
+        spec,
+        &padded.shape[2..],
+        &spec.shape,
+        Where::Field,
+        "trailing dims",
+    )?;
+    let max_len = padded.shape[1];
+    let mut sources = Vec::with_capacity(lengths.len());
+    for (row, &len) in lengths.iter().enumerate() {
+        if len != seq.offsets.len(row) {
+            return Err(length_mismatch(spec, seq, row, len));
+        }
+        if len > max_len {
+            return Err(batch_err!(
+                "field {:?}, row {row}: length {len} exceeds the padded width {max_len}",
+                spec.name
+            ));
+        }
+        let row_view = select0(padded, row as u64)?;
+        sources.push(row_view.narrow0(0, len)?);
+    }
+    Ok(sources)
+}
+
+/// Row spans of a gather's sources: one view a span.
+fn token_rows_of_ranges<'a>(
+    spec: &FieldSpec,
+    seq: &Sequence<'_>,
+    sources: &[TensorRef<'a>],
+    spans: &Arc<RowSpans>,
+) -> Result<Vec<TensorRef<'a>>> {
+    for t in sources {
+        check_token_tensor(spec, t, Where::Field, "rows need a sequence dim")?;
+    }
+    // Every per-token field of a gather shares the sequence field's spans.
+    let shared = seq
+        .spans
+        .is_some_and(|seq_spans| Arc::ptr_eq(seq_spans, spans));
+    if !shared {
+        for (row, (_, start, end)) in spans.rows().enumerate() {
+            if row >= seq.offsets.num_rows() || seq.offsets.len(row) != end - start {
+                return Err(length_mismatch(spec, seq, row, end - start));
+            }
+        }
+    }
+    span_views(sources, spans)
 }
 
 /// The views to copy for row spans: one run per span.
@@ -507,7 +588,45 @@ fn select0<'a>(t: &TensorRef<'a>, index: u64) -> Result<TensorRef<'a>> {
 fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()> {
     let spec = &field.spec;
     let resolved = field.input.csr_segments(spec)?;
-    let (segments, row_offsets) = match (&resolved, &field.input) {
+    let (segments, row_offsets) = packed_rows(spec, &resolved, &field.input)?;
+    let (physical, row_segments) = physical_segments(spec, segments, row_offsets)?;
+    let tables = SegmentTables::of(spec, &physical)?;
+    let values_shape = if spec.values_are_stackable() {
+        let mut s = vec![tables.stacked];
+        s.extend(spec.shape[1..].iter().map(|d| d.unwrap_or(0)));
+        s
+    } else {
+        vec![*tables.offsets.last().unwrap_or(&0)]
+    };
+    let n_phys = physical.len() as u64;
+    layout.values(spec, values_shape, physical)?;
+    let name = &spec.name;
+    layout.blob_i64(
+        names::seg_shapes(name),
+        vec![n_phys, spec.shape.len() as u64],
+        &tables.shapes,
+    )?;
+    layout.blob_i64(names::seg_offsets(name), vec![n_phys + 1], &tables.offsets)?;
+    layout.blob_i64(
+        names::row_offsets(name),
+        vec![row_offsets.len() as u64],
+        row_offsets,
+    )?;
+    layout.blob_i64(
+        names::row_segments(name),
+        vec![row_segments.len() as u64],
+        &row_segments,
+    )
+}
+
+/// A packed field's rows of segments, from its CSR form (`resolved`) or its segment lists; the
+/// row offsets must run from 0 to the segment count.
+fn packed_rows<'r, 'a>(
+    spec: &FieldSpec,
+    resolved: &'r Option<(Vec<TensorRef<'a>>, Vec<u64>)>,
+    input: &'r FieldInput<'a>,
+) -> Result<(&'r [TensorRef<'a>], &'r [u64])> {
+    let (segments, row_offsets) = match (resolved, input) {
         (Some((segments, row_offsets)), _) => (segments, row_offsets),
         (
             None,
@@ -532,6 +651,16 @@ fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()>
             segments.len()
         ));
     }
+    Ok((segments, row_offsets))
+}
+
+/// Checks every segment reference and stores each physical segment once: returns the
+/// segments to write and, per reference, the index of the segment it names.
+fn physical_segments<'a>(
+    spec: &FieldSpec,
+    segments: &[TensorRef<'a>],
+    row_offsets: &[u64],
+) -> Result<(Vec<TensorRef<'a>>, Vec<u64>)> {
     // Physical segments: a segment that two rows reference is stored once. The key holds
     // everything that determines the bytes written: address, dtype, shape and strides (a
     // float32 segment and a bfloat16 view of the same memory are different segments).
@@ -565,48 +694,39 @@ fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()>
         };
         row_segments.push(id);
     }
-    let rank = spec.shape.len();
-    let mut seg_shapes = Vec::with_capacity(physical.len() * rank);
-    let mut seg_numels = Vec::with_capacity(physical.len());
-    let mut stacked = 0u64;
-    for seg in &physical {
-        seg_shapes.extend(&seg.shape);
-        seg_numels.push(seg.numel());
-        stacked = stacked.checked_add(seg.shape[0]).ok_or_else(|| {
-            batch_err!(
-                "field {:?}: the segments' dim 0 sizes add up past 2^64",
-                spec.name
-            )
-        })?;
+    Ok((physical, row_segments))
+}
+
+/// A packed field's segment index tables, from its physical segments.
+struct SegmentTables {
+    /// `[S * rank]`: each segment's shape.
+    shapes: Vec<u64>,
+    /// `[S+1]`: element offsets of each segment in the values.
+    offsets: Vec<u64>,
+    /// The segments' dim 0 sizes, summed: the values' dim 0 when they stack.
+    stacked: u64,
+}
+
+impl SegmentTables {
+    fn of(spec: &FieldSpec, physical: &[TensorRef<'_>]) -> Result<SegmentTables> {
+        let mut shapes = Vec::with_capacity(physical.len() * spec.shape.len());
+        let mut numels = Vec::with_capacity(physical.len());
+        let mut stacked = 0u64;
+        for seg in physical {
+            shapes.extend(&seg.shape);
+            numels.push(seg.numel());
+            stacked = stacked.checked_add(seg.shape[0]).ok_or_else(|| {
+                batch_err!(
+                    "field {:?}: the segments' dim 0 sizes add up past 2^64",
+                    spec.name
+                )
+            })?;
+        }
+        let offsets = prefix_sums(numels, &|| format!("field {:?}: segment sizes", spec.name))?;
+        Ok(SegmentTables {
+            shapes,
+            offsets,
+            stacked,
+        })
     }
-    let seg_offsets = prefix_sums(seg_numels, &|| {
-        format!("field {:?}: segment sizes", spec.name)
-    })?;
-    let total = *seg_offsets.last().unwrap_or(&0);
-    let values_shape = if spec.values_are_stackable() {
-        let mut s = vec![stacked];
-        s.extend(spec.shape[1..].iter().map(|d| d.unwrap_or(0)));
-        s
-    } else {
-        vec![total]
-    };
-    let n_phys = physical.len() as u64;
-    layout.values(spec, values_shape, physical)?;
-    let name = &spec.name;
-    layout.blob_i64(
-        names::seg_shapes(name),
-        vec![n_phys, rank as u64],
-        &seg_shapes,
-    )?;
-    layout.blob_i64(names::seg_offsets(name), vec![n_phys + 1], &seg_offsets)?;
-    layout.blob_i64(
-        names::row_offsets(name),
-        vec![row_offsets.len() as u64],
-        row_offsets,
-    )?;
-    layout.blob_i64(
-        names::row_segments(name),
-        vec![row_segments.len() as u64],
-        &row_segments,
-    )
 }
