@@ -43,6 +43,7 @@ run_tests() {
   echo "== cargo fmt --check"; cargo fmt --all --check
   echo "== cargo clippy"; cargo clippy --all-targets -- -D warnings
   cargo clippy --all-targets --features python -- -D warnings
+  echo "== Rust import loops"; "$PY" scripts/rust_import_cycles.py
   echo "== cargo test"; cargo test --quiet
   echo "== ruff"
   "$VENV/bin/ruff" check .

@@ -6,8 +6,11 @@ mod common;
 
 use common::{le_i64, read_i64s, sample_frame, spec};
 use proptest::prelude::*;
+use py_wire_codec::encode::Part;
 use py_wire_codec::tensor::TensorRef;
-use py_wire_codec::{parse_frame, DType, EncodeRequest, Error, FieldData, FieldInput, Tier};
+use py_wire_codec::{
+    parse_frame, DType, EncodeOptions, EncodeRequest, Error, FieldData, FieldInput, FieldSpec, Tier,
+};
 
 #[test]
 fn a_written_frame_reads_the_same_trusted_or_hostile() {
@@ -355,4 +358,51 @@ fn written_header_orders_empty_tensors_as_a_reader_does() {
         plan.written,
         py_wire_codec::frame::header::parse_header(frame.as_slice()).unwrap()
     );
+}
+
+#[test]
+fn parts_concatenate_to_the_written_frame() {
+    let payload: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
+    let request = EncodeRequest {
+        fields: vec![FieldData {
+            spec: FieldSpec {
+                name: "x".into(),
+                tier: Tier::Packed,
+                dtype: DType::U8,
+                wire_dtype: None,
+                shape: vec![None],
+                pack_dim: 0,
+            },
+            input: FieldInput::Segments {
+                segments: vec![
+                    TensorRef::contiguous(DType::U8, &[4000], &payload).unwrap(),
+                    TensorRef::contiguous(DType::U8, &[3], &payload[7..]).unwrap(),
+                ],
+                row_offsets: vec![0, 1, 2],
+            },
+        }],
+        ..Default::default()
+    };
+    let mut plan = py_wire_codec::encode::plan(&request).unwrap();
+    let mut frame = vec![0xAAu8; plan.total_len];
+    plan.write_into(&mut frame, EncodeOptions::default())
+        .unwrap();
+    for min_borrow in [0, 16, 1 << 20] {
+        let parts = plan.parts(min_borrow).unwrap();
+        let joined: Vec<u8> = parts
+            .iter()
+            .flat_map(|p| match p {
+                Part::Owned(b) => b.clone(),
+                Part::Borrowed(b) => b.to_vec(),
+            })
+            .collect();
+        assert_eq!(joined, frame, "min_borrow {min_borrow}");
+        let borrowed = parts
+            .iter()
+            .any(|p| matches!(p, Part::Borrowed(b) if b.as_ptr() == payload.as_ptr()));
+        assert_eq!(borrowed, min_borrow <= 4000, "min_borrow {min_borrow}");
+    }
+    assert!(plan
+        .write_into(&mut frame[1..], EncodeOptions::default())
+        .is_err());
 }

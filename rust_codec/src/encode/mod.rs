@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::error::{Code, Error, Result};
 use crate::frame::buffer::AlignedBuf;
-use crate::frame::copy::{CopyJob, DEFAULT_PARALLEL_THRESHOLD};
+use crate::frame::copy::CopyJob;
 use crate::frame::header::{write_header, Entry, Header};
 use crate::schema::dtype::DType;
 use crate::schema::spec::{meta, names, FieldSpec, Tier};
@@ -26,7 +26,7 @@ use check::{check_dims, check_dtype, Where};
 use input::{prefix_sums, row_count, sequence_offsets, SeqOffsets};
 pub use input::{FieldData, FieldInput, RowItems, RowSpan, RowSpans};
 use layout::Layout;
-pub use write::{Part, Plan};
+pub use write::{EncodeOptions, Part, Plan};
 
 #[derive(Debug, Clone, Default)]
 /// Everything a frame is encoded from: the fields and the frame-level facts around them.
@@ -43,38 +43,6 @@ pub struct EncodeRequest<'a> {
     pub num_rows_hint: Option<u64>,
     /// Store a checksum per field in the header (`frame::checksum`).
     pub checksum: bool,
-}
-
-#[derive(Debug, Clone, Copy)]
-/// How an encode runs, not what it writes: the frame's bytes do not depend on these.
-pub struct EncodeOptions {
-    /// The most threads the payload copies use (0 counts as 1).
-    pub threads: usize,
-    /// Copies below this many bytes per thread run on fewer threads (default:
-    /// [`crate::frame::copy::DEFAULT_PARALLEL_THRESHOLD`]).
-    pub parallel_threshold: usize,
-}
-
-impl Default for EncodeOptions {
-    /// Copy threads: `PY_WIRE_THREADS` if set, else the core count.
-    fn default() -> Self {
-        let threads = std::env::var("PY_WIRE_THREADS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or_else(core_count);
-        EncodeOptions {
-            threads,
-            parallel_threshold: DEFAULT_PARALLEL_THRESHOLD,
-        }
-    }
-}
-
-/// The usable core count, read once: `available_parallelism` reads cgroup files on every call,
-/// a cost that showed in the profile of frame ops on small frames.
-fn core_count() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// Encodes `request` into a new 64-byte aligned frame: [`plan`] then [`Plan::write`].

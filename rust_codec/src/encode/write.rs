@@ -5,15 +5,45 @@ use std::collections::BTreeMap;
 
 use crate::error::Result;
 use crate::frame::buffer::AlignedBuf;
-use crate::frame::copy::{run_jobs, CopyJob};
+use crate::frame::copy::{run_jobs, CopyJob, DEFAULT_PARALLEL_THRESHOLD};
 use crate::frame::header::write_header;
 use crate::schema::spec::meta;
 use crate::{batch_err, internal_err};
 
-use super::EncodeOptions;
-
 /// A sealed header (checksums filled in) and the metadata it holds.
 type SealedHeader = (Vec<u8>, BTreeMap<String, String>);
+
+#[derive(Debug, Clone, Copy)]
+/// How an encode runs, not what it writes: the frame's bytes do not depend on these.
+pub struct EncodeOptions {
+    /// The most threads the payload copies use (0 counts as 1).
+    pub threads: usize,
+    /// Copies below this many bytes per thread run on fewer threads (default:
+    /// [`crate::frame::copy::DEFAULT_PARALLEL_THRESHOLD`]).
+    pub parallel_threshold: usize,
+}
+
+impl Default for EncodeOptions {
+    /// Copy threads: `PY_WIRE_THREADS` if set, else the core count.
+    fn default() -> Self {
+        let threads = std::env::var("PY_WIRE_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or_else(core_count);
+        EncodeOptions {
+            threads,
+            parallel_threshold: DEFAULT_PARALLEL_THRESHOLD,
+        }
+    }
+}
+
+/// The usable core count, read once: `available_parallelism` reads cgroup files on every call,
+/// a cost that showed in the profile of frame ops on small frames.
+fn core_count() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
 
 /// Everything needed to write a frame: its header, small index tensors and the payload copies.
 pub struct Plan<'a> {
@@ -179,60 +209,5 @@ impl<'a> Plan<'a> {
             .ok_or_else(|| batch_err!("could not allocate a frame of {} bytes", self.total_len))?;
         self.write_into(buf.as_mut_slice(), options)?;
         Ok(buf)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::encode::{plan, EncodeOptions, EncodeRequest, FieldData, FieldInput, Part};
-    use crate::schema::dtype::DType;
-    use crate::schema::spec::{FieldSpec, Tier};
-    use crate::tensor::TensorRef;
-
-    #[test]
-    fn parts_concatenate_to_the_written_frame() {
-        let payload: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
-        let request = EncodeRequest {
-            fields: vec![FieldData {
-                spec: FieldSpec {
-                    name: "x".into(),
-                    tier: Tier::Packed,
-                    dtype: DType::U8,
-                    wire_dtype: None,
-                    shape: vec![None],
-                    pack_dim: 0,
-                },
-                input: FieldInput::Segments {
-                    segments: vec![
-                        TensorRef::contiguous(DType::U8, &[4000], &payload).unwrap(),
-                        TensorRef::contiguous(DType::U8, &[3], &payload[7..]).unwrap(),
-                    ],
-                    row_offsets: vec![0, 1, 2],
-                },
-            }],
-            ..Default::default()
-        };
-        let mut plan = plan(&request).unwrap();
-        let mut frame = vec![0xAAu8; plan.total_len];
-        plan.write_into(&mut frame, EncodeOptions::default())
-            .unwrap();
-        for min_borrow in [0, 16, 1 << 20] {
-            let parts = plan.parts(min_borrow).unwrap();
-            let joined: Vec<u8> = parts
-                .iter()
-                .flat_map(|p| match p {
-                    Part::Owned(b) => b.clone(),
-                    Part::Borrowed(b) => b.to_vec(),
-                })
-                .collect();
-            assert_eq!(joined, frame, "min_borrow {min_borrow}");
-            let borrowed = parts
-                .iter()
-                .any(|p| matches!(p, Part::Borrowed(b) if b.as_ptr() == payload.as_ptr()));
-            assert_eq!(borrowed, min_borrow <= 4000, "min_borrow {min_borrow}");
-        }
-        assert!(plan
-            .write_into(&mut frame[1..], EncodeOptions::default())
-            .is_err());
     }
 }

@@ -63,7 +63,7 @@ impl Codec {
                 )));
             }
         }
-        let contracts = super::parse_contracts(&contracts)?;
+        let contracts = parse_contracts(&contracts)?;
         for c in &contracts {
             c.validate_fields(&specs, sequence_field.as_deref())
                 .map_err(to_py)?;
@@ -91,4 +91,16 @@ impl Codec {
             self.contracts.len()
         )
     }
+}
+
+/// Parses and validates placeholder contracts (JSON).
+pub fn parse_contracts(json: &[String]) -> PyResult<Vec<PlaceholderContract>> {
+    json.iter()
+        .map(|c| {
+            let contract: PlaceholderContract = serde_json::from_str(c)
+                .map_err(|e| SchemaError::new_err(format!("contract {c}: {e}")))?;
+            contract.validate().map_err(to_py)?;
+            Ok(contract)
+        })
+        .collect()
 }

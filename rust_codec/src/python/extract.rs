@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
 
 use super::errors::BatchError;
+use super::owners::Owners;
 use super::tensor_getters::FastReader;
 use crate::schema::dtype::DType;
 use crate::tensor::{extent_bytes, Dims, TensorRef, MAX_RANK};
@@ -90,41 +91,6 @@ impl Registry {
     }
 }
 
-/// What owns the bytes an extracted view borrows.
-pub enum Owner {
-    /// A torch tensor's `untyped_storage()`: it keeps the allocation alive after the tensor is
-    /// freed, `set_()` to other memory or shrunk by `resize_()`.
-    Storage { _storage: Py<PyAny> },
-    /// A buffer-protocol export (numpy and other exporters): it keeps the exporter alive, and
-    /// numpy refuses to resize an array while an export is held.
-    Buffer { _export: PyUntypedBuffer },
-    /// Bytes copied out of small tensors while their metadata was read (see `staged`).
-    Staged { _bytes: Vec<u8> },
-}
-
-/// The owners of the memory the extracted views borrow; held for as long as the views (for
-/// the whole of an encode, and by every part `encode_parts` returns).
-#[derive(Default)]
-pub struct KeepAlive {
-    owners: Vec<Owner>,
-    /// The last torch storage seen, its base address and byte length: tensors split from one
-    /// allocation share one storage object, which is then held and measured once.
-    last_storage: Option<(usize, usize, usize)>,
-}
-
-impl KeepAlive {
-    /// Keeps `bytes` for as long as the views; returns them with that lifetime.
-    pub(super) fn stage(&mut self, bytes: Vec<u8>) -> &'static [u8] {
-        // SAFETY: the Vec's heap buffer does not move when the Vec is moved into `owners`,
-        // and nothing mutates or drops it before `self` is dropped; every view made from the
-        // returned slice is dropped with (or before) `self`, like all views `KeepAlive` backs.
-        let view: &'static [u8] =
-            unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) };
-        self.owners.push(Owner::Staged { _bytes: bytes });
-        view
-    }
-}
-
 fn dims(obj: &Bound<'_, PyAny>, what: &str, location: &dyn Fn() -> String) -> PyResult<Dims> {
     let tuple = obj.cast::<PyTuple>().map_err(|_| {
         BatchError::new_err(format!("{}: {what} is not a tuple of ints", location()))
@@ -177,12 +143,12 @@ fn torch_failed(
 }
 
 /// A view of a tensor or buffer-protocol array. `location` names the field/row/segment for
-/// errors. The view's owner is pushed onto `keep`.
-pub fn tensor_ref(
+/// errors. The view's owner is pushed onto `keep`, which the view borrows.
+pub fn tensor_ref<'a>(
     obj: &Bound<'_, PyAny>,
-    keep: &mut KeepAlive,
+    keep: &'a Owners,
     location: &dyn Fn() -> String,
-) -> PyResult<TensorRef<'static>> {
+) -> PyResult<TensorRef<'a>> {
     let reg = registry()?;
     let tensor_type = reg.tensor_type.bind(obj.py());
     if obj.get_type().is(tensor_type) {
@@ -218,12 +184,12 @@ pub fn tensor_ref(
 /// for complex dtypes (the lazy conjugate bit: `.resolve_conj()`); shape and stride are plain
 /// tuples of non-negative ints (nested tensors fail here); `untyped_storage()` exists (functional
 /// and lazy tensors fail here) and the view lies inside it.
-fn torch_ref<'py>(
+fn torch_ref<'py, 'a>(
     obj: &Bound<'py, PyAny>,
     reg: &Registry,
-    keep: &mut KeepAlive,
+    keep: &'a Owners,
     location: &dyn Fn() -> String,
-) -> PyResult<TensorRef<'static>> {
+) -> PyResult<TensorRef<'a>> {
     let py = obj.py();
     let call = |name: &Bound<'py, PyString>, what: &str| {
         obj.call_method0(name)
@@ -297,14 +263,14 @@ fn torch_ref<'py>(
 /// storage is held by `keep` (so dropping the tensor, `set_()` or a shrinking `resize_()` in
 /// another thread cannot free the bytes), then its data pointer is read and checked to lie
 /// inside that storage.
-pub(super) fn held_view<'py>(
+pub(super) fn held_view<'py, 'a>(
     obj: &Bound<'py, PyAny>,
     dtype: DType,
     shape: &[u64],
     strides: &[u64],
-    keep: &mut KeepAlive,
+    keep: &'a Owners,
     location: &dyn Fn() -> String,
-) -> PyResult<TensorRef<'static>> {
+) -> PyResult<TensorRef<'a>> {
     let py = obj.py();
     let call = |name: &Bound<'py, PyString>, what: &str| {
         obj.call_method0(name)
@@ -314,45 +280,30 @@ pub(super) fn held_view<'py>(
     // between, the pointer no longer lies inside the storage held, and the check below refuses.
     let storage = call(intern!(py, "untyped_storage"), "storage")?;
     let ptr: usize = call(intern!(py, "data_ptr"), "data pointer")?.extract()?;
-    let id = storage.as_ptr() as usize;
-    let (base, len) = match keep.last_storage {
-        Some((last, base, len)) if last == id => (base, len),
-        _ => {
-            let base: usize = storage
-                .call_method0(intern!(py, "data_ptr"))
+    let (base, len) = keep.hold_storage(storage, |storage| {
+        let measure = |name: &Bound<'py, PyString>| -> PyResult<usize> {
+            storage
+                .call_method0(name)
                 .map_err(|e| torch_failed(obj, "storage", e, location))?
-                .extract()?;
-            let len: usize = storage
-                .call_method0(intern!(py, "nbytes"))
-                .map_err(|e| torch_failed(obj, "storage", e, location))?
-                .extract()?;
-            keep.owners.push(Owner::Storage {
-                _storage: storage.unbind(),
-            });
-            keep.last_storage = Some((id, base, len));
-            (base, len)
-        }
-    };
+                .extract()
+        };
+        Ok((
+            measure(intern!(py, "data_ptr"))?,
+            measure(intern!(py, "nbytes"))?,
+        ))
+    })?;
     let extent = extent_bytes(shape, strides, dtype.size())
         .ok_or_else(|| BatchError::new_err(format!("{}: shape {shape:?} overflows", location())))?;
-    let bytes: &'static [u8] = if extent == 0 {
-        &[]
-    } else {
-        if crate::tensor::span_in_storage(ptr, extent, base, len).is_none() {
-            return Err(BatchError::new_err(format!(
-                "{}: the tensor's {extent} bytes at {ptr:#x} do not lie inside its storage \
-                 ({len} bytes at {base:#x}); was it resized or set_() while being encoded?",
-                location()
-            )));
-        }
-        // SAFETY: [ptr, ptr + extent) lies inside the storage's allocation [base, base + len),
-        // checked just above against the storage object now held by `keep` (pushed when it
-        // was first seen; `keep.last_storage` only names a storage that is in `keep`). A held
-        // storage keeps its allocation alive for as long as `keep` lives, whatever happens to
-        // the tensor; only growing the storage itself (documented as forbidden in flight)
-        // reallocates it.
-        unsafe { std::slice::from_raw_parts(ptr as *const u8, extent as usize) }
-    };
+    if extent != 0 && crate::tensor::span_in_storage(ptr, extent, base, len).is_none() {
+        return Err(BatchError::new_err(format!(
+            "{}: the tensor's {extent} bytes at {ptr:#x} do not lie inside its storage \
+             ({len} bytes at {base:#x}); was it resized or set_() while being encoded?",
+            location()
+        )));
+    }
+    // SAFETY: [ptr, ptr + extent) lies inside the allocation [base, base + len) of the storage
+    // `keep` now holds (checked just above; `hold_storage` returned its bounds), or is empty.
+    let bytes = unsafe { keep.storage_view(ptr, extent as usize) };
     TensorRef::strided(dtype, shape, strides, bytes)
         .map_err(|e| BatchError::new_err(format!("{}: {}", location(), e.message())))
 }
@@ -395,11 +346,11 @@ fn format_dtype(format: &[u8], itemsize: usize) -> Option<DType> {
 
 /// A view of a buffer-protocol export: dtype from its format string, shape and strides from
 /// the export itself. The export (not the object's say-so) is what is read, and it is held.
-fn buffer_ref(
+fn buffer_ref<'a>(
     obj: &Bound<'_, PyAny>,
-    keep: &mut KeepAlive,
+    keep: &'a Owners,
     location: &dyn Fn() -> String,
-) -> PyResult<TensorRef<'static>> {
+) -> PyResult<TensorRef<'a>> {
     let py = obj.py();
     let bad = |what: String| BatchError::new_err(format!("{}: {what}", location()));
     let buffer = match PyUntypedBuffer::get(obj) {
@@ -464,23 +415,16 @@ fn buffer_ref(
     let strides = Dims::new(&strides).map_err(super::errors::to_py)?;
     let extent = extent_bytes(&shape, &strides, itemsize)
         .ok_or_else(|| bad(format!("shape {shape:?} overflows")))?;
-    let bytes: &'static [u8] = if extent == 0 {
-        &[]
-    } else {
-        // SAFETY: the exporter filled this buffer with these shape and strides (all
-        // non-negative, checked above), so every element lies in [buf, buf + extent); the
-        // export is moved into `keep` below, which pins the exporter's memory for as long as
-        // the view is used.
-        unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, extent as usize) }
-    };
-    keep.owners.push(Owner::Buffer { _export: buffer });
+    // SAFETY: the exporter filled this buffer with these shape and strides (all non-negative,
+    // checked above), so every element lies in [buf, buf + extent).
+    let bytes = unsafe { keep.hold_buffer(buffer, extent as usize) };
     TensorRef::strided(dtype, &shape, &strides, bytes).map_err(|e| bad(e.message().to_string()))
 }
 
 /// Reads a 1-D integer tensor (offsets or lengths) into u64s.
 pub fn index_values(
     obj: &Bound<'_, PyAny>,
-    keep: &mut KeepAlive,
+    keep: &Owners,
     location: &dyn Fn() -> String,
 ) -> PyResult<Vec<u64>> {
     let t = tensor_ref(obj, keep, location)?;
@@ -504,11 +448,11 @@ fn non_negative(values: Vec<i64>, location: &dyn Fn() -> String) -> PyResult<Vec
 }
 
 /// Rows of a packed or per-token field: each row is a tensor, `None` or a list of tensors.
-pub fn rows(
+pub fn rows<'a>(
     field: &str,
     list: &Bound<'_, PyAny>,
-    keep: &mut KeepAlive,
-) -> PyResult<(Vec<TensorRef<'static>>, Vec<u64>)> {
+    keep: &'a Owners,
+) -> PyResult<(Vec<TensorRef<'a>>, Vec<u64>)> {
     let list = list
         .cast::<PyList>()
         .map_err(|_| BatchError::new_err(format!("field {field:?}: expected a list of rows")))?;
@@ -543,7 +487,7 @@ pub fn rows(
 /// A list of non-negative ints, or a 1-D integer tensor, as u64s.
 fn int_list(
     obj: &Bound<'_, PyAny>,
-    keep: &mut KeepAlive,
+    keep: &Owners,
     location: &dyn Fn() -> String,
 ) -> PyResult<Vec<u64>> {
     if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
@@ -561,14 +505,14 @@ fn int_list(
 /// `row_offsets[r]..row_offsets[r + 1]`, and a `None` reference contributes no segment (no
 /// media). Each physical tensor is read once; rows that share one reference the same view, so
 /// the encoder stores it once. `expected_rows` is the object's `len()`.
-pub fn logical_rows(
+pub fn logical_rows<'a>(
     field: &str,
     tensors: &Bound<'_, PyAny>,
     row_offsets: &Bound<'_, PyAny>,
     segment_indices: &Bound<'_, PyAny>,
     expected_rows: u64,
-    keep: &mut KeepAlive,
-) -> PyResult<(Vec<TensorRef<'static>>, Vec<u64>)> {
+    keep: &'a Owners,
+) -> PyResult<(Vec<TensorRef<'a>>, Vec<u64>)> {
     let list = tensors.cast::<PyList>().map_err(|_| {
         BatchError::new_err(format!(
             "field {field:?}: a packed input's tensors must be a list"

@@ -2,7 +2,7 @@
 //! layout, the buffer protocol and zero-copy pickling.
 
 use std::ffi::{c_int, c_void};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyBufferError;
@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use super::errors::{guarded, to_py, OnPanic};
+use super::owners::HeldViews;
 use crate::frame::buffer::AlignedBuf;
 use crate::frame::header::parse_header;
 use crate::frame::layout::{parse_frame, FrameLayout};
@@ -498,25 +499,22 @@ fn poisoned() -> PyErr {
 /// last part is dropped, so freeing or `set_()`-ing an input leaves the part valid.
 #[pyclass(module = "py_wire", frozen)]
 pub struct BorrowedBytes {
-    ptr: usize,
-    len: usize,
-    _owners: std::sync::Arc<super::extract::KeepAlive>,
+    /// The batch's borrowed views and their owners, shared by all its parts.
+    held: Arc<HeldViews>,
+    /// Which of `held`'s views this part is.
+    index: usize,
 }
 
 impl BorrowedBytes {
-    pub fn new(bytes: &[u8], owners: std::sync::Arc<super::extract::KeepAlive>) -> Self {
-        BorrowedBytes {
-            ptr: bytes.as_ptr() as usize,
-            len: bytes.len(),
-            _owners: owners,
-        }
+    pub fn new(held: Arc<HeldViews>, index: usize) -> Self {
+        BorrowedBytes { held, index }
     }
 }
 
 #[pymethods]
 impl BorrowedBytes {
     fn __len__(&self) -> usize {
-        self.len
+        self.held.view(self.index).len()
     }
 
     /// # Safety
@@ -527,16 +525,16 @@ impl BorrowedBytes {
         flags: c_int,
     ) -> PyResult<()> {
         let this = slf.get();
-        // SAFETY: [ptr, ptr+len) lies in an allocation owned by a storage or buffer export in
-        // `_owners` (checked when it was extracted), which keeps it alive for as long as `slf`
-        // lives; the export holds a reference to `slf`, and is read-only, so nothing writes
-        // through the pointer.
+        let bytes = this.held.view(this.index);
+        // SAFETY: `bytes` is borrowed from `held`, which owns the storage or buffer export its
+        // allocation belongs to; the export holds a reference to `slf` (so to `held`), and is
+        // read-only, so nothing writes through the pointer.
         unsafe {
             export(
                 slf.as_any(),
                 view,
-                this.ptr as *mut u8,
-                this.len,
+                bytes.as_ptr() as *mut u8,
+                bytes.len(),
                 true,
                 flags,
             )

@@ -1,156 +1,32 @@
 //! The PyO3 layer: convert Python objects to views, call the core with the GIL released, map
 //! errors. Nothing here decides meaning.
 
+mod batch;
 mod codec;
 mod errors;
 mod extract;
 mod frame;
 mod layout;
+mod owners;
 mod staged;
 mod tensor_getters;
 mod transport;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use crate::contract::{check_contracts, PlaceholderContract};
-use crate::encode::{EncodeOptions, EncodeRequest, FieldData, FieldInput, Part, Plan};
+use crate::contract::check_contracts;
+use crate::encode::{EncodeOptions, EncodeRequest, FieldInput, Part};
 use crate::schema::spec::{meta, FieldSpec};
-use codec::Codec;
+use batch::{checked_plan, prepare, RawField};
+use codec::{parse_contracts, Codec};
 use errors::{guarded, to_py, BatchError, OnPanic, SchemaError};
-use extract::{index_values, logical_rows, rows, tensor_ref, KeepAlive};
+use extract::{index_values, tensor_ref};
 use frame::Frame;
+use owners::{HeldViews, Owners};
 use staged::{StageLimits, STAGE_MAX_ROW_BYTES};
-
-/// One field as the Python layer hands it over: (name, kind, first, second).
-type RawField<'py> = (String, String, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
-
-fn field_input(
-    spec: &FieldSpec,
-    kind: &str,
-    first: &Bound<'_, PyAny>,
-    second: Option<&Bound<'_, PyAny>>,
-    keep: &mut KeepAlive,
-    limits: StageLimits,
-) -> PyResult<FieldInput<'static>> {
-    let name = spec.name.as_str();
-    let here = || format!("field {name:?}");
-    let need_second = || {
-        second.ok_or_else(|| {
-            BatchError::new_err(format!("field {name:?}: {kind} input needs two parts"))
-        })
-    };
-    Ok(match kind {
-        "rows" if spec.tier == crate::Tier::PerToken => {
-            staged::per_token_rows(spec, first, keep, limits)?
-        }
-        "rows" => {
-            let (segments, row_offsets) = rows(name, first, keep)?;
-            FieldInput::Segments {
-                segments,
-                row_offsets,
-            }
-        }
-        "logical" => {
-            // A NeMo-RL PackedTensor with its dedup CSR: (_row_offsets, _segment_indices, len()).
-            let (offsets, indices, expected_rows): (Bound<'_, PyAny>, Bound<'_, PyAny>, u64) =
-                need_second()?.extract().map_err(|_| {
-                    BatchError::new_err(format!(
-                        "field {name:?}: logical input needs (row offsets, segment indices, rows)"
-                    ))
-                })?;
-            let (segments, row_offsets) =
-                logical_rows(name, first, &offsets, &indices, expected_rows, keep)?;
-            FieldInput::Segments {
-                segments,
-                row_offsets,
-            }
-        }
-        "jagged" => FieldInput::Jagged {
-            values: tensor_ref(first, keep, &here)?,
-            offsets: index_values(need_second()?, keep, &|| format!("field {name:?} offsets"))?,
-        },
-        "padded" => FieldInput::Padded {
-            padded: tensor_ref(first, keep, &here)?,
-            lengths: index_values(need_second()?, keep, &|| format!("field {name:?} lengths"))?,
-        },
-        "dense" => FieldInput::Dense(tensor_ref(first, keep, &here)?),
-        "csr" => {
-            let tables = need_second()?;
-            let (shapes, seg_offsets, row_offsets, row_segments): (
-                Bound<'_, PyAny>,
-                Bound<'_, PyAny>,
-                Bound<'_, PyAny>,
-                Bound<'_, PyAny>,
-            ) = tables.extract()?;
-            let at = |what: &'static str| move || format!("field {name:?} {what}");
-            FieldInput::Csr {
-                values: tensor_ref(first, keep, &here)?,
-                seg_shapes: index_values(&shapes, keep, &at("segment shapes"))?,
-                seg_offsets: index_values(&seg_offsets, keep, &at("segment offsets"))?,
-                row_offsets: index_values(&row_offsets, keep, &at("row offsets"))?,
-                row_segments: index_values(&row_segments, keep, &at("row segments"))?,
-            }
-        }
-        other => {
-            return Err(SchemaError::new_err(format!(
-                "unknown input kind {other:?}"
-            )))
-        }
-    })
-}
-
-/// A batch as the codec sees it, with the Python objects its views borrow.
-struct Prepared {
-    request: EncodeRequest<'static>,
-    contracts: Vec<PlaceholderContract>,
-    options: EncodeOptions,
-    keep: KeepAlive,
-}
-
-fn prepare(
-    codec: &Codec,
-    fields: Vec<RawField<'_>>,
-    threads: Option<usize>,
-    parallel_threshold: Option<usize>,
-    limits: StageLimits,
-) -> PyResult<Prepared> {
-    let mut keep = KeepAlive::default();
-    let mut request = EncodeRequest {
-        fields: Vec::with_capacity(fields.len()),
-        sequence_field: codec.sequence_field.clone(),
-        lengths_field: codec.lengths_field.clone(),
-        metadata: codec.metadata.clone(),
-        num_rows_hint: None,
-        checksum: false,
-    };
-    for (name, kind, first, second) in &fields {
-        let spec = codec.spec(name)?.clone();
-        let input = field_input(&spec, kind, first, second.as_ref(), &mut keep, limits)?;
-        request.fields.push(FieldData { spec, input });
-    }
-    let mut options = EncodeOptions::default();
-    if let Some(t) = threads {
-        options.threads = t.max(1);
-    }
-    if let Some(t) = parallel_threshold {
-        options.parallel_threshold = t;
-    }
-    Ok(Prepared {
-        request,
-        contracts: codec.contracts.clone(),
-        options,
-        keep,
-    })
-}
-
-/// Validates and lays out the batch, then checks its contracts: all before any payload copy.
-fn checked_plan(p: &Prepared) -> crate::Result<Plan<'static>> {
-    let plan = crate::encode::plan(&p.request)?;
-    crate::contract::check_request_contracts(&p.request, &p.contracts)?;
-    Ok(plan)
-}
 
 /// Refuses any input whose bytes overlap `[start, start + len)`, the range `encode(out=)` is
 /// about to write: reading a source while writing over it gives corrupted rows (and aliases a
@@ -225,7 +101,15 @@ fn encode(
         max_row_bytes: STAGE_MAX_ROW_BYTES,
         out: out.as_ref().and_then(buffer_range),
     };
-    let mut prepared = prepare(codec.get(), fields, threads, parallel_threshold, limits)?;
+    let keep = Owners::default();
+    let mut prepared = prepare(
+        codec.get(),
+        fields,
+        threads,
+        parallel_threshold,
+        limits,
+        &keep,
+    )?;
     prepared.request.checksum = checksum;
     let frame = match out {
         None => {
@@ -256,7 +140,6 @@ fn encode(
             })?
         }
     };
-    drop(prepared.keep);
     Ok(frame)
 }
 
@@ -278,35 +161,42 @@ fn encode_parts(
         max_row_bytes: STAGE_MAX_ROW_BYTES.min(min_borrow.saturating_sub(1)),
         out: None,
     };
-    let mut prepared = prepare(codec.get(), fields, None, None, limits)?;
-    prepared.request.checksum = checksum;
-    let parts = py
-        .detach(|| {
-            guarded(OnPanic::Internal, || {
-                checked_plan(&prepared)?.parts(min_borrow)
+    // The borrowed parts' views, kept with their owners; the owned parts, `None` where the
+    // next borrowed one goes.
+    let (held, parts) = HeldViews::new(|keep| {
+        let mut prepared = prepare(codec.get(), fields, None, None, limits, keep)?;
+        prepared.request.checksum = checksum;
+        let parts = py
+            .detach(|| {
+                guarded(OnPanic::Internal, || {
+                    checked_plan(&prepared)?.parts(min_borrow)
+                })
             })
-        })
-        .map_err(to_py)?;
-    let owners = std::sync::Arc::new(prepared.keep);
+            .map_err(to_py)?;
+        let mut views = Vec::new();
+        let parts: Vec<Option<Vec<u8>>> = parts
+            .into_iter()
+            .map(|part| match part {
+                Part::Owned(bytes) => Some(bytes),
+                Part::Borrowed(bytes) => {
+                    views.push(bytes);
+                    None
+                }
+            })
+            .collect();
+        Ok((views, parts))
+    })?;
+    let held = Arc::new(held);
+    let mut next = 0;
     parts
         .into_iter()
         .map(|part| match part {
-            Part::Owned(bytes) => Ok(pyo3::types::PyBytes::new(py, &bytes).into_any().unbind()),
-            Part::Borrowed(bytes) => {
-                let view = frame::BorrowedBytes::new(bytes, owners.clone());
+            Some(bytes) => Ok(pyo3::types::PyBytes::new(py, &bytes).into_any().unbind()),
+            None => {
+                let view = frame::BorrowedBytes::new(held.clone(), next);
+                next += 1;
                 Ok(Py::new(py, view)?.into_any())
             }
-        })
-        .collect()
-}
-
-fn parse_contracts(json: &[String]) -> PyResult<Vec<PlaceholderContract>> {
-    json.iter()
-        .map(|c| {
-            let contract: PlaceholderContract = serde_json::from_str(c)
-                .map_err(|e| SchemaError::new_err(format!("contract {c}: {e}")))?;
-            contract.validate().map_err(to_py)?;
-            Ok(contract)
         })
         .collect()
 }
@@ -338,8 +228,8 @@ fn placeholder_runs(
     rows: &Bound<'_, PyAny>,
     token_id: i64,
 ) -> PyResult<Vec<Vec<u64>>> {
-    let mut keep = KeepAlive::default();
-    let (segments, row_offsets) = extract::rows("input_ids", rows, &mut keep)?;
+    let keep = Owners::default();
+    let (segments, row_offsets) = extract::rows("input_ids", rows, &keep)?;
     let mut views = Vec::with_capacity(segments.len());
     for (row, w) in row_offsets.windows(2).enumerate() {
         let t = match w[1] - w[0] {
@@ -375,7 +265,6 @@ fn placeholder_runs(
                 .collect::<crate::Result<Vec<_>>>()
         })
     });
-    drop(keep);
     runs.map_err(to_py)
 }
 
@@ -389,11 +278,11 @@ fn pad_rows(
     out: &Bound<'_, PyAny>,
     pad: &[u8],
 ) -> PyResult<()> {
-    let mut keep = KeepAlive::default();
+    let keep = Owners::default();
     let here = || "padded decode".to_string();
-    let values = tensor_ref(values, &mut keep, &here)?;
-    let offsets = index_values(offsets, &mut keep, &here)?;
-    let target = tensor_ref(out, &mut keep, &here)?;
+    let values = tensor_ref(values, &keep, &here)?;
+    let offsets = index_values(offsets, &keep, &here)?;
+    let target = tensor_ref(out, &keep, &here)?;
     if !values.is_contiguous() || !target.is_contiguous() || target.shape.len() < 2 {
         return Err(BatchError::new_err(
             "pad_rows needs contiguous values and [B, W, ...] output",
@@ -422,9 +311,7 @@ fn pad_rows(
             crate::frame::pad::pad_rows(values.bytes, token_bytes, &offsets, width, pad, dst)
         })
     })
-    .map_err(to_py)?;
-    drop(keep);
-    Ok(())
+    .map_err(to_py)
 }
 
 /// A row selection as Python hands it over: `None` (every row), a `range`, or a sequence of

@@ -32,7 +32,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyList, PyTuple, PyType};
 
-use super::extract::{held_view, rows, KeepAlive, Registry};
+use super::extract::{held_view, rows, Registry};
+use super::owners::Owners;
 use super::tensor_getters::{call, get, FastReader};
 use crate::encode::staged::{check_row, rank1_shape, Placement, RowFacts, StagePlan, StageRow};
 pub use crate::encode::staged::{StageLimits, STAGE_MAX_ROW_BYTES};
@@ -218,14 +219,14 @@ impl<'py> Reader<'_, 'py> {
 
 /// The rows of a per-token field, staged where that is safe and cheap (see the module doc);
 /// otherwise exactly what the full reader returns.
-pub fn per_token_rows(
+pub fn per_token_rows<'a>(
     spec: &FieldSpec,
     list: &Bound<'_, PyAny>,
-    keep: &mut KeepAlive,
+    keep: &'a Owners,
     limits: StageLimits,
-) -> PyResult<FieldInput<'static>> {
+) -> PyResult<FieldInput<'a>> {
     let name = spec.name.as_str();
-    let full = |keep: &mut KeepAlive| -> PyResult<FieldInput<'static>> {
+    let full = || -> PyResult<FieldInput<'a>> {
         let (segments, row_offsets) = rows(name, list, keep)?;
         Ok(FieldInput::Segments {
             segments,
@@ -234,31 +235,31 @@ pub fn per_token_rows(
     };
     let reg = super::extract::registry()?;
     let (Some(fast), Ok(list_ref)) = (reg.fast.as_ref(), list.cast::<PyList>()) else {
-        return full(keep);
+        return full();
     };
     if limits.max_row_bytes == 0 || list_ref.is_empty() || reg.torch_function_mode(list.py()) {
-        return full(keep);
+        return full();
     }
     match stage(spec, list_ref, keep, limits, reg, fast) {
         Ok(input) => Ok(input),
-        Err(NotFast) => full(keep),
+        Err(NotFast) => full(),
     }
 }
 
-fn stage(
+fn stage<'a>(
     spec: &FieldSpec,
     list: &Bound<'_, PyList>,
-    keep: &mut KeepAlive,
+    keep: &'a Owners,
     limits: StageLimits,
     reg: &Registry,
     fast: &FastReader,
-) -> Result<FieldInput<'static>, NotFast> {
+) -> Result<FieldInput<'a>, NotFast> {
     let name = spec.name.as_str();
     let mut plan = StagePlan::new(spec, limits, list.len())?;
     let rank = plan.rank();
     let mut staging: Vec<u8> = Vec::new();
     // The large rows' full views (storage held), in the plan's order.
-    let mut large: Vec<TensorRef<'static>> = Vec::new();
+    let mut large: Vec<TensorRef<'a>> = Vec::new();
     let mut reader = Reader::new(list.py(), reg, fast)?;
     for (row, obj) in list.iter().enumerate() {
         let r = reader.read(&obj, rank)?;

@@ -5,9 +5,10 @@
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 
+use super::batch::{checked_plan, prepare, RawField};
 use super::errors::{guarded, to_py, FrameError, OnPanic, WireError};
 use super::frame::Frame;
-use super::RawField;
+use super::owners::Owners;
 use crate::frame::header::{frame_size, FrameSize};
 use crate::ops::batching::{self, Budget};
 
@@ -72,23 +73,12 @@ pub fn encoded_nbytes(
     fields: Vec<RawField<'_>>,
     checksum: bool,
 ) -> PyResult<usize> {
-    let mut prepared = super::prepare(
-        codec.get(),
-        fields,
-        None,
-        None,
-        super::staged::StageLimits::NONE,
-    )?;
+    let keep = Owners::default();
+    let limits = super::staged::StageLimits::NONE;
+    let mut prepared = prepare(codec.get(), fields, None, None, limits, &keep)?;
     prepared.request.checksum = checksum;
-    let n = py
-        .detach(|| {
-            guarded(OnPanic::Internal, || {
-                Ok(super::checked_plan(&prepared)?.total_len)
-            })
-        })
-        .map_err(to_py)?;
-    drop(prepared.keep);
-    Ok(n)
+    py.detach(|| guarded(OnPanic::Internal, || Ok(checked_plan(&prepared)?.total_len)))
+        .map_err(to_py)
 }
 
 /// Per-row token counts of `frame` (from its validated sequence offsets).
