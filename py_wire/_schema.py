@@ -490,10 +490,6 @@ def _hold(schema: Schema, learnt: bool = False) -> None:
         _HELD[fingerprint] = schema
 
 
-# ``Frame.schema`` builds a frame's Schema with this (the codec imports no Python module).
-_native.set_schema_reader(Schema.from_frame)
-
-
 def hold_schema(schema: Schema | str | Path) -> Schema:
     """The schema (``Schema``, bundled name or ``.toml`` path, as :func:`load_schema` takes),
     held for this process: compact frames naming its fingerprint can be read from then on.
@@ -502,6 +498,11 @@ def hold_schema(schema: Schema | str | Path) -> Schema:
     if not isinstance(schema, Schema | str | Path):
         raise TypeError(f"schema must be a Schema, a name or a path, not {type(schema).__name__}")
     return load_schema(schema)
+
+
+# ``Frame.schema`` and ``Frame.from_buffer(schema=)`` call these (the codec imports no Python
+# module).
+_native.set_schema_hooks(Schema.from_frame, hold_schema)
 
 
 def frame_fingerprint(frame: Frame) -> str | None:

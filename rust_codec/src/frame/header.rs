@@ -15,20 +15,7 @@ use crate::{frame_err, internal_err};
 /// one is kilobytes; this bounds the JSON parse of a hostile one.
 pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 
-/// One tensor of the data section; offsets are relative to the data section's start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    /// The tensor's name (a field, one of its tables, `__seq_offsets` or a `__pad.K`).
-    pub name: String,
-    /// The dtype the header declares.
-    pub dtype: DType,
-    /// The shape the header declares.
-    pub shape: Vec<u64>,
-    /// The tensor's first byte, relative to the data section.
-    pub begin: u64,
-    /// The byte after the tensor's last, relative to the data section.
-    pub end: u64,
-}
+pub use crate::frame::entry::Entry;
 
 /// Serialises the header, padded with spaces so the data section starts 64-byte aligned.
 ///

@@ -5,6 +5,7 @@ pub mod buffer;
 pub mod checksum;
 pub mod compact;
 pub mod copy;
+pub mod entry;
 pub mod header;
 pub mod layout;
 pub mod pad;

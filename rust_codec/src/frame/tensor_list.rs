@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use crate::error::Result;
 use crate::frame::buffer::ALIGNMENT;
-use crate::frame::header::Entry;
+use crate::frame::entry::Entry;
 use crate::schema::dtype::DType;
 use crate::schema::spec::names;
 use crate::{frame_err, internal_err};

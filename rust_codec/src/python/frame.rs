@@ -136,9 +136,7 @@ impl Frame {
         schema: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Frame> {
         if let Some(schema) = schema {
-            py.import("py_wire._schema")?
-                .getattr("hold_schema")?
-                .call1((schema,))?;
+            registered(&SCHEMA_HOLDER, py, "holder")?.call1(py, (schema,))?;
         }
         let buffer: PyBuffer<u8> = PyBuffer::get(data).map_err(|e| {
             super::errors::FrameError::new_err(format!(
@@ -282,7 +280,7 @@ impl Frame {
     }
 
     /// The schema this frame was encoded with (a `py_wire.Schema`), built on first access by
-    /// the reader `py_wire._schema` registered (`set_schema_reader`: `Schema.from_frame`, which
+    /// the reader `py_wire._schema` registered (`set_schema_hooks`: `Schema.from_frame`, which
     /// asks `schema_source` once), and kept.
     #[getter]
     fn schema(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
@@ -291,17 +289,7 @@ impl Frame {
         if let Some(s) = this.schema.lock().map_err(|_| poisoned())?.as_ref() {
             return Ok(s.clone_ref(py));
         }
-        let reader = SCHEMA_READER
-            .lock()
-            .map_err(|_| poisoned())?
-            .as_ref()
-            .map(|r| r.clone_ref(py))
-            .ok_or_else(|| {
-                super::errors::InternalError::new_err(
-                    "no schema reader is registered (py_wire._schema registers one on import)",
-                )
-            })?;
-        let schema = reader.call1(py, (slf,))?;
+        let schema = registered(&SCHEMA_READER, py, "reader")?.call1(py, (slf,))?;
         *this.schema.lock().map_err(|_| poisoned())? = Some(schema.clone_ref(py));
         Ok(schema)
     }
@@ -479,15 +467,32 @@ fn copied(py: Python<'_>, bytes: &[u8]) -> PyResult<Frame> {
     Ok(Frame::from_owned(owned, layout))
 }
 
-/// What builds a `Schema` from a frame (`Schema.from_frame`), registered once by
-/// `py_wire._schema` when it is imported: the `schema` getter calls it and imports nothing.
+/// What builds a `Schema` from a frame (`Schema.from_frame`) and what holds a schema for
+/// this process (`py_wire.hold_schema`), registered once by `py_wire._schema` when it is
+/// imported: `Frame.schema` and `Frame.from_buffer(schema=)` call them and import nothing.
 static SCHEMA_READER: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
+static SCHEMA_HOLDER: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
 
-/// Registers `reader` (called with a `Frame`, returning its `Schema`) for `Frame.schema`.
+/// Registers `reader` (called with a `Frame`, returning its `Schema`) for `Frame.schema` and
+/// `holder` (called with a `Schema`, bundled name or path) for `Frame.from_buffer(schema=)`.
 #[pyfunction]
-pub fn set_schema_reader(reader: Py<PyAny>) -> PyResult<()> {
+pub fn set_schema_hooks(reader: Py<PyAny>, holder: Py<PyAny>) -> PyResult<()> {
     *SCHEMA_READER.lock().map_err(|_| poisoned())? = Some(reader);
+    *SCHEMA_HOLDER.lock().map_err(|_| poisoned())? = Some(holder);
     Ok(())
+}
+
+/// The hook registered in `slot`, or an `InternalError` saying none is (`what` names it).
+fn registered(slot: &Mutex<Option<Py<PyAny>>>, py: Python<'_>, what: &str) -> PyResult<Py<PyAny>> {
+    slot.lock()
+        .map_err(|_| poisoned())?
+        .as_ref()
+        .map(|hook| hook.clone_ref(py))
+        .ok_or_else(|| {
+            super::errors::InternalError::new_err(format!(
+                "no schema {what} is registered (py_wire._schema registers one on import)"
+            ))
+        })
 }
 
 fn poisoned() -> PyErr {

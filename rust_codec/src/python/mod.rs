@@ -563,7 +563,7 @@ mod _native {
     #[pymodule_export]
     use super::extract::register_torch;
     #[pymodule_export]
-    use super::frame::{set_schema_reader, BorrowedBytes, Frame, ReceiveBuffer};
+    use super::frame::{set_schema_hooks, BorrowedBytes, Frame, ReceiveBuffer};
     #[pymodule_export]
     use super::layout::{PyFieldLayout, PyFrameLayout, PyTensorLoc};
     #[pymodule_export]
