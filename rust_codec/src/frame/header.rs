@@ -251,11 +251,16 @@ struct Parsed {
 fn parse_json(json: &[u8]) -> Result<Parsed> {
     let (mut metadata, entries) = parse_table(json)?;
     Ok(match tensor_list::take_list(&mut metadata) {
-        Some(list) => Parsed {
-            entries: tensor_list::expand(&list, &entries)?,
-            metadata,
-            listed: true,
-        },
+        Some(list) => {
+            // Empty tensors sharing an offset in name order, as a table's are.
+            let mut entries = tensor_list::expand(&list, &entries)?;
+            sort_entries(&mut entries);
+            Parsed {
+                entries,
+                metadata,
+                listed: true,
+            }
+        }
         None => Parsed {
             metadata,
             entries,

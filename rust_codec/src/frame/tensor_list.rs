@@ -232,6 +232,7 @@ pub fn take_list(metadata: &mut BTreeMap<String, String>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn entry(name: &str, dtype: DType, shape: &[u64], begin: u64) -> Entry {
         let n = shape.iter().product::<u64>() * dtype.size() as u64;
@@ -306,5 +307,57 @@ mod tests {
         let two = [data_entry(64), entry("x", DType::U8, &[0], 64)];
         assert!(expand("", &two).is_err());
         assert!(expand("", &[entry("x", DType::U8, &[64], 0)]).is_err());
+    }
+
+    /// Tensors placed as the encoder places them (`encode::layout`): each at the next multiple
+    /// of 64, gaps as numbered padding, the section ending aligned.
+    fn placed_by_rule(tensors: &[(DType, Vec<u64>)]) -> Vec<Entry> {
+        let mut out = Vec::new();
+        let (mut cursor, mut pads) = (0u64, 0usize);
+        let mut gap = |out: &mut Vec<Entry>, cursor: &mut u64| {
+            let next = cursor.next_multiple_of(64);
+            if next > *cursor {
+                out.push(entry(
+                    &format!("__pad.{pads}"),
+                    DType::U8,
+                    &[next - *cursor],
+                    *cursor,
+                ));
+                pads += 1;
+                *cursor = next;
+            }
+        };
+        for (i, (dtype, shape)) in tensors.iter().enumerate() {
+            gap(&mut out, &mut cursor);
+            let e = entry(&format!("t{i}"), *dtype, shape, cursor);
+            cursor = e.end;
+            out.push(e);
+        }
+        gap(&mut out, &mut cursor);
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn any_placed_table_round_trips(
+            tensors in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec![DType::U8, DType::Bool, DType::I32, DType::I64, DType::F16, DType::F64]),
+                    proptest::collection::vec(0u64..5, 0..4),
+                ),
+                0..12,
+            ),
+        ) {
+            let entries = placed_by_rule(&tensors);
+            let (list, len) = write(&entries).unwrap();
+            prop_assert_eq!(len, entries.last().map_or(0, |e| e.end));
+            prop_assert_eq!(expand(&list, &[data_entry(len)]).unwrap(), entries);
+            // One byte more or less in `__data` is refused, never read differently.
+            prop_assert!(expand(&list, &[data_entry(len + 64)]).is_err());
+            if len > 0 {
+                prop_assert!(expand(&list, &[data_entry(len - 1)]).is_err());
+            }
+        }
     }
 }
