@@ -200,19 +200,28 @@ def main() -> None:
             clear("adapter", group_keys),
         ),
     }
-    for put, get, clr in paths.values():  # warm-up
-        put()
-        get()
-        clr()
     stage_ms: list[float] = []
-    for _ in range(args.reps):
-        for path, (put, get, clr) in paths.items():
-            timed(path, put, get, clr)
-        adapter_put()
-        t = time.perf_counter()
-        adapter_stage_get()
-        stage_ms.append(time.perf_counter() - t)
-        clear("adapter", group_keys)()
+
+    def measure(
+        phase: dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]],
+    ) -> None:
+        """A warm-up of every path, then ``--reps`` rounds of each path and of the adapter's
+        text-only stage fetch (into ``stage_ms``, emptied first)."""
+        for put, get, clr in phase.values():
+            put()
+            get()
+            clr()
+        stage_ms.clear()
+        for _ in range(args.reps):
+            for path, (put, get, clr) in phase.items():
+                timed(path, put, get, clr)
+            adapter_put()
+            t = time.perf_counter()
+            adapter_stage_get()
+            stage_ms.append(time.perf_counter() - t)
+            clear("adapter", group_keys)()
+
+    measure(paths)
 
     keys_of = {
         "TQ native (nested TensorDict, SimpleStorage)": "native",
@@ -262,19 +271,7 @@ def main() -> None:
             native_get,
             clear("native", row_keys),
         )
-    for put, get, clr in phase2.values():  # warm-up
-        put()
-        get()
-        clr()
-    stage_ms.clear()
-    for _ in range(args.reps):
-        for path, (put, get, clr) in phase2.items():
-            timed(path, put, get, clr)
-        adapter_put()
-        t = time.perf_counter()
-        adapter_stage_get()
-        stage_ms.append(time.perf_counter() - t)
-        clear("adapter", group_keys)()
+    measure(phase2)
     keys_of["py_wire.interop.transfer_queue on RayStore (a Frame object per group)"] = "adapter"
     keys_of["TQ native (nested TensorDict, RayStore)"] = "native"
     print(

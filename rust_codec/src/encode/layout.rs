@@ -7,7 +7,7 @@ use crate::frame::buffer::ALIGNMENT;
 use crate::frame::copy::CopyJob;
 use crate::frame::header::Entry;
 use crate::schema::dtype::DType;
-use crate::schema::spec::{names, FieldSpec};
+use crate::schema::spec::FieldSpec;
 use crate::tensor::TensorRef;
 
 /// Lays data out relative to the data section, 64-byte aligned, with explicit padding entries.
@@ -28,13 +28,8 @@ impl<'a> Layout<'a> {
             .checked_next_multiple_of(ALIGNMENT as u64)
             .ok_or_else(|| batch_err!("frame size overflows"))?;
         if aligned > self.cursor {
-            self.entries.push(Entry {
-                name: format!("{}{}", names::PAD_PREFIX, self.pads),
-                dtype: DType::U8,
-                shape: vec![aligned - self.cursor],
-                begin: self.cursor,
-                end: aligned,
-            });
+            self.entries
+                .push(Entry::padding(self.pads, self.cursor, aligned));
             self.pads += 1;
             self.cursor = aligned;
         }

@@ -3,6 +3,7 @@
 //! use it without depending on each other.
 
 use crate::schema::dtype::DType;
+use crate::schema::spec::names;
 
 /// One tensor of the data section; offsets are relative to the data section's start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,4 +18,17 @@ pub struct Entry {
     pub begin: u64,
     /// The byte after the tensor's last, relative to the data section.
     pub end: u64,
+}
+
+impl Entry {
+    /// The `k`-th alignment gap, `__pad.k`: U8 bytes covering `[begin, end)`.
+    pub fn padding(k: usize, begin: u64, end: u64) -> Entry {
+        Entry {
+            name: format!("{}{k}", names::PAD_PREFIX),
+            dtype: DType::U8,
+            shape: vec![end - begin],
+            begin,
+            end,
+        }
+    }
 }

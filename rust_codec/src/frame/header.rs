@@ -250,7 +250,7 @@ struct Parsed {
 /// Parses the JSON header; entries come back sorted by `begin`, a tensor list expanded.
 fn parse_json(json: &[u8]) -> Result<Parsed> {
     let (mut metadata, entries) = parse_table(json)?;
-    Ok(match tensor_list::take_list(&mut metadata) {
+    Ok(match metadata.remove(meta::TENSORS) {
         Some(list) => {
             // Empty tensors sharing an offset in name order, as a table's are.
             let mut entries = tensor_list::expand(&list, &entries)?;

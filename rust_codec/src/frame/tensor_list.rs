@@ -19,8 +19,6 @@
 //! form's. Names are field names (ASCII identifiers) and their table suffixes, so they never
 //! hold `:`, `;` or `,`; dims are decimal without leading zeros.
 
-use std::collections::BTreeMap;
-
 use crate::error::Result;
 use crate::frame::buffer::ALIGNMENT;
 use crate::frame::entry::Entry;
@@ -213,20 +211,9 @@ pub fn expand(list: &str, data: &[Entry]) -> Result<Vec<Entry>> {
 /// Appends the padding entry that covers `[from, to)`, if the gap is not empty.
 fn pad(entries: &mut Vec<Entry>, pads: &mut usize, from: u64, to: u64) {
     if to > from {
-        entries.push(Entry {
-            name: format!("{}{pads}", names::PAD_PREFIX),
-            dtype: DType::U8,
-            shape: vec![to - from],
-            begin: from,
-            end: to,
-        });
+        entries.push(Entry::padding(*pads, from, to));
         *pads += 1;
     }
-}
-
-/// Takes a listed header's list out of `metadata`, if it has one.
-pub fn take_list(metadata: &mut BTreeMap<String, String>) -> Option<String> {
-    metadata.remove(crate::schema::spec::meta::TENSORS)
 }
 
 #[cfg(test)]
