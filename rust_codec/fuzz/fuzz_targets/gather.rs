@@ -1,6 +1,7 @@
 //! select / concat over one or two fuzzed frames: `ops::gather` → `encode` (1 thread) →
 //! `parse_frame`. An `Ok` gather must encode, and its output must be a valid frame holding
-//! exactly the picked rows.
+//! exactly the picked rows; where `ops::direct` takes the frames, it must write the same bytes
+//! (or refuse them too).
 //!
 //! Input: `[flags, split_lo, split_hi, k] ++ frames ++ k * 2 row bytes`.
 //!   flags bit 0: two frames, split at `split` bytes of the frames part;
@@ -11,10 +12,28 @@
 
 use libfuzzer_sys::fuzz_target;
 use py_wire_codec::encode::EncodeOptions;
-use py_wire_codec::ops::{gather, split as split_rows, Rows, Source};
+use py_wire_codec::ops::{direct, gather, output_metadata, split as split_rows, Rows, Source};
 use py_wire_codec::{parse_frame, FrameLayout};
 
 mod common;
+
+/// The direct path (`ops::direct`), where it takes the sources, against the plan's result:
+/// the same bytes and layout, or a refusal by both.
+fn direct_agrees(sources: &[Source<'_>], selection: &Rows, planned: Option<&[u8]>) {
+    let metadata = output_metadata(sources[0].layout);
+    if !direct::takes(sources, &metadata) {
+        return;
+    }
+    match (direct::take(sources, selection, metadata, 1), planned) {
+        (Ok((buf, layout)), Some(bytes)) => {
+            assert_eq!(buf.as_slice(), bytes, "the direct path wrote other bytes");
+            assert_eq!(layout, parse_frame(bytes).expect("planned frame parses"));
+        }
+        (Err(_), None) => {}
+        (Ok(_), None) => panic!("the direct path wrote a frame the plan refused"),
+        (Err(e), Some(_)) => panic!("the direct path refused a frame the plan wrote: {e:?}"),
+    }
+}
 
 fn run(sources: &[Source<'_>], rows: Option<&[u64]>) {
     let selection = match rows {
@@ -22,6 +41,7 @@ fn run(sources: &[Source<'_>], rows: Option<&[u64]>) {
         None => Rows::All,
     };
     let Ok(request) = gather(sources, &selection) else {
+        direct_agrees(sources, &selection, None);
         return;
     };
     let options = EncodeOptions {
@@ -30,9 +50,13 @@ fn run(sources: &[Source<'_>], rows: Option<&[u64]>) {
     };
     let (out, layout) = match common::encode_and_parse(&request, options) {
         Ok(done) => done,
-        Err(e) if common::rows_unbacked(&request, &e) => return,
+        Err(e) if common::rows_unbacked(&request, &e) => {
+            direct_agrees(sources, &selection, None);
+            return;
+        }
         Err(e) => panic!("gather Ok but encode failed: {e:?}"),
     };
+    direct_agrees(sources, &selection, Some(out.as_slice()));
     let total = sources
         .iter()
         .try_fold(0u64, |a, s| a.checked_add(s.layout.num_rows))

@@ -11,18 +11,29 @@ use crate::schema::spec::FieldSpec;
 use crate::tensor::TensorRef;
 
 /// Lays data out relative to the data section, 64-byte aligned, with explicit padding entries.
-pub(super) struct Layout<'a> {
-    pub(super) cursor: u64,
-    pub(super) entries: Vec<Entry>,
-    pub(super) jobs: Vec<CopyJob<'a>>,
-    pub(super) blobs: Vec<(u64, Vec<u8>)>,
-    pub(super) pads: usize,
+pub(crate) struct Layout<'a> {
+    pub(crate) cursor: u64,
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) jobs: Vec<CopyJob<'a>>,
+    pub(crate) blobs: Vec<(u64, Vec<u8>)>,
+    pub(crate) pads: usize,
 }
 
 impl<'a> Layout<'a> {
+    /// An empty data section.
+    pub(crate) fn new() -> Layout<'a> {
+        Layout {
+            cursor: 0,
+            entries: Vec::new(),
+            jobs: Vec::new(),
+            blobs: Vec::new(),
+            pads: 0,
+        }
+    }
+
     /// Moves the cursor to the next 64-byte boundary, covering the gap with a padding entry
     /// (safetensors forbids holes in the data section).
-    pub(super) fn align(&mut self) -> Result<u64> {
+    pub(crate) fn align(&mut self) -> Result<u64> {
         let aligned = self
             .cursor
             .checked_next_multiple_of(ALIGNMENT as u64)
@@ -36,7 +47,7 @@ impl<'a> Layout<'a> {
         Ok(aligned)
     }
 
-    pub(super) fn place(
+    pub(crate) fn place(
         &mut self,
         name: String,
         dtype: DType,
@@ -108,19 +119,9 @@ impl<'a> Layout<'a> {
 mod tests {
     use super::*;
 
-    fn empty<'a>() -> Layout<'a> {
-        Layout {
-            cursor: 0,
-            entries: Vec::new(),
-            jobs: Vec::new(),
-            blobs: Vec::new(),
-            pads: 0,
-        }
-    }
-
     #[test]
     fn every_tensor_starts_aligned_and_gaps_are_padding_entries() {
-        let mut layout = empty();
+        let mut layout = Layout::new();
         layout.blob_i64("a".into(), vec![3], &[1, 2, 3]).unwrap();
         layout.blob_i64("b".into(), vec![1], &[4]).unwrap();
         let names: Vec<&str> = layout.entries.iter().map(|e| e.name.as_str()).collect();
@@ -139,7 +140,7 @@ mod tests {
 
     #[test]
     fn index_values_past_i64_are_refused() {
-        let mut layout = empty();
+        let mut layout = Layout::new();
         let err = layout
             .blob_i64("x".into(), vec![1], &[u64::MAX])
             .unwrap_err();

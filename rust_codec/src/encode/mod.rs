@@ -6,7 +6,7 @@
 
 mod check;
 mod input;
-mod layout;
+pub(crate) mod layout;
 pub mod staged;
 mod write;
 
@@ -173,13 +173,7 @@ fn lay_out_fields<'a>(
     num_rows: u64,
     sequence: Option<&Sequence<'_>>,
 ) -> Result<Layout<'a>> {
-    let mut layout = Layout {
-        cursor: 0,
-        entries: Vec::new(),
-        jobs: Vec::new(),
-        blobs: Vec::new(),
-        pads: 0,
-    };
+    let mut layout = Layout::new();
     if let Some(seq) = sequence {
         let offsets = &seq.offsets.0;
         layout.blob_i64(
@@ -243,7 +237,7 @@ fn checksum_placeholder(
 
 /// The whole frame's length: header then data section. Refuses a frame too large for memory,
 /// or one whose bytes do not back its row count.
-fn frame_len(data_len: u64, data_start: usize, num_rows: u64) -> Result<usize> {
+pub(crate) fn frame_len(data_len: u64, data_start: usize, num_rows: u64) -> Result<usize> {
     let total_len = usize::try_from(data_len)
         .ok()
         .and_then(|d| d.checked_add(data_start))

@@ -675,11 +675,8 @@ fn read_offsets(
     }
     let mut out = Vec::with_capacity(bytes.len() / 8);
     out.extend(bytes.chunks_exact(8).map(|c| le_i64(c) as u64));
-    // Starting at 0 and never decreasing (as i64s), no entry is negative. Branch-free, so the
-    // copy and this check both vectorise.
-    let ordered = out
-        .windows(2)
-        .fold(true, |ok, w| ok & ((w[1] as i64) >= (w[0] as i64)));
+    // Starting at 0 and never decreasing (as i64s), no entry is negative.
+    let ordered = crate::frame::monotone::never_decrease(bytes);
     let valid =
         ordered && out.first().is_none_or(|&f| f == 0) && out.last().copied().unwrap_or(0) == last;
     if !valid {

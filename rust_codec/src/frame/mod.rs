@@ -8,6 +8,7 @@ pub mod copy;
 pub mod entry;
 pub mod header;
 pub mod layout;
+pub mod monotone;
 pub mod pad;
 pub mod remap;
 pub mod schema_text;

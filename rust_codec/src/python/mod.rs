@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 
 use crate::contract::check_contracts;
 use crate::encode::{EncodeOptions, EncodeRequest, FieldInput, Part};
-use crate::schema::spec::{meta, FieldSpec};
+use crate::schema::spec::FieldSpec;
 use batch::{checked_plan, prepare, RawField};
 use codec::{parse_contracts, Codec};
 use errors::{guarded, to_py, BatchError, OnPanic, SchemaError};
@@ -374,15 +374,6 @@ fn row_selection(rows: Option<&Bound<'_, PyAny>>) -> PyResult<crate::ops::Rows> 
     })
 }
 
-/// A frame op's output. Its layout comes from the header the encoder wrote (no JSON parse),
-/// validated against the bytes as `parse_frame` would.
-fn new_frame(request: &crate::encode::EncodeRequest<'_>) -> crate::Result<Frame> {
-    let mut plan = crate::encode::plan(request)?;
-    let buf = plan.write(EncodeOptions::default())?;
-    let layout = crate::frame::layout::layout_of_written(plan.written, buf.as_slice())?;
-    Ok(Frame::from_owned(buf, layout))
-}
-
 /// A new frame holding `rows` (see `row_selection`) of the concatenation of `frames`' rows.
 ///
 /// The output takes the first frame's header form (embedded or compact) and metadata, unless
@@ -408,16 +399,10 @@ fn gather(
                     layout: f.layout(),
                 })
                 .collect();
-            let mut request = crate::ops::gather(&sources, &rows)?;
-            if let Some(entries) = &schema_entries {
-                for key in [meta::SCHEMA, meta::FINGERPRINT, meta::SCHEMA_REF] {
-                    request.metadata.remove(key);
-                }
-                request
-                    .metadata
-                    .extend(entries.iter().map(|(k, v)| (k.clone(), v.clone())));
-            }
-            new_frame(&request)
+            let options = EncodeOptions::default();
+            let (buf, layout) =
+                crate::ops::take(&sources, &rows, schema_entries.as_ref(), options)?;
+            Ok(Frame::from_owned(buf, layout))
         })
     })
     .map_err(to_py)
@@ -458,10 +443,11 @@ fn split_rows(py: Python<'_>, frame: &Bound<'_, Frame>, sizes: Vec<u64>) -> PyRe
                 bytes: frame.bytes(),
                 layout: frame.layout(),
             };
-            crate::ops::split(source, &sizes)?
-                .iter()
-                .map(new_frame)
-                .collect()
+            let sections = crate::ops::split_frames(source, &sizes, EncodeOptions::default())?;
+            Ok(sections
+                .into_iter()
+                .map(|(buf, layout)| Frame::from_owned(buf, layout))
+                .collect())
         })
     })
     .map_err(to_py)

@@ -1,0 +1,315 @@
+//! Frame ops written straight from their sources' layouts: the output's entries are placed
+//! from the sources' shapes, its sequence offsets are read, checked and rebased in one pass
+//! into the output, and its payload is copied as one byte run per field and picked span. No
+//! encode request, no plan, no index tables copied out of the sources first.
+//!
+//! The bytes are those [`super::gather()`] then `encode::plan` would write, and the layout the one
+//! `parse_frame` reads from them (the tests compare both for every case this path takes). It takes frames without packed fields and without
+//! checksums whose sources share one field table and carry a schema ([`takes`]); the others go
+//! through the encode plan (`ops::take` chooses).
+
+use std::collections::BTreeMap;
+
+use crate::encode::layout::Layout;
+use crate::encode::RowSpan;
+use crate::error::Result;
+use crate::frame::buffer::AlignedBuf;
+use crate::frame::copy::{run_jobs, CopyJob, DEFAULT_PARALLEL_THRESHOLD};
+use crate::frame::header::{lists_tensors, sort_entries, write_header, Entry, Header};
+use crate::frame::layout::{DecodedField, FrameLayout, TensorLoc};
+use crate::frame::monotone::never_decrease;
+use crate::schema::dtype::DType;
+use crate::schema::spec::{meta, names, Tier};
+use crate::tensor::TensorRef;
+use crate::{batch_err, frame_err, internal_err};
+
+use super::selection::{picks, Output, Rows, Source};
+
+/// Rows `rows` of the sources' concatenation written as a new frame, with `metadata` as its
+/// header entries besides the format and row count (see [`super::selection::output_metadata`]); the
+/// sources must be ones this path [`takes`]. `threads`: the most the payload copies use.
+pub fn take(
+    sources: &[Source<'_>],
+    rows: &Rows,
+    metadata: BTreeMap<String, String>,
+    threads: usize,
+) -> Result<Output> {
+    if !takes(sources, &metadata) {
+        return Err(internal_err!("a direct take of frames it does not take"));
+    }
+    let picks = picks(sources, rows)?;
+    let first = sources[0].layout;
+    let has_tokens = first.seq_offsets.is_some();
+    let tokens = token_spans(sources, &picks, has_tokens)?;
+    let num_rows = picks.iter().map(|p| p.end - p.start).sum::<u64>();
+    let num_tokens = tokens
+        .iter()
+        .try_fold(0u64, |sum, t| sum.checked_add(t.end - t.start))
+        .ok_or_else(|| frame_err!("the picked rows hold more than 2^64 tokens"))?;
+
+    let mut layout = Layout::new();
+    // The values, the sequence offsets and a padding entry after each.
+    layout.entries.reserve(2 * first.fields.len() + 2);
+    let seq_at = match has_tokens {
+        true => {
+            let len = num_rows + 1;
+            Some(layout.place(names::SEQ_OFFSETS.into(), DType::I64, vec![len], len * 8)?)
+        }
+        false => None,
+    };
+    let mut runs = Vec::with_capacity(first.fields.len());
+    for field in &first.fields {
+        let spec = &field.spec;
+        let (count, spans) = match spec.tier {
+            Tier::PerToken => (num_tokens, &tokens),
+            Tier::Scalar => (num_rows, &picks),
+            Tier::Packed => return Err(internal_err!("packed field {:?} taken", spec.name)),
+        };
+        let mut shape = vec![count];
+        shape.extend(spec.shape.iter().map(|d| d.unwrap_or(0)));
+        let item_bytes = item_bytes(field)?;
+        let nbytes = count
+            .checked_mul(item_bytes)
+            .ok_or_else(|| batch_err!("field {:?}: payload size overflows", spec.name))?;
+        let at = layout.place(spec.name.clone(), spec.stored_dtype(), shape, nbytes)?;
+        runs.push((at, item_bytes, spans));
+    }
+    let data_len = layout.align()?;
+    let mut entries = layout.entries;
+    sort_entries(&mut entries);
+
+    let mut metadata = metadata;
+    metadata.insert(meta::FORMAT.into(), meta::FORMAT_VERSION.into());
+    metadata.insert(meta::NUM_ROWS.into(), num_rows.to_string());
+    let header_bytes = write_header(&metadata, &entries)?;
+    let data_start = header_bytes.len();
+    let total_len = crate::encode::frame_len(data_len, data_start, num_rows)?;
+
+    let mut buf = AlignedBuf::recycled(total_len)
+        .ok_or_else(|| batch_err!("could not allocate a frame of {total_len} bytes"))?;
+    let out = buf.as_mut_slice();
+    out[..data_start].copy_from_slice(&header_bytes);
+    for pad in entries
+        .iter()
+        .filter(|e| e.name.starts_with(names::PAD_PREFIX))
+    {
+        out[data_start + pad.begin as usize..data_start + pad.end as usize].fill(0);
+    }
+    if let Some(at) = seq_at {
+        let start = data_start + at as usize;
+        let end = start + (num_rows as usize + 1) * 8;
+        write_offsets(sources, &picks, &tokens, &mut out[start..end])?;
+    }
+    let mut jobs = Vec::with_capacity(first.fields.len() * picks.len());
+    // Field `i` of every source is field `i` of the first: they share one field table.
+    for (i, (field, (at, item_bytes, spans))) in first.fields.iter().zip(runs).enumerate() {
+        let mut dst = data_start + at as usize;
+        for span in spans.iter() {
+            let source = sources[span.source as usize];
+            let values = &source.layout.fields[i].values;
+            let (a, b) = (span.start * item_bytes, span.end * item_bytes);
+            let bytes = source
+                .bytes
+                .get(values.offset..values.offset.saturating_add(values.nbytes))
+                .and_then(|v| v.get(a as usize..b as usize))
+                .ok_or_else(|| {
+                    frame_err!("field {:?}: rows lie outside its values", field.spec.name)
+                })?;
+            if !bytes.is_empty() {
+                jobs.push(CopyJob {
+                    src: TensorRef::strided(DType::U8, &[bytes.len() as u64], &[1], bytes)?,
+                    dst_dtype: DType::U8,
+                    dst_offset: dst,
+                });
+            }
+            dst += bytes.len();
+        }
+    }
+    run_jobs(&jobs, out, threads, DEFAULT_PARALLEL_THRESHOLD)?;
+    let header = Header {
+        listed: lists_tensors(&metadata),
+        metadata,
+        entries,
+        data_start,
+        frame_len: total_len,
+    };
+    let layout = layout_of(header, first, num_rows, num_tokens);
+    Ok((buf, layout))
+}
+
+/// The written frame's layout, from the entries placed for it: each field's values where its
+/// entry lies, in data-section order (as `layout::schema_field_table` orders a reader's).
+fn layout_of(header: Header, first: &FrameLayout, num_rows: u64, num_tokens: u64) -> FrameLayout {
+    let located = |e: &Entry| TensorLoc {
+        offset: header.data_start + e.begin as usize,
+        nbytes: (e.end - e.begin) as usize,
+        dtype: e.dtype,
+        shape: e.shape.clone(),
+    };
+    let mut seq_offsets = None;
+    let mut fields = Vec::with_capacity(first.fields.len());
+    for entry in &header.entries {
+        if entry.name == names::SEQ_OFFSETS {
+            seq_offsets = Some(located(entry));
+        } else if let Some(f) = first.fields.iter().find(|f| f.spec.name == entry.name) {
+            fields.push(DecodedField {
+                spec: f.spec.clone(),
+                values: located(entry),
+                packed: None,
+            });
+        }
+    }
+    FrameLayout {
+        header,
+        num_rows,
+        sequence_field: first.sequence_field.clone(),
+        seq_offsets,
+        total_tokens: num_tokens,
+        fields,
+    }
+}
+
+/// Whether this path writes the sources into a frame of header entries `metadata`: they carry
+/// a schema (embedded or named), hold no packed field and no checksums, and share one field
+/// table and sequence field.
+pub fn takes(sources: &[Source<'_>], metadata: &BTreeMap<String, String>) -> bool {
+    let Some(first) = sources.first().map(|s| s.layout) else {
+        return false;
+    };
+    let has_schema = metadata.contains_key(meta::SCHEMA) || metadata.contains_key(meta::SCHEMA_REF);
+    has_schema
+        && !metadata.contains_key(meta::CHECKSUM)
+        && first.fields.iter().all(|f| f.spec.tier != Tier::Packed)
+        && sources.iter().all(|s| {
+            let layout = s.layout;
+            if std::ptr::eq(layout, first) {
+                return true; // the first source, or the same frame again
+            }
+            !layout.header.metadata.contains_key(meta::CHECKSUM)
+                && layout.sequence_field == first.sequence_field
+                && layout.fields.len() == first.fields.len()
+                && layout
+                    .fields
+                    .iter()
+                    .zip(&first.fields)
+                    .all(|(a, b)| a.spec == b.spec)
+        })
+}
+
+/// The bytes of one dim-0 item of a field's values (a token of a per-token field, a row of a
+/// scalar one): the product of its inner dims times the stored dtype's size.
+fn item_bytes(field: &DecodedField) -> Result<u64> {
+    field.values.shape[1..]
+        .iter()
+        .try_fold(field.values.dtype.size() as u64, |acc, &d| {
+            acc.checked_mul(d)
+        })
+        .ok_or_else(|| frame_err!("field {:?}: row size overflows", field.spec.name))
+}
+
+/// Offset `row` of a source's `__seq_offsets` (in bounds: the layout sized the tensor).
+fn seq_offset(source: &Source<'_>, row: u64) -> Result<u64> {
+    let loc = source
+        .layout
+        .seq_offsets
+        .as_ref()
+        .ok_or_else(|| internal_err!("per-token rows without sequence offsets"))?;
+    let at = (row as usize)
+        .checked_mul(8)
+        .and_then(|b| b.checked_add(loc.offset))
+        .filter(|&at| at + 8 <= loc.offset + loc.nbytes)
+        .ok_or_else(|| internal_err!("sequence offset {row} lies outside its tensor"))?;
+    source
+        .bytes
+        .get(at..at + 8)
+        .map(read_u64)
+        .ok_or_else(|| internal_err!("sequence offset {row} lies outside the frame"))
+}
+
+/// Each pick's token range in its source (`start..end` of the per-token values): the offsets
+/// at its first row and past its last, checked against the source's token count.
+fn token_spans(
+    sources: &[Source<'_>],
+    picks: &[RowSpan],
+    has_tokens: bool,
+) -> Result<Vec<RowSpan>> {
+    if !has_tokens {
+        return Ok(Vec::new());
+    }
+    picks
+        .iter()
+        .map(|pick| {
+            let source = &sources[pick.source as usize];
+            let (start, end) = (
+                seq_offset(source, pick.start)?,
+                seq_offset(source, pick.end)?,
+            );
+            if start > end || end > source.layout.total_tokens {
+                return Err(frame_err!(
+                    "{}[{}..={}] run {start}..{end}, outside the frame's {} tokens (changed \
+                     since it was read?)",
+                    names::SEQ_OFFSETS,
+                    pick.start,
+                    pick.end,
+                    source.layout.total_tokens
+                ));
+            }
+            Ok(RowSpan {
+                source: pick.source,
+                start,
+                end,
+            })
+        })
+        .collect()
+}
+
+/// Writes the output's `__seq_offsets` (`out`: `rows + 1` int64) in one pass over the picked
+/// rows' source offsets, rebased; each is checked never to decrease and each pick to run
+/// between the token range [`token_spans`] read, so the sizes already laid out hold.
+fn write_offsets(
+    sources: &[Source<'_>],
+    picks: &[RowSpan],
+    tokens: &[RowSpan],
+    out: &mut [u8],
+) -> Result<()> {
+    let (first, mut rest) = out.split_at_mut(8);
+    first.copy_from_slice(&0u64.to_le_bytes());
+    let mut base = 0u64;
+    for (pick, range) in picks.iter().zip(tokens) {
+        let source = &sources[pick.source as usize];
+        let loc = source
+            .layout
+            .seq_offsets
+            .as_ref()
+            .ok_or_else(|| internal_err!("per-token rows without sequence offsets"))?;
+        let rows = (pick.end - pick.start) as usize;
+        let under = source
+            .bytes
+            .get(loc.offset + pick.start as usize * 8..loc.offset + (pick.end as usize + 1) * 8)
+            .ok_or_else(|| internal_err!("picked rows lie outside {}", names::SEQ_OFFSETS))?;
+        let (slots, after) = std::mem::take(&mut rest).split_at_mut(rows * 8);
+        rest = after;
+        // Two passes that vectorise: the rebase, then the order. Offsets that start at the
+        // range's start, end at its end and never decrease (as int64s) all lie within it.
+        let shift = base.wrapping_sub(range.start);
+        for (value, slot) in under[8..].chunks_exact(8).zip(slots.chunks_exact_mut(8)) {
+            slot.copy_from_slice(&shift.wrapping_add(read_u64(value)).to_le_bytes());
+        }
+        let ordered = read_u64(&under[..8]) == range.start && never_decrease(under);
+        if !ordered || read_u64(&under[under.len() - 8..]) != range.end {
+            return Err(frame_err!(
+                "{} of rows {}..{} changed since the frame was read, or decrease",
+                names::SEQ_OFFSETS,
+                pick.start,
+                pick.end
+            ));
+        }
+        base += range.end - range.start;
+    }
+    Ok(())
+}
+
+/// The little-endian u64 of an 8-byte chunk (0 for any other length, which callers never pass).
+fn read_u64(bytes: &[u8]) -> u64 {
+    <[u8; 8]>::try_from(bytes).map_or(0, u64::from_le_bytes)
+}
