@@ -1,10 +1,15 @@
 """Frame ops (take_rows, concat, chunk, shard) against rows: time, GB/s, the ratio to a memcpy
 of the same output bytes into preallocated buffers, one per output frame (same process, warm
-memory), and peak
-memory beyond the output frame, per row. Each case runs in a fresh process so peak RSS is its
-own.
+memory), and peak memory beyond the output frame, per row. Each case runs in a fresh process so
+peak RSS is its own.
 
     .venv/bin/python benchmarks/ops_memory.py --rows 1000 65536 262144 1048576 --chart out.png
+
+Two baselines, timed beside the op rep by rep: ``memcpy`` is torch's ``copy_`` into
+preallocated tensors; ``floor`` is libc's ``memcpy`` (``ctypes.memmove``) into anonymous
+mappings advised ``MADV_NOHUGEPAGE`` and written once, with glibc told to stream from py_wire's
+own threshold (``GLIBC_TUNABLES``, as ``encode_floor.py`` explains), so it is one streaming
+memcpy per output frame wherever py_wire streams.
 """
 
 from __future__ import annotations
@@ -17,10 +22,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import machine
+from encode_floor import py_wire_threshold
+
 OPS = ("take_rows", "concat", "chunk", "shard")
 
 CHILD = r"""
 import json, os, resource, statistics, sys, time
+import ctypes, mmap
 import torch, py_wire
 torch.set_num_threads(1)
 rows, tokens, op, reps = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
@@ -52,9 +61,21 @@ dsts = [torch.empty(len(f), dtype=torch.uint8) for f in out]
 def memcpy():
     for src, dst in zip(sources, dsts):
         dst.copy_(src)
+def mapping(n):
+    m = mmap.mmap(-1, max(n, 1))
+    m.madvise(mmap.MADV_NOHUGEPAGE)
+    ctypes.memset(ctypes.addressof(ctypes.c_char.from_buffer(m)), 1, max(n, 1))
+    return m
+maps = [mapping(len(f)) for f in out]
+pieces = [(ctypes.addressof(ctypes.c_char.from_buffer(m)), s.data_ptr(), len(f))
+          for m, s, f in zip(maps, sources, out)]
+def floor():
+    for d, s, n in pieces:
+        ctypes.memmove(d, s, n)
 memcpy()
+floor()
 del out
-op_times, copy_times = [], []
+op_times, copy_times, floor_times = [], [], []
 for _ in range(reps):
     t = time.perf_counter()
     ops[op]()
@@ -62,8 +83,12 @@ for _ in range(reps):
     t = time.perf_counter()
     memcpy()
     copy_times.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    floor()
+    floor_times.append(time.perf_counter() - t)
 print(json.dumps({"seconds": statistics.median(op_times),
-                  "memcpy_seconds": statistics.median(copy_times), "out_bytes": out_bytes,
+                  "memcpy_seconds": statistics.median(copy_times),
+                  "floor_seconds": statistics.median(floor_times), "out_bytes": out_bytes,
                   "out_rows": out_rows, "frame_bytes": len(frame),
                   "peak_growth": after - before}))
 """
@@ -77,11 +102,15 @@ def main() -> None:
     parser.add_argument("--chart", type=Path, help="write a PNG of time and memory against rows")
     args = parser.parse_args()
     env = dict(os.environ, PY_WIRE_THREADS="1")
-    print(f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")
+    threshold = py_wire_threshold()
+    tunable = f"glibc.cpu.x86_non_temporal_threshold={threshold:#x}"
+    env["GLIBC_TUNABLES"] = ":".join(filter(None, [env.get("GLIBC_TUNABLES"), tunable]))
+    print(machine.describe())
+    print(f"py_wire and the floor's memcpy stream from {threshold / 2**20:.0f} MiB")
     extra = "peak beyond output, B/out row"
     print(
-        f"{'op':<10}{'rows':>9}{'warm ms':>9}{'memcpy ms':>10}{'x memcpy':>9}{'GB/s':>7}"
-        f"{'out MB':>8}{extra:>31}"
+        f"{'op':<10}{'rows':>9}{'warm ms':>9}{'memcpy ms':>10}{'x memcpy':>9}{'floor ms':>9}"
+        f"{'x floor':>8}{'GB/s':>7}{'out MB':>8}{extra:>31}"
     )
     results: dict[str, list[tuple[int, float, float]]] = {op: [] for op in OPS}
     for rows in args.rows:
@@ -99,7 +128,9 @@ def main() -> None:
             ratio = r["seconds"] / r["memcpy_seconds"]
             print(
                 f"{op:<10}{rows:>9}{r['seconds'] * 1e3:>9.1f}{r['memcpy_seconds'] * 1e3:>10.1f}"
-                f"{ratio:>9.2f}{gbs:>7.1f}{r['out_bytes'] / 1e6:>8.1f}{extra:>31.0f}"
+                f"{ratio:>9.2f}{r['floor_seconds'] * 1e3:>9.1f}"
+                f"{r['seconds'] / r['floor_seconds']:>8.2f}{gbs:>7.1f}"
+                f"{r['out_bytes'] / 1e6:>8.1f}{extra:>31.0f}"
             )
             results[op].append((rows, ratio, extra))
     if args.chart:

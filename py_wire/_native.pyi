@@ -278,7 +278,7 @@ def pad_rows(
 ) -> None: ...
 def gather(
     frames: Sequence[Frame],
-    rows: range | Sequence[range] | Sequence[int] | None = None,
+    rows: range | Sequence[range] | Sequence[int] | npt.NDArray[np.int64] | None = None,
     schema_entries: Mapping[str, str] | None = None,
 ) -> Frame: ...
 def hold_schema(

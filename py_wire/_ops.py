@@ -7,6 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
+import numpy as np
+import torch
+
 from py_wire import _native
 from py_wire._args import MAX_COUNT, count, flag, integer, optional_count
 from py_wire._decode import checked_schema
@@ -19,20 +22,50 @@ from py_wire._source import as_frame
 MAX_SECTIONS = 1 << 24
 
 
-def take_rows(frame: Frame, rows: Sequence[int] | Sequence[range] | range | slice) -> Frame:
+def take_rows(
+    frame: Frame,
+    rows: Sequence[int] | Sequence[range] | range | slice | torch.Tensor | np.ndarray,
+) -> Frame:
     """A new frame with ``rows`` of ``frame``, in that order (repeats allowed; negative indices
-    count from the end; a list of step-1 ranges takes those spans one after another). A
-    ``slice``, a ``range`` or spans are resolved in Rust, never row by row here."""
+    count from the end; a list of step-1 ranges takes those spans one after another). ``rows``
+    may also be an integer tensor or array of indices, or a boolean one with a value per row
+    (a mask: its true rows, in order). A ``slice``, a ``range``, spans and index arrays are
+    resolved in Rust, never row by row here."""
     frame = as_frame(frame)
     if isinstance(rows, slice):
         rows = resolve_slice(rows, frame.num_rows)
+    elif isinstance(rows, torch.Tensor | np.ndarray):
+        rows = index_array(rows, frame.num_rows)
     elif not isinstance(rows, range) and hasattr(rows, "tolist"):
-        # A tensor or array of indices; tolist() is untyped (Any), which would widen `rows`.
+        # An array.array or the like; tolist() is untyped (Any), which would widen `rows`.
         rows = cast("list[int]", rows.tolist())
     schema = checked_schema(frame)
     picked = _native.gather([frame], rows)
     picked.schema = schema
     return picked
+
+
+def index_array(rows: torch.Tensor | np.ndarray, num_rows: int) -> np.ndarray:
+    """A tensor or array of row indices as the contiguous int64 array the codec reads in one
+    piece (no Python int per row); a boolean mask, one value per row, as its true rows.
+    Floats, and unsigned values past int64, are refused rather than cast."""
+    if isinstance(rows, torch.Tensor):
+        if rows.is_floating_point() or rows.is_complex():
+            raise WireError(f"rows: an index tensor must hold integers, not {rows.dtype}")
+        rows = rows.detach().cpu().numpy()
+    if rows.ndim != 1:
+        raise WireError(f"rows: an index array must be 1-D, not of shape {tuple(rows.shape)}")
+    if rows.dtype == np.bool_:
+        if len(rows) != num_rows:
+            raise WireError(
+                f"rows: a boolean mask needs one value per row ({num_rows}), not {len(rows)}"
+            )
+        return np.flatnonzero(rows).astype(np.int64, copy=False)
+    if rows.dtype.kind not in "iu":
+        raise WireError(f"rows: an index array must hold integers, not {rows.dtype}")
+    if rows.dtype == np.uint64 and len(rows) and int(rows.max()) > np.iinfo(np.int64).max:
+        raise WireError(f"rows: row {int(rows.max())} is out of range for {num_rows} rows")
+    return np.ascontiguousarray(rows, dtype=np.int64)
 
 
 def chunk(frame: Frame, chunks: int) -> list[Frame]:

@@ -182,35 +182,30 @@ impl<'a> TensorRef<'a> {
 
     /// The values of a 1-D integer tensor, widened to i64.
     pub fn to_i64_vec(&self) -> Result<Vec<i64>> {
+        let mut out = Vec::new();
+        self.append_i64(&mut out)?;
+        Ok(out)
+    }
+
+    /// Appends the values of a 1-D integer tensor to `out`, widened to i64: one loop per
+    /// dtype (a token scan reads every token of a batch through here).
+    pub fn append_i64(&self, out: &mut Vec<i64>) -> Result<()> {
         if self.shape.len() != 1 {
             return Err(batch_err!(
                 "expected a 1-D integer tensor, got shape {:?}",
                 self.shape
             ));
         }
-        let es = self.dtype.size();
-        let step = self.strides[0] as usize * es;
-        let read = |i: usize| -> i64 {
-            let b = &self.bytes[i * step..i * step + es];
-            match self.dtype {
-                DType::I64 | DType::U64 => i64::from_le_bytes(b.try_into().unwrap_or([0; 8])),
-                DType::I32 => i32::from_le_bytes(b.try_into().unwrap_or([0; 4])) as i64,
-                DType::U32 => u32::from_le_bytes(b.try_into().unwrap_or([0; 4])) as i64,
-                DType::I16 => i16::from_le_bytes(b.try_into().unwrap_or([0; 2])) as i64,
-                DType::U16 => u16::from_le_bytes(b.try_into().unwrap_or([0; 2])) as i64,
-                DType::I8 => b[0] as i8 as i64,
-                _ => b[0] as i64,
-            }
-        };
+        let (n, stride) = (self.shape[0] as usize, self.strides[0] as usize);
+        let bytes = self.bytes;
         match self.dtype {
-            DType::I64
-            | DType::U64
-            | DType::I32
-            | DType::U32
-            | DType::I16
-            | DType::U16
-            | DType::I8
-            | DType::U8 => Ok((0..self.shape[0] as usize).map(read).collect()),
+            DType::I64 | DType::U64 => widen(bytes, n, stride, out, i64::from_le_bytes),
+            DType::I32 => widen(bytes, n, stride, out, |b| i32::from_le_bytes(b) as i64),
+            DType::U32 => widen(bytes, n, stride, out, |b| u32::from_le_bytes(b) as i64),
+            DType::I16 => widen(bytes, n, stride, out, |b| i16::from_le_bytes(b) as i64),
+            DType::U16 => widen(bytes, n, stride, out, |b| u16::from_le_bytes(b) as i64),
+            DType::I8 => widen(bytes, n, stride, out, |b: [u8; 1]| b[0] as i8 as i64),
+            DType::U8 => widen(bytes, n, stride, out, |b: [u8; 1]| b[0] as i64),
             other => Err(batch_err!(
                 "expected an integer tensor, got {}",
                 other.name()
@@ -246,6 +241,35 @@ impl<'a> TensorRef<'a> {
     }
 }
 
+/// Appends `n` elements of `N` bytes each, `stride` elements apart in `bytes`, converted by
+/// `value`; a contiguous run is read in one pass the compiler vectorises.
+fn widen<const N: usize>(
+    bytes: &[u8],
+    n: usize,
+    stride: usize,
+    out: &mut Vec<i64>,
+    value: impl Fn([u8; N]) -> i64,
+) -> Result<()> {
+    let outside = || {
+        batch_err!(
+            "a tensor of {n} elements lies outside its {} bytes",
+            bytes.len()
+        )
+    };
+    let element = |chunk: &[u8]| <[u8; N]>::try_from(chunk).map_or(0, &value);
+    if stride == 1 || n <= 1 {
+        let len = n.checked_mul(N).ok_or_else(outside)?;
+        let run = bytes.get(..len).ok_or_else(outside)?;
+        out.extend(run.chunks_exact(N).map(element));
+        return Ok(());
+    }
+    let step = stride.checked_mul(N).ok_or_else(outside)?;
+    let last = (n - 1).checked_mul(step).ok_or_else(outside)?;
+    bytes.get(last..last + N).ok_or_else(outside)?;
+    out.extend((0..n).map(|i| element(&bytes[i * step..i * step + N])));
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,5 +297,50 @@ mod tests {
         assert!(!t.is_contiguous());
         let t = TensorRef::strided(DType::F32, &[1, 6], &[99, 1], &bytes).unwrap();
         assert!(t.is_contiguous());
+    }
+
+    /// Every integer dtype, contiguous and strided (stride 1-3, zero and one elements),
+    /// against each element read on its own; floats are refused.
+    #[test]
+    fn append_i64_widens_every_integer_dtype() {
+        let bytes: Vec<u8> = (0u8..=255).map(|b| b.wrapping_mul(37)).collect();
+        let ints = [
+            DType::I64,
+            DType::U64,
+            DType::I32,
+            DType::U32,
+            DType::I16,
+            DType::U16,
+            DType::I8,
+            DType::U8,
+        ];
+        for dtype in ints {
+            let es = dtype.size();
+            for stride in 1..=3u64 {
+                for n in [0u64, 1, 2, 7] {
+                    let t = TensorRef::strided(dtype, &[n], &[stride], &bytes).unwrap();
+                    let mut got = vec![-1];
+                    t.append_i64(&mut got).unwrap();
+                    let expected: Vec<i64> = std::iter::once(-1)
+                        .chain((0..n as usize).map(|i| {
+                            let at = i * stride as usize * es;
+                            let mut le = [0u8; 8];
+                            le[..es].copy_from_slice(&bytes[at..at + es]);
+                            let raw = u64::from_le_bytes(le);
+                            let shift = 64 - 8 * es as u32;
+                            match dtype {
+                                DType::U8 | DType::U16 | DType::U32 | DType::U64 => raw as i64,
+                                _ => ((raw << shift) as i64) >> shift,
+                            }
+                        }))
+                        .collect();
+                    assert_eq!(got, expected, "{dtype:?} n={n} stride={stride}");
+                }
+            }
+        }
+        let t = TensorRef::contiguous(DType::F32, &[2], &bytes).unwrap();
+        assert!(t.append_i64(&mut Vec::new()).is_err());
+        let t = TensorRef::contiguous(DType::I32, &[2, 2], &bytes).unwrap();
+        assert!(t.to_i64_vec().is_err());
     }
 }

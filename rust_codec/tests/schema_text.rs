@@ -60,7 +60,7 @@ fn an_embedded_schema_that_agrees_reads() {
         layout
             .fields
             .iter()
-            .map(|f| f.spec.clone())
+            .map(|f| FieldSpec::clone(&f.spec))
             .collect::<Vec<_>>(),
         specs()
     );
@@ -140,7 +140,11 @@ fn specs() -> Vec<FieldSpec> {
 }
 
 fn specs_of(layout: &py_wire_codec::frame::layout::FrameLayout) -> Vec<FieldSpec> {
-    layout.fields.iter().map(|f| f.spec.clone()).collect()
+    layout
+        .fields
+        .iter()
+        .map(|f| FieldSpec::clone(&f.spec))
+        .collect()
 }
 
 /// `bytes` with its `__metadata__` edited by `edit`, the header re-padded so the data section

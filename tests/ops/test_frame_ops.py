@@ -164,3 +164,50 @@ def test_more_rows_than_bytes_of_fields_that_store_nothing_per_row_are_refused()
     with pytest.raises(py_wire.BatchError, match="1000 rows with no per-row data") as info:
         py_wire.concat([frame] * 10)
     assert info.value.kind == "rows_unbacked"
+
+
+def test_take_rows_of_index_arrays_masks_and_their_refusals(batch_and_frame):
+    """Index tensors and arrays are read as one int64 buffer; a boolean mask takes its true
+    rows; what would be a silent cast (bools as rows 0 and 1, floats, a set's order, values
+    past int64) is refused naming the value."""
+    import numpy as np
+
+    batch, frame = batch_and_frame
+    rows = [7, 0, 3, 3, -1]
+    want = py_wire.take_rows(frame, rows)
+    for given in (
+        np.array(rows),
+        np.array(rows, dtype=np.int32),
+        np.array(rows, dtype=np.int64)[::1],
+        np.array([9, 7, 9, 0, 9, 3, 9, 3, 9, -1])[1::2],  # strided: 7, 0, 3, 3, -1
+        torch.tensor(rows),
+        torch.tensor(rows, dtype=torch.int16),
+        (7, 0, 3, 3, -1),
+    ):
+        got = py_wire.take_rows(frame, given)
+        assert bytes(memoryview(got)) == bytes(memoryview(want)), type(given)
+    mask = [True, False, False, True, False, False, False, True]
+    for given in (np.array(mask), torch.tensor(mask)):
+        got = py_wire.take_rows(frame, given)
+        assert_batch_equal(py_wire.decode(got), take(batch, [0, 3, 7]), QWEN)
+    assert py_wire.take_rows(frame, np.zeros(0, dtype=np.int64)).num_rows == 0
+    assert py_wire.take_rows(frame, np.array([5], dtype=np.uint64)).num_rows == 1
+
+    with pytest.raises(py_wire.WireError, match=r"rows\[1\] is True, a bool"):
+        py_wire.take_rows(frame, [0, True])
+    with pytest.raises(py_wire.WireError, match=r"one value per row \(8\), not 3"):
+        py_wire.take_rows(frame, np.array([True, False, True]))
+    with pytest.raises(py_wire.WireError, match=r"must hold integers, not torch\.float32"):
+        py_wire.take_rows(frame, torch.tensor([0.0, 1.0]))
+    with pytest.raises(py_wire.WireError, match="must hold integers, not float64"):
+        py_wire.take_rows(frame, np.array([0.0, 1.0]))
+    with pytest.raises(py_wire.WireError, match=r"1-D, not of shape \(2, 2\)"):
+        py_wire.take_rows(frame, np.zeros((2, 2), dtype=np.int64))
+    with pytest.raises(py_wire.WireError, match="row 18446744073709551615 is out of range"):
+        py_wire.take_rows(frame, np.array([2**64 - 1], dtype=np.uint64))
+    with pytest.raises(py_wire.WireError, match=r"rows\[0\] is 1\.5"):
+        py_wire.take_rows(frame, [1.5])
+    with pytest.raises(py_wire.WireError, match="sequence of ints, not set"):
+        py_wire.take_rows(frame, {0, 1})  # type: ignore[arg-type]
+    with pytest.raises(py_wire.WireError, match="row 8 is out of range for 8 rows"):
+        py_wire.take_rows(frame, np.array([8]))

@@ -304,7 +304,7 @@ impl MediaRows for Packed<'_> {
                 .ok_or_else(|| frame_err!("segment {s} lies outside its values"))?;
             let segment =
                 crate::tensor::TensorRef::contiguous(dtype, &[elements.len() as u64], bytes)?;
-            out.extend(segment.to_i64_vec()?);
+            segment.append_i64(out)?;
         }
         Ok(())
     }
@@ -667,7 +667,7 @@ fn request_input<'r>(request: &'r EncodeRequest<'r>) -> Result<ContractInput<'r>
     let mut token_offsets = vec![0u64];
     let mut push_row = |row: &TensorRef<'_>| -> Result<()> {
         check_token_dtype(&seq.spec, row.dtype)?;
-        tokens.extend(row.to_i64_vec()?);
+        row.append_i64(&mut tokens)?;
         token_offsets.push(tokens.len() as u64);
         Ok(())
     };

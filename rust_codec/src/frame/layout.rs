@@ -49,8 +49,9 @@ pub struct PackedIndex {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedField {
     /// The field's layout facts, from the frame's schema (embedded or held; see
-    /// [`schema_field_table`]) or a bare codec frame's field table.
-    pub spec: FieldSpec,
+    /// [`schema_field_table`]) or a bare codec frame's field table. Shared: a frame op's
+    /// output layout takes its sources' specs without copying them.
+    pub spec: std::sync::Arc<FieldSpec>,
     /// Where the field's values tensor lies.
     pub values: TensorLoc,
     /// The CSR tables of a packed field (`None` for other tiers).
@@ -461,7 +462,7 @@ fn located_field(
         None => Some(packed_index(buf, header, &spec, &values, num_rows, trust)?),
     };
     Ok(DecodedField {
-        spec,
+        spec: std::sync::Arc::new(spec),
         values,
         packed,
     })

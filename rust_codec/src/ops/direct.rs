@@ -14,13 +14,12 @@ use crate::encode::layout::Layout;
 use crate::encode::RowSpan;
 use crate::error::Result;
 use crate::frame::buffer::AlignedBuf;
-use crate::frame::copy::{run_jobs, CopyJob, DEFAULT_PARALLEL_THRESHOLD};
+use crate::frame::copy::{run_byte_runs, ByteRun, DEFAULT_PARALLEL_THRESHOLD};
 use crate::frame::header::{lists_tensors, sort_entries, write_header, Entry, Header};
 use crate::frame::layout::{DecodedField, FrameLayout, TensorLoc};
 use crate::frame::monotone::never_decrease;
 use crate::schema::dtype::DType;
 use crate::schema::spec::{meta, names, Tier};
-use crate::tensor::TensorRef;
 use crate::{batch_err, frame_err, internal_err};
 
 use super::selection::{picks, Output, Rows, Source};
@@ -100,7 +99,7 @@ pub fn take(
         let end = start + (num_rows as usize + 1) * 8;
         write_offsets(sources, &picks, &tokens, &mut out[start..end])?;
     }
-    let mut jobs = Vec::with_capacity(first.fields.len() * picks.len());
+    let mut copies = Vec::with_capacity(first.fields.len() * picks.len());
     // Field `i` of every source is field `i` of the first: they share one field table.
     for (i, (field, (at, item_bytes, spans))) in first.fields.iter().zip(runs).enumerate() {
         let mut dst = data_start + at as usize;
@@ -116,16 +115,15 @@ pub fn take(
                     frame_err!("field {:?}: rows lie outside its values", field.spec.name)
                 })?;
             if !bytes.is_empty() {
-                jobs.push(CopyJob {
-                    src: TensorRef::strided(DType::U8, &[bytes.len() as u64], &[1], bytes)?,
-                    dst_dtype: DType::U8,
+                copies.push(ByteRun {
+                    src: bytes,
                     dst_offset: dst,
                 });
             }
             dst += bytes.len();
         }
     }
-    run_jobs(&jobs, out, threads, DEFAULT_PARALLEL_THRESHOLD)?;
+    run_byte_runs(&copies, out, threads, DEFAULT_PARALLEL_THRESHOLD)?;
     let header = Header {
         listed: lists_tensors(&metadata),
         metadata,

@@ -216,14 +216,14 @@ fn field_union(tables: &[Tables<'_>]) -> Result<Vec<FieldSpec>> {
         }
         for f in &t.source.layout.fields {
             match specs.iter().find(|x| x.name == f.spec.name) {
-                Some(known) if *known != f.spec => {
+                Some(known) if *known != *f.spec => {
                     return Err(frame_err!(
                         "field {:?} is laid out differently in two frames",
                         f.spec.name
                     ))
                 }
                 Some(_) => {}
-                None => specs.push(f.spec.clone()),
+                None => specs.push(FieldSpec::clone(&f.spec)),
             }
         }
     }

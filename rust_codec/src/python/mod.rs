@@ -314,14 +314,17 @@ fn pad_rows(
     .map_err(to_py)
 }
 
-/// A row selection as Python hands it over: `None` (every row), a `range`, or a sequence of
-/// ints (negative ones count from the end).
+/// A row selection as Python hands it over: `None` (every row), a `range`, a list of step-1
+/// ranges (spans), or ints (negative ones count from the end): a list, any sequence, or a 1-D
+/// int64 buffer (a numpy array, a CPU tensor's `.numpy()`), read without a Python object per
+/// row. `bool`s are refused: a mask is not a list of rows 0 and 1.
 fn row_selection(rows: Option<&Bound<'_, PyAny>>) -> PyResult<crate::ops::Rows> {
     use crate::ops::Rows;
+    use pyo3::types::{PyBool, PyList, PyRange};
     let Some(rows) = rows.filter(|r| !r.is_none()) else {
         return Ok(Rows::All);
     };
-    if let Ok(range) = rows.cast::<pyo3::types::PyRange>() {
+    if let Ok(range) = rows.cast::<PyRange>() {
         let int = |name: &str| -> PyResult<i64> {
             range.getattr(name)?.extract().map_err(|_| {
                 errors::WireError::new_err(format!(
@@ -335,7 +338,50 @@ fn row_selection(rows: Option<&Bound<'_, PyAny>>) -> PyResult<crate::ops::Rows> 
             step: int("step")?,
         });
     }
-    if let Ok(ranges) = rows.extract::<Vec<Bound<'_, pyo3::types::PyRange>>>() {
+    let not_rows = || {
+        errors::WireError::new_err(format!(
+            "rows must be a range, a slice, a list of ranges or a sequence of ints, not {}",
+            rows.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    };
+    let int = |i: usize, item: &Bound<'_, PyAny>| -> PyResult<i64> {
+        if item.is_instance_of::<PyBool>() {
+            return Err(errors::WireError::new_err(format!(
+                "rows[{i}] is {item}, a bool: pass row indices (a mask's nonzero rows), not a mask"
+            )));
+        }
+        item.extract::<i64>().map_err(|_| {
+            let shown = item.repr().map(|r| r.to_string()).unwrap_or_default();
+            errors::WireError::new_err(format!(
+                "rows[{i}] is {shown}: rows must be a range, a slice, a list of ranges or a \
+                 sequence of ints (64-bit)"
+            ))
+        })
+    };
+    if let Ok(list) = rows.cast::<PyList>() {
+        let spans = list
+            .get_item(0)
+            .is_ok_and(|first| first.is_instance_of::<PyRange>());
+        if !spans {
+            let mut out = Vec::with_capacity(list.len());
+            for (i, item) in list.iter().enumerate() {
+                out.push(int(i, &item)?);
+            }
+            return Ok(Rows::List(out));
+        }
+    } else if let Ok(buffer) = pyo3::buffer::PyBuffer::<i64>::get(rows) {
+        if buffer.dimensions() != 1 {
+            return Err(errors::WireError::new_err(format!(
+                "rows: an index array must be 1-D, not of shape {:?}",
+                buffer.shape()
+            )));
+        }
+        return Ok(Rows::List(buffer.to_vec(rows.py())?));
+    }
+    if let Ok(ranges) = rows.extract::<Vec<Bound<'_, PyRange>>>() {
         if !ranges.is_empty() {
             let mut spans = Vec::with_capacity(ranges.len());
             for r in &ranges {
@@ -363,15 +409,16 @@ fn row_selection(rows: Option<&Bound<'_, PyAny>>) -> PyResult<crate::ops::Rows> 
             return Ok(Rows::Spans(spans));
         }
     }
-    rows.extract::<Vec<i64>>().map(Rows::List).map_err(|_| {
-        errors::WireError::new_err(format!(
-            "rows must be a range, a slice, a list of ranges or a sequence of ints, not {}",
-            rows.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        ))
-    })
+    // Sequences only: a set or a dict has no order to take rows in.
+    let sequence = rows
+        .cast::<pyo3::types::PySequence>()
+        .map_err(|_| not_rows())?;
+    let items = sequence.try_iter().map_err(|_| not_rows())?;
+    let mut out = Vec::new();
+    for (i, item) in items.enumerate() {
+        out.push(int(i, &item.map_err(|_| not_rows())?)?);
+    }
+    Ok(Rows::List(out))
 }
 
 /// A new frame holding `rows` (see `row_selection`) of the concatenation of `frames`' rows.
