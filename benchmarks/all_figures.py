@@ -74,6 +74,14 @@ def steps(out: Path) -> list[Step]:
             "without out= (needs ~26 GiB free at 8 GiB; larger sizes are skipped otherwise)",
         ),
         Step(
+            "encode_floor",
+            "encode_floor.py",
+            ["--runs", "3", "--reps", "5", "--out", str(out / "floor")],
+            ["--sizes-mb", "8", "64", "--reps", "2", "--out", str(out / "floor")],
+            "issue 19: encode at one thread against one streaming memcpy of its payload and "
+            "per-tensor copies, 8 MiB to 2.5 GiB and the 217 MB batch (needs ~11 GiB free)",
+        ),
+        Step(
             "pool",
             "pool.py",
             ["--mb", "512", "--reps", "5"],
@@ -90,6 +98,14 @@ def steps(out: Path) -> list[Step]:
             ["--rows", "1000", "16384"],
             "README Performance: frame ops' peak bytes per output row and GB/s at 1M rows "
             "(issue 10: 1k to 1M rows)",
+        ),
+        Step(
+            "compact_frames",
+            "compact_frames.py",
+            ["--reps", "1500"],
+            ["--reps", "100"],
+            "issue 19: a 1-row and a 1k-row frame's fixed cost, embedded against compact "
+            "headers (encode, decode, take_rows in order and shuffled)",
         ),
         Step(
             "tiny_rows",

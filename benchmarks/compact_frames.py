@@ -1,6 +1,7 @@
 """The fixed cost of small frames, embedded against compact headers (issue 19): header bytes,
-encode, wrap + decode and take_rows of a 1-row and a 1k-row text_grpo frame (16 tokens a row),
-each beside a memcpy of the same data section into a preallocated buffer. Medians over many
+encode, wrap + decode and take_rows (all rows in order, and shuffled: a permutation as a numpy
+index array) of a 1-row and a 1k-row text_grpo frame (16 tokens a row), each beside a memcpy
+of the same data section into a preallocated buffer. Medians over many
 reps, one thread, twice: the cases interleaved rep by rep (so load drifts hit every case alike,
 and each call finds caches as the other cases left them), then each case alone in a warm loop.
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import machine
+import numpy as np
 import torch
 
 import py_wire
@@ -90,7 +92,7 @@ def main() -> None:
     print(f"{args.reps} reps, medians; {TOKENS} tokens/row; one thread")
     if not has_compact:
         print("(this py_wire has no compact frames: embedded form only)")
-    cols = ("header B", "encode", "wrap", "decode", "take_rows", "memcpy")
+    cols = ("header B", "encode", "wrap", "decode", "take_rows", "shuffled", "memcpy")
     print(f"{'rows':>5} {'form':<9}" + "".join(f"{c:>11}" for c in cols) + "   (µs)")
     schema = py_wire.load_schema("text_grpo")
     for rows in args.rows:
@@ -115,11 +117,14 @@ def main() -> None:
             fns[f"{form}/wrap"] = lambda r=r: py_wire.Frame.from_buffer(r)
             fns[f"{form}/decode"] = lambda r=r: py_wire.decode(r)
             fns[f"{form}/take_rows"] = lambda f=f, n=rows: py_wire.take_rows(f, range(n))
+            # A replay buffer's sample: every row once, in random order, as an index array.
+            order = np.random.default_rng(0).permutation(rows)
+            fns[f"{form}/shuffled"] = lambda f=f, o=order: py_wire.take_rows(f, o)
         for interleaved in (True, False):
             us = medians_us(fns, args.reps, interleaved)
             for form in forms:
                 cells = [f"{header_bytes(frames[form]):>11}"]
-                cells += [f"{us[f'{form}/{op}']:>11.1f}" for op in cols[1:5]]
+                cells += [f"{us[f'{form}/{op}']:>11.1f}" for op in cols[1:6]]
                 cells.append(f"{us['memcpy']:>11.1f}")
                 how = "interleaved" if interleaved else "warm"
                 print(f"{rows:>5} {form:<9}" + "".join(cells) + f"   {how}")

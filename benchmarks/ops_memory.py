@@ -5,7 +5,9 @@ peak RSS is its own.
 
     .venv/bin/python benchmarks/ops_memory.py --rows 1000 65536 262144 1048576 --chart out.png
 
-Two baselines, timed beside the op rep by rep: ``memcpy`` is torch's ``copy_`` into
+Every timed call (op and baselines alike) starts with cold caches: twice the last-level cache
+is written before it, so each reads its source from memory. Two baselines, timed beside the op
+rep by rep: ``memcpy`` is torch's ``copy_`` into
 preallocated tensors; ``floor`` is libc's ``memcpy`` (``ctypes.memmove``) into anonymous
 mappings advised ``MADV_NOHUGEPAGE`` and written once, with glibc told to stream from py_wire's
 own threshold (``GLIBC_TUNABLES``, as ``encode_floor.py`` explains), so it is one streaming
@@ -75,14 +77,23 @@ def floor():
 memcpy()
 floor()
 del out
+# Before every timed call, caches are flushed by writing twice the last-level cache: each
+# method then reads its source from memory, as a copy of a frame that just arrived does (else
+# the baselines, which copy the op's output, would find it in the cache the op left it in).
+evict = torch.zeros(int(sys.argv[5]), dtype=torch.uint8)
+def cold():
+    evict.add_(1)
 op_times, copy_times, floor_times = [], [], []
 for _ in range(reps):
+    cold()
     t = time.perf_counter()
     ops[op]()
     op_times.append(time.perf_counter() - t)
+    cold()
     t = time.perf_counter()
     memcpy()
     copy_times.append(time.perf_counter() - t)
+    cold()
     t = time.perf_counter()
     floor()
     floor_times.append(time.perf_counter() - t)
@@ -107,6 +118,8 @@ def main() -> None:
     env["GLIBC_TUNABLES"] = ":".join(filter(None, [env.get("GLIBC_TUNABLES"), tunable]))
     print(machine.describe())
     print(f"py_wire and the floor's memcpy stream from {threshold / 2**20:.0f} MiB")
+    evict_bytes = max(4 * threshold, 64 << 20)  # twice the last-level cache
+    print(f"caches flushed before every timed call ({evict_bytes >> 20} MiB written)")
     extra = "peak beyond output, B/out row"
     print(
         f"{'op':<10}{'rows':>9}{'warm ms':>9}{'memcpy ms':>10}{'x memcpy':>9}{'floor ms':>9}"
@@ -115,8 +128,9 @@ def main() -> None:
     results: dict[str, list[tuple[int, float, float]]] = {op: [] for op in OPS}
     for rows in args.rows:
         for op in OPS:
+            child_args = (rows, args.tokens, op, args.reps, evict_bytes)
             done = subprocess.run(
-                [sys.executable, "-c", CHILD, str(rows), str(args.tokens), op, str(args.reps)],
+                [sys.executable, "-c", CHILD, *map(str, child_args)],
                 capture_output=True,
                 text=True,
                 env=env,
