@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import safetensors.torch
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import py_wire
 from py_wire.synth import qwen2_5_vl_batch
@@ -175,7 +177,7 @@ def test_take_rows_of_index_arrays_masks_and_their_refusals(batch_and_frame):
     batch, frame = batch_and_frame
     rows = [7, 0, 3, 3, -1]
     want = py_wire.take_rows(frame, rows)
-    for given in (
+    for indices in (
         np.array(rows),
         np.array(rows, dtype=np.int32),
         np.array(rows, dtype=np.int64)[::1],
@@ -184,11 +186,11 @@ def test_take_rows_of_index_arrays_masks_and_their_refusals(batch_and_frame):
         torch.tensor(rows, dtype=torch.int16),
         (7, 0, 3, 3, -1),
     ):
-        got = py_wire.take_rows(frame, given)
-        assert bytes(memoryview(got)) == bytes(memoryview(want)), type(given)
+        got = py_wire.take_rows(frame, indices)
+        assert bytes(memoryview(got)) == bytes(memoryview(want)), type(indices)
     mask = [True, False, False, True, False, False, False, True]
-    for given in (np.array(mask), torch.tensor(mask)):
-        got = py_wire.take_rows(frame, given)
+    for indices in (np.array(mask), torch.tensor(mask)):
+        got = py_wire.take_rows(frame, indices)
         assert_batch_equal(py_wire.decode(got), take(batch, [0, 3, 7]), QWEN)
     assert py_wire.take_rows(frame, np.zeros(0, dtype=np.int64)).num_rows == 0
     assert py_wire.take_rows(frame, np.array([5], dtype=np.uint64)).num_rows == 1
@@ -211,3 +213,26 @@ def test_take_rows_of_index_arrays_masks_and_their_refusals(batch_and_frame):
         py_wire.take_rows(frame, {0, 1})  # type: ignore[arg-type]
     with pytest.raises(py_wire.WireError, match="row 8 is out of range for 8 rows"):
         py_wire.take_rows(frame, np.array([8]))
+
+
+@given(
+    picks=st.lists(st.integers(-8, 7), max_size=12),
+    dtype=st.sampled_from(["int8", "int16", "int32", "int64", "uint8", "uint16", "uint64"]),
+    as_tensor=st.booleans(),
+    step=st.integers(1, 3),
+)
+def test_index_arrays_take_what_the_same_list_takes(batch_and_frame, picks, dtype, as_tensor, step):
+    """Any integer dtype, strided or not, tensor or array: the frame a list of the same ints
+    takes, byte for byte (negative rows count from the end, repeats allowed)."""
+    import numpy as np
+
+    _, frame = batch_and_frame
+    if dtype.startswith("uint"):
+        picks = [p % 8 for p in picks]
+    wide = np.zeros(len(picks) * step, dtype=dtype)
+    wide[::step] = picks
+    rows = wide[::step]  # strided when step > 1
+    if as_tensor and dtype not in ("uint16", "uint64"):  # torch cannot take these from numpy
+        rows = torch.from_numpy(rows)
+    got = py_wire.take_rows(frame, rows)
+    assert bytes(memoryview(got)) == bytes(memoryview(py_wire.take_rows(frame, picks)))
