@@ -220,3 +220,32 @@ fn offsets_that_decrease_are_a_frame_error() {
         assert!(err.message().contains("__seq_offsets"), "{err}");
     }
 }
+
+/// A frame of no rows holds only empty values tensors, which share one offset: a reader lists
+/// them by name (`layout::schema_field_table`), whatever order they were written in, and both
+/// writers agree. Found by the row_selection fuzz target, whose check compared the order.
+#[test]
+fn empty_fields_of_a_frame_without_rows_are_listed_by_name() {
+    let bytes = frame(
+        &[2, 1],
+        &[(DType::F32, None), (DType::U8, Some(2))],
+        &[(DType::I32, None)],
+        3,
+    );
+    let layout = parse_frame(&bytes).unwrap();
+    let written: Vec<&str> = layout.fields.iter().map(|f| f.spec.name.as_str()).collect();
+    assert_eq!(
+        written,
+        ["ids", "t0", "t1", "s0"],
+        "rows: data-section order"
+    );
+    let source = [Source {
+        bytes: &bytes,
+        layout: &layout,
+    }];
+    let empty = taken(&source, &Rows::List(vec![])).unwrap();
+    assert_eq!(planned(&source, &Rows::List(vec![])).unwrap(), empty);
+    let out = parse_frame(&empty).unwrap();
+    let names: Vec<&str> = out.fields.iter().map(|f| f.spec.name.as_str()).collect();
+    assert_eq!(names, ["ids", "s0", "t0", "t1"]);
+}
