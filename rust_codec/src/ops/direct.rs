@@ -39,7 +39,8 @@ pub fn take(
     let picks = picks(sources, rows)?;
     let first = sources[0].layout;
     let has_tokens = first.seq_offsets.is_some();
-    let tokens = token_spans(sources, &picks, has_tokens)?;
+    let tables = offset_tables(sources, has_tokens)?;
+    let tokens = token_spans(sources, &tables, &picks)?;
     let num_rows = picks.iter().map(|p| p.end - p.start).sum::<u64>();
     let num_tokens = tokens
         .iter()
@@ -97,23 +98,25 @@ pub fn take(
     if let Some(at) = seq_at {
         let start = data_start + at as usize;
         let end = start + (num_rows as usize + 1) * 8;
-        write_offsets(sources, &picks, &tokens, &mut out[start..end])?;
+        write_offsets(&tables, &picks, &tokens, &mut out[start..end])?;
     }
     let mut copies = Vec::with_capacity(first.fields.len() * picks.len());
+    let mut values_of: Vec<&[u8]> = Vec::with_capacity(sources.len());
     // Field `i` of every source is field `i` of the first: they share one field table.
     for (i, (field, (at, item_bytes, spans))) in first.fields.iter().zip(runs).enumerate() {
+        let outside = || frame_err!("field {:?}: rows lie outside its values", field.spec.name);
+        values_of.clear();
+        for source in sources {
+            let values = &source.layout.fields[i].values;
+            let end = values.offset.saturating_add(values.nbytes);
+            values_of.push(source.bytes.get(values.offset..end).ok_or_else(outside)?);
+        }
         let mut dst = data_start + at as usize;
         for span in spans.iter() {
-            let source = sources[span.source as usize];
-            let values = &source.layout.fields[i].values;
             let (a, b) = (span.start * item_bytes, span.end * item_bytes);
-            let bytes = source
-                .bytes
-                .get(values.offset..values.offset.saturating_add(values.nbytes))
-                .and_then(|v| v.get(a as usize..b as usize))
-                .ok_or_else(|| {
-                    frame_err!("field {:?}: rows lie outside its values", field.spec.name)
-                })?;
+            let bytes = values_of[span.source as usize]
+                .get(a as usize..b as usize)
+                .ok_or_else(outside)?;
             if !bytes.is_empty() {
                 copies.push(ByteRun {
                     src: bytes,
@@ -205,43 +208,52 @@ fn item_bytes(field: &DecodedField) -> Result<u64> {
         .ok_or_else(|| frame_err!("field {:?}: row size overflows", field.spec.name))
 }
 
-/// Offset `row` of a source's `__seq_offsets` (in bounds: the layout sized the tensor).
-fn seq_offset(source: &Source<'_>, row: u64) -> Result<u64> {
-    let loc = source
-        .layout
-        .seq_offsets
-        .as_ref()
-        .ok_or_else(|| internal_err!("per-token rows without sequence offsets"))?;
-    let at = (row as usize)
+/// Each source's `__seq_offsets` bytes (where its layout located them), or none for frames
+/// without per-token fields.
+fn offset_tables<'s>(sources: &[Source<'s>], has_tokens: bool) -> Result<Vec<&'s [u8]>> {
+    if !has_tokens {
+        return Ok(Vec::new());
+    }
+    sources
+        .iter()
+        .map(|source| {
+            let loc = source
+                .layout
+                .seq_offsets
+                .as_ref()
+                .ok_or_else(|| internal_err!("per-token rows without sequence offsets"))?;
+            source
+                .bytes
+                .get(loc.offset..loc.offset.saturating_add(loc.nbytes))
+                .ok_or_else(|| internal_err!("{} lies outside the frame", names::SEQ_OFFSETS))
+        })
+        .collect()
+}
+
+/// Offset `row` of a source's `__seq_offsets` table.
+fn offset_at(table: &[u8], row: u64) -> Result<u64> {
+    (row as usize)
         .checked_mul(8)
-        .and_then(|b| b.checked_add(loc.offset))
-        .filter(|&at| at + 8 <= loc.offset + loc.nbytes)
-        .ok_or_else(|| internal_err!("sequence offset {row} lies outside its tensor"))?;
-    source
-        .bytes
-        .get(at..at + 8)
+        .and_then(|at| table.get(at..at.checked_add(8)?))
         .map(read_u64)
-        .ok_or_else(|| internal_err!("sequence offset {row} lies outside the frame"))
+        .ok_or_else(|| internal_err!("sequence offset {row} lies outside its tensor"))
 }
 
 /// Each pick's token range in its source (`start..end` of the per-token values): the offsets
 /// at its first row and past its last, checked against the source's token count.
 fn token_spans(
     sources: &[Source<'_>],
+    tables: &[&[u8]],
     picks: &[RowSpan],
-    has_tokens: bool,
 ) -> Result<Vec<RowSpan>> {
-    if !has_tokens {
+    if tables.is_empty() {
         return Ok(Vec::new());
     }
     picks
         .iter()
         .map(|pick| {
-            let source = &sources[pick.source as usize];
-            let (start, end) = (
-                seq_offset(source, pick.start)?,
-                seq_offset(source, pick.end)?,
-            );
+            let (source, table) = (&sources[pick.source as usize], tables[pick.source as usize]);
+            let (start, end) = (offset_at(table, pick.start)?, offset_at(table, pick.end)?);
             if start > end || end > source.layout.total_tokens {
                 return Err(frame_err!(
                     "{}[{}..={}] run {start}..{end}, outside the frame's {} tokens (changed \
@@ -265,7 +277,7 @@ fn token_spans(
 /// rows' source offsets, rebased; each is checked never to decrease and each pick to run
 /// between the token range [`token_spans`] read, so the sizes already laid out hold.
 fn write_offsets(
-    sources: &[Source<'_>],
+    tables: &[&[u8]],
     picks: &[RowSpan],
     tokens: &[RowSpan],
     out: &mut [u8],
@@ -274,16 +286,10 @@ fn write_offsets(
     first.copy_from_slice(&0u64.to_le_bytes());
     let mut base = 0u64;
     for (pick, range) in picks.iter().zip(tokens) {
-        let source = &sources[pick.source as usize];
-        let loc = source
-            .layout
-            .seq_offsets
-            .as_ref()
-            .ok_or_else(|| internal_err!("per-token rows without sequence offsets"))?;
         let rows = (pick.end - pick.start) as usize;
-        let under = source
-            .bytes
-            .get(loc.offset + pick.start as usize * 8..loc.offset + (pick.end as usize + 1) * 8)
+        let under = tables
+            .get(pick.source as usize)
+            .and_then(|t| t.get(pick.start as usize * 8..(pick.end as usize + 1) * 8))
             .ok_or_else(|| internal_err!("picked rows lie outside {}", names::SEQ_OFFSETS))?;
         let (slots, after) = std::mem::take(&mut rest).split_at_mut(rows * 8);
         rest = after;
