@@ -13,7 +13,9 @@ use py_wire_codec::frame::compact::{hold, HeldSchema};
 use py_wire_codec::ops::{direct, gather, output_metadata, Rows, Source};
 use py_wire_codec::schema::spec::meta;
 use py_wire_codec::tensor::TensorRef;
-use py_wire_codec::{parse_frame, DType, EncodeRequest, FieldData, FieldInput, FieldSpec, Tier};
+use py_wire_codec::{
+    parse_frame, DType, EncodeOptions, EncodeRequest, FieldData, FieldInput, FieldSpec, Tier,
+};
 use sha2::Digest;
 
 /// A compact frame of `lengths.len()` rows: the per-token fields `tokens` and the scalar
@@ -115,10 +117,27 @@ fn planned(sources: &[Source<'_>], rows: &Rows) -> Result<Vec<u8>, String> {
 /// The bytes the direct path writes, checked to parse (as a hostile frame) to the layout it
 /// reports.
 fn taken(sources: &[Source<'_>], rows: &Rows) -> Result<Vec<u8>, String> {
+    taken_with(sources, rows, options(2, usize::MAX))
+}
+
+fn options(threads: usize, parallel_threshold: usize) -> EncodeOptions {
+    EncodeOptions {
+        threads,
+        parallel_threshold,
+    }
+}
+
+/// [`taken`] with copy threads started from `options.parallel_threshold` bytes each (a small
+/// threshold cuts the fields into pieces of half of it, shared between the threads).
+fn taken_with(
+    sources: &[Source<'_>],
+    rows: &Rows,
+    options: EncodeOptions,
+) -> Result<Vec<u8>, String> {
     let metadata = output_metadata(sources[0].layout);
     assert!(direct::takes(sources, &metadata));
     let (buf, layout) =
-        direct::take(sources, rows, metadata, 2).map_err(|e| e.kind().to_string())?;
+        direct::take(sources, rows, metadata, options).map_err(|e| e.kind().to_string())?;
     let bytes = buf.as_slice().to_vec();
     assert_eq!(layout, parse_frame(&bytes).unwrap());
     Ok(bytes)
@@ -155,6 +174,8 @@ proptest! {
         tokens in prop::collection::vec(arb_field(), 0..3),
         scalars in prop::collection::vec(arb_field(), 0..3),
         second_seed in prop::option::of(any::<u8>()),
+        threads in 1usize..4,
+        threshold in prop::sample::select(vec![1usize, 5, 64, usize::MAX]),
     ) {
         let a = frame(&lengths, &tokens, &scalars, 1);
         let mut reversed = lengths.clone();
@@ -164,7 +185,8 @@ proptest! {
         let one = [Source { bytes: &a, layout: &la }];
         let two = [one[0], Source { bytes: &b, layout: &lb }];
         for sources in [&one[..], &two[..]] {
-            prop_assert_eq!(taken(sources, &rows), planned(sources, &rows));
+            let direct = taken_with(sources, &rows, options(threads, threshold));
+            prop_assert_eq!(direct, planned(sources, &rows));
         }
     }
 }
@@ -183,7 +205,7 @@ fn frames_it_does_not_take_are_left_to_the_plan() {
     bare.remove(meta::SCHEMA_REF);
     for metadata in [with_checksum, bare] {
         assert!(!direct::takes(&source, &metadata));
-        assert!(direct::take(&source, &Rows::All, metadata, 1).is_err());
+        assert!(direct::take(&source, &Rows::All, metadata, options(1, usize::MAX)).is_err());
     }
     // Packed fields go through the plan.
     let sample = common::sample_frame();
@@ -213,7 +235,7 @@ fn offsets_that_decrease_are_a_frame_error() {
     }];
     for rows in [Rows::All, Rows::List(vec![1]), Rows::List(vec![0, 1, 2])] {
         let metadata = output_metadata(&layout);
-        let err = direct::take(&source, &rows, metadata, 1)
+        let err = direct::take(&source, &rows, metadata, options(1, usize::MAX))
             .err()
             .expect("refused");
         assert_eq!(err.kind(), "frame", "{err}");

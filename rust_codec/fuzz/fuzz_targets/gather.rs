@@ -24,7 +24,12 @@ fn direct_agrees(sources: &[Source<'_>], selection: &Rows, planned: Option<&[u8]
     if !direct::takes(sources, &metadata) {
         return;
     }
-    match (direct::take(sources, selection, metadata, 1), planned) {
+    // Two threads from 48 bytes each: the fields are cut into pieces of 24 bytes, shared.
+    let options = EncodeOptions {
+        threads: 2,
+        parallel_threshold: 48,
+    };
+    match (direct::take(sources, selection, metadata, options), planned) {
         (Ok((buf, layout)), Some(bytes)) => {
             assert_eq!(buf.as_slice(), bytes, "the direct path wrote other bytes");
             assert_eq!(layout, parse_frame(bytes).expect("planned frame parses"));

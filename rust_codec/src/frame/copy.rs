@@ -9,7 +9,8 @@ use crate::tensor::TensorRef;
 
 /// Copies below this many bytes per thread are not worth a thread.
 pub const DEFAULT_PARALLEL_THRESHOLD: usize = 8 << 20;
-const CHUNK: usize = 4 << 20;
+/// The most bytes one thread's piece of a shared copy holds.
+pub(crate) const CHUNK: usize = 4 << 20;
 
 /// One copy: all of `src`, in C order, cast to `dst_dtype`, into `dst_offset..` of the output.
 #[derive(Debug, Clone)]
@@ -237,7 +238,10 @@ pub fn run_jobs(
 
 /// Runs `work` on each group, one scoped thread per group; the first error (or a panic, as an
 /// `InternalError`) is the result.
-fn on_threads<G: Send>(groups: Vec<G>, work: impl Fn(G) -> Result<()> + Sync) -> Result<()> {
+pub(crate) fn on_threads<G: Send>(
+    groups: Vec<G>,
+    work: impl Fn(G) -> Result<()> + Sync,
+) -> Result<()> {
     let work = &work;
     std::thread::scope(|scope| {
         let handles: Vec<_> = groups
@@ -248,103 +252,6 @@ fn on_threads<G: Send>(groups: Vec<G>, work: impl Fn(G) -> Result<()> + Sync) ->
             h.join()
                 .unwrap_or_else(|_| Err(internal_err!("a copy thread panicked")))
         })
-    })
-}
-
-/// One byte run of a frame op: `src` copied as it is to `dst_offset..` of the output. A frame
-/// op moves many short runs (a shuffled take is a run per row and field), so a run carries no
-/// tensor view and no dtype.
-#[derive(Debug, Clone, Copy)]
-pub struct ByteRun<'a> {
-    /// The bytes to copy.
-    pub src: &'a [u8],
-    /// Where they go in the output.
-    pub dst_offset: usize,
-}
-
-/// Copies every run into `out`, as [`run_jobs`] does jobs (streaming stores for outputs larger
-/// than the cache, up to `threads` threads past `threshold` bytes each), at a few nanoseconds
-/// a run. Runs must write disjoint ranges, sorted by `dst_offset`, inside `out`.
-pub fn run_byte_runs(
-    runs: &[ByteRun<'_>],
-    out: &mut [u8],
-    threads: usize,
-    threshold: usize,
-) -> Result<()> {
-    let total = runs
-        .iter()
-        .try_fold(0usize, |sum, r| sum.checked_add(r.src.len()))
-        .ok_or_else(|| internal_err!("byte runs overflow"))?;
-    let threads = threads.max(1).min(total / threshold.max(1)).max(1);
-    let streaming = crate::frame::stream::streams(out.len());
-    let refused = || internal_err!("byte runs overlap or run past the output");
-    if threads == 1 {
-        let mut stores = Stores::new(streaming);
-        let mut consumed = 0usize;
-        for run in runs.iter().filter(|r| !r.src.is_empty()) {
-            let end = run
-                .dst_offset
-                .checked_add(run.src.len())
-                .ok_or_else(refused)?;
-            if run.dst_offset < consumed {
-                return Err(refused());
-            }
-            stores.copy(
-                out.get_mut(run.dst_offset..end).ok_or_else(refused)?,
-                run.src,
-            );
-            consumed = end;
-        }
-        return Ok(());
-    }
-    // Threads: cut into pieces of at most CHUNK (so they balance), each with its own disjoint
-    // slice of `out`, in order.
-    let mut pieces: Vec<(&[u8], &mut [u8])> = Vec::with_capacity(runs.len());
-    let mut rest: &mut [u8] = out;
-    let mut consumed = 0usize;
-    for run in runs {
-        let (mut src, mut at) = (run.src, run.dst_offset);
-        while !src.is_empty() {
-            let n = src.len().min(CHUNK);
-            let gap = at
-                .checked_sub(consumed)
-                .filter(|gap| gap.checked_add(n).is_some_and(|end| end <= rest.len()))
-                .ok_or_else(refused)?;
-            let (_, tail) = std::mem::take(&mut rest).split_at_mut(gap);
-            let (mine, tail) = tail.split_at_mut(n);
-            let (head, after) = src.split_at(n);
-            pieces.push((head, mine));
-            rest = tail;
-            consumed = at + n;
-            src = after;
-            at += n;
-        }
-    }
-    let copy_all = |items: &mut [(&[u8], &mut [u8])]| {
-        // Each writer fences its own streaming stores when its `Stores` drops.
-        let mut stores = Stores::new(streaming);
-        for (src, dst) in items.iter_mut() {
-            stores.copy(dst, src);
-        }
-    };
-    // Balance by bytes: consecutive pieces go to a thread until it holds its share.
-    let share = total.div_ceil(threads);
-    let mut groups: Vec<&mut [(&[u8], &mut [u8])]> = Vec::with_capacity(threads);
-    let mut remaining: &mut [(&[u8], &mut [u8])] = &mut pieces;
-    while !remaining.is_empty() {
-        let mut filled = 0;
-        let mut take = 0;
-        while take < remaining.len() && (filled < share || groups.len() + 1 == threads) {
-            filled += remaining[take].0.len();
-            take += 1;
-        }
-        let (group, after) = std::mem::take(&mut remaining).split_at_mut(take);
-        groups.push(group);
-        remaining = after;
-    }
-    on_threads(groups, |group| {
-        copy_all(group);
-        Ok(())
     })
 }
 
@@ -368,78 +275,6 @@ mod tests {
             out.extend_from_slice(&src.bytes[b..b + es]);
         }
         out
-    }
-
-    /// Runs of `lens` bytes with `gaps` between them, from a source of distinct bytes; the
-    /// output expected (gaps keep the fill byte).
-    fn byte_runs_case<'s>(
-        lens: &[usize],
-        gaps: &[usize],
-        src: &'s [u8],
-    ) -> (Vec<ByteRun<'s>>, Vec<u8>) {
-        let mut runs = Vec::new();
-        let (mut at, mut from) = (0usize, 0usize);
-        let mut expected = Vec::new();
-        for (&len, &gap) in lens.iter().zip(gaps) {
-            at += gap;
-            expected.resize(at, 0xEE);
-            let bytes = &src[from..from + len];
-            runs.push(ByteRun {
-                src: bytes,
-                dst_offset: at,
-            });
-            expected.extend_from_slice(bytes);
-            at += len;
-            from += len;
-        }
-        expected.resize(at + 3, 0xEE);
-        (runs, expected)
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(200))]
-        #[test]
-        fn byte_runs_land_where_they_say(
-            lens in proptest::collection::vec(0usize..300, 0..20),
-            gaps in proptest::collection::vec(0usize..70, 20),
-            threads in 1usize..4,
-            threshold in 1usize..2000,
-        ) {
-            let src: Vec<u8> = (0..6000).map(|i| (i * 7 + 1) as u8).collect();
-            let (runs, expected) = byte_runs_case(&lens, &gaps, &src);
-            let mut out = vec![0xEE; expected.len()];
-            run_byte_runs(&runs, &mut out, threads, threshold).unwrap();
-            prop_assert_eq!(out, expected);
-        }
-    }
-
-    #[test]
-    fn byte_runs_larger_than_a_chunk_are_shared_and_bad_runs_refused() {
-        let src: Vec<u8> = (0..(9 << 20)).map(|i| (i % 251) as u8).collect();
-        let (runs, expected) = byte_runs_case(&[5 << 20, 4 << 20], &[64, 0], &src);
-        for threshold in [usize::MAX, 1 << 20] {
-            // One thread, then three sharing pieces of at most CHUNK.
-            let mut out = vec![0xEE; expected.len()];
-            run_byte_runs(&runs, &mut out, 3, threshold).unwrap();
-            assert!(out == expected, "threshold {threshold}");
-        }
-        let overlapping = [
-            ByteRun {
-                src: &src[..8],
-                dst_offset: 4,
-            },
-            ByteRun {
-                src: &src[..8],
-                dst_offset: 8,
-            },
-        ];
-        let err = run_byte_runs(&overlapping, &mut [0u8; 32], 1, 1).unwrap_err();
-        assert!(err.to_string().contains("overlap"), "{err}");
-        let past = [ByteRun {
-            src: &src[..8],
-            dst_offset: 30,
-        }];
-        assert!(run_byte_runs(&past, &mut [0u8; 32], 1, 1).is_err());
     }
 
     proptest! {

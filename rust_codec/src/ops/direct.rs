@@ -11,13 +11,15 @@
 use std::collections::BTreeMap;
 
 use crate::encode::layout::Layout;
+use crate::encode::EncodeOptions;
 use crate::encode::RowSpan;
 use crate::error::Result;
 use crate::frame::buffer::AlignedBuf;
-use crate::frame::copy::{run_byte_runs, ByteRun, DEFAULT_PARALLEL_THRESHOLD};
+use crate::frame::copy::{on_threads, CHUNK};
 use crate::frame::header::{lists_tensors, sort_entries, write_header, Entry, Header};
 use crate::frame::layout::{DecodedField, FrameLayout, TensorLoc};
 use crate::frame::monotone::never_decrease;
+use crate::frame::stream::{streams, Stores};
 use crate::schema::dtype::DType;
 use crate::schema::spec::{meta, names, Tier};
 use crate::{batch_err, frame_err, internal_err};
@@ -26,12 +28,13 @@ use super::selection::{picks, Output, Rows, Source};
 
 /// Rows `rows` of the sources' concatenation written as a new frame, with `metadata` as its
 /// header entries besides the format and row count (see [`super::selection::output_metadata`]); the
-/// sources must be ones this path [`takes`]. `threads`: the most the payload copies use.
+/// sources must be ones this path [`takes`]. `options`: the most threads the payload copies use,
+/// and the bytes each thread must have before another is started.
 pub fn take(
     sources: &[Source<'_>],
     rows: &Rows,
     metadata: BTreeMap<String, String>,
-    threads: usize,
+    options: EncodeOptions,
 ) -> Result<Output> {
     if !takes(sources, &metadata) {
         return Err(internal_err!("a direct take of frames it does not take"));
@@ -72,7 +75,12 @@ pub fn take(
             .checked_mul(item_bytes)
             .ok_or_else(|| batch_err!("field {:?}: payload size overflows", spec.name))?;
         let at = layout.place(spec.name.clone(), spec.stored_dtype(), shape, nbytes)?;
-        runs.push((at, item_bytes, spans));
+        runs.push(FieldRuns {
+            at,
+            item_bytes,
+            nbytes,
+            spans,
+        });
     }
     let data_len = layout.align()?;
     let mut entries = layout.entries;
@@ -100,33 +108,7 @@ pub fn take(
         let end = start + (num_rows as usize + 1) * 8;
         write_offsets(&tables, &picks, &tokens, &mut out[start..end])?;
     }
-    let mut copies = Vec::with_capacity(first.fields.len() * picks.len());
-    let mut values_of: Vec<&[u8]> = Vec::with_capacity(sources.len());
-    // Field `i` of every source is field `i` of the first: they share one field table.
-    for (i, (field, (at, item_bytes, spans))) in first.fields.iter().zip(runs).enumerate() {
-        let outside = || frame_err!("field {:?}: rows lie outside its values", field.spec.name);
-        values_of.clear();
-        for source in sources {
-            let values = &source.layout.fields[i].values;
-            let end = values.offset.saturating_add(values.nbytes);
-            values_of.push(source.bytes.get(values.offset..end).ok_or_else(outside)?);
-        }
-        let mut dst = data_start + at as usize;
-        for span in spans.iter() {
-            let (a, b) = (span.start * item_bytes, span.end * item_bytes);
-            let bytes = values_of[span.source as usize]
-                .get(a as usize..b as usize)
-                .ok_or_else(outside)?;
-            if !bytes.is_empty() {
-                copies.push(ByteRun {
-                    src: bytes,
-                    dst_offset: dst,
-                });
-            }
-            dst += bytes.len();
-        }
-    }
-    run_byte_runs(&copies, out, threads, DEFAULT_PARALLEL_THRESHOLD)?;
+    copy_fields(sources, first, &runs, &mut out[data_start..], options)?;
     let header = Header {
         listed: lists_tensors(&metadata),
         metadata,
@@ -136,6 +118,179 @@ pub fn take(
     };
     let layout = layout_of(header, first, num_rows, num_tokens);
     Ok((buf, layout))
+}
+
+/// Where one field's values go in the output and what fills them: its spans (token or row
+/// ranges of the sources), `item_bytes` each, `nbytes` in all from data-section offset `at`.
+struct FieldRuns<'p> {
+    at: u64,
+    item_bytes: u64,
+    nbytes: u64,
+    spans: &'p [RowSpan],
+}
+
+/// A piece of one field's output: its bytes `lo..lo + dst.len()`, which begin inside span
+/// `span` (the span's bytes begin at `span_at` of the field's output).
+struct Piece<'o> {
+    field: usize,
+    span: usize,
+    span_at: u64,
+    lo: u64,
+    dst: &'o mut [u8],
+}
+
+/// Copies every field's spans into `data` (the output's data section): straight from the
+/// sources, with no list of copies per row. Past `options.parallel_threshold` bytes per thread
+/// the fields are cut into pieces (of at most `CHUNK`) shared between up to `options.threads`
+/// threads; streaming stores when the frame is larger than the cache.
+fn copy_fields(
+    sources: &[Source<'_>],
+    first: &FrameLayout,
+    runs: &[FieldRuns<'_>],
+    data: &mut [u8],
+    options: EncodeOptions,
+) -> Result<()> {
+    // values[field * sources + source]: each source's values of each field, located once.
+    let mut values: Vec<&[u8]> = Vec::with_capacity(runs.len() * sources.len());
+    for (i, field) in first.fields.iter().enumerate().take(runs.len()) {
+        for source in sources {
+            let loc = &source.layout.fields[i].values;
+            let bytes = source
+                .bytes
+                .get(loc.offset..loc.offset.saturating_add(loc.nbytes));
+            values.push(bytes.ok_or_else(|| outside(field))?);
+        }
+    }
+    let total = runs.iter().map(|r| r.nbytes).sum::<u64>() as usize;
+    let threshold = options.parallel_threshold.max(1);
+    let threads = options.threads.max(1).min(total / threshold).max(1);
+    let piece_max = if threads > 1 {
+        (threshold as u64 / 2).clamp(1, CHUNK as u64)
+    } else {
+        u64::MAX
+    };
+    let streaming = streams(data.len());
+    let pieces = cut_pieces(runs, data, piece_max)?;
+    let copy = |pieces: &mut [Piece<'_>]| -> Result<()> {
+        let mut stores = Stores::new(streaming);
+        for piece in pieces.iter_mut() {
+            let field = &first.fields[piece.field];
+            let from = &values[piece.field * sources.len()..(piece.field + 1) * sources.len()];
+            copy_piece(piece, &runs[piece.field], from, &mut stores)
+                .map_err(|e| e.unwrap_or_else(|| outside(field)))?;
+        }
+        Ok(())
+    };
+    let mut pieces = pieces;
+    if threads == 1 {
+        return copy(&mut pieces);
+    }
+    // Balance by bytes: consecutive pieces go to a thread until it holds its share.
+    let share = total.div_ceil(threads);
+    let mut groups: Vec<&mut [Piece<'_>]> = Vec::with_capacity(threads);
+    let mut remaining: &mut [Piece<'_>] = &mut pieces;
+    while !remaining.is_empty() {
+        let (mut filled, mut take) = (0, 0);
+        while take < remaining.len() && (filled < share || groups.len() + 1 == threads) {
+            filled += remaining[take].dst.len();
+            take += 1;
+        }
+        let (group, after) = std::mem::take(&mut remaining).split_at_mut(take);
+        groups.push(group);
+        remaining = after;
+    }
+    on_threads(groups, copy)
+}
+
+/// Each field's output region of `data`, cut at every multiple of `piece_max` bytes into
+/// pieces, each knowing the span it begins in.
+fn cut_pieces<'o>(
+    runs: &[FieldRuns<'_>],
+    data: &'o mut [u8],
+    piece_max: u64,
+) -> Result<Vec<Piece<'o>>> {
+    let mut pieces = Vec::with_capacity(runs.len());
+    let mut rest: &'o mut [u8] = data;
+    let mut consumed = 0u64;
+    for (field, run) in runs.iter().enumerate() {
+        let gap = run
+            .at
+            .checked_sub(consumed)
+            .filter(|gap| gap + run.nbytes <= rest.len() as u64)
+            .ok_or_else(|| internal_err!("fields placed out of order"))?;
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(gap as usize);
+        let (mut region, tail) = tail.split_at_mut(run.nbytes as usize);
+        rest = tail;
+        consumed = run.at + run.nbytes;
+        let (mut lo, mut span, mut span_at) = (0u64, 0usize, 0u64);
+        while lo < run.nbytes {
+            let n = piece_max.min(run.nbytes - lo);
+            let (dst, after) = std::mem::take(&mut region).split_at_mut(n as usize);
+            pieces.push(Piece {
+                field,
+                span,
+                span_at,
+                lo,
+                dst,
+            });
+            region = after;
+            lo += n;
+            // The span the next piece begins in.
+            while let Some(s) = run.spans.get(span) {
+                let len = (s.end - s.start) * run.item_bytes;
+                if span_at + len > lo {
+                    break;
+                }
+                span_at += len;
+                span += 1;
+            }
+        }
+    }
+    Ok(pieces)
+}
+
+/// Copies one piece from its field's spans (`values`: that field's values in each source).
+/// `Err(None)`: a span outside its source's values.
+fn copy_piece(
+    piece: &mut Piece<'_>,
+    run: &FieldRuns<'_>,
+    values: &[&[u8]],
+    stores: &mut Stores,
+) -> std::result::Result<(), Option<crate::error::Error>> {
+    let hi = piece.lo + piece.dst.len() as u64;
+    let (mut k, mut at, mut written) = (piece.span, piece.span_at, 0usize);
+    while at < hi {
+        let span = run
+            .spans
+            .get(k)
+            .ok_or_else(|| Some(internal_err!("a piece runs past its field's spans")))?;
+        let len = (span.end - span.start) * run.item_bytes;
+        let (from, to) = (piece.lo.max(at), hi.min(at + len));
+        if from < to {
+            let a = (span.start * run.item_bytes + (from - at)) as usize;
+            let n = (to - from) as usize;
+            let src = values
+                .get(span.source as usize)
+                .and_then(|v| v.get(a..a.checked_add(n)?))
+                .ok_or(None)?;
+            let dst = piece
+                .dst
+                .get_mut(written..written + n)
+                .ok_or_else(|| Some(internal_err!("a piece's spans overrun it")))?;
+            stores.copy(dst, src);
+            written += n;
+        }
+        at += len;
+        k += 1;
+    }
+    if written != piece.dst.len() {
+        return Err(Some(internal_err!("a piece's spans fall short of it")));
+    }
+    Ok(())
+}
+
+fn outside(field: &DecodedField) -> crate::error::Error {
+    frame_err!("field {:?}: rows lie outside its values", field.spec.name)
 }
 
 /// The written frame's layout, from the entries placed for it: each field's values where its

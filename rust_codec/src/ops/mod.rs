@@ -42,7 +42,7 @@ pub fn take(
         replace_schema_entries(&mut metadata, entries);
     }
     if direct::takes(sources, &metadata) {
-        return direct::take(sources, rows, metadata, options.threads);
+        return direct::take(sources, rows, metadata, options);
     }
     let mut request = gather(sources, rows)?;
     if let Some(entries) = schema_entries {
