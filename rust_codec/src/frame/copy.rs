@@ -160,7 +160,7 @@ pub fn run_jobs(
 ) -> Result<()> {
     let total: usize = jobs.iter().map(|j| j.dst_len()).sum();
     let out_len = out.len();
-    let threads = threads.max(1).min(total / threshold.max(1)).max(1);
+    let threads = copy_threads(total, threads, threshold);
     let mut tasks = Vec::with_capacity(jobs.len());
     for job in jobs {
         let len = job.dst_len();
@@ -211,29 +211,51 @@ pub fn run_jobs(
             Ok(())
         }
     };
-    let run_all = |items: Vec<(&Task, &mut [u8])>| -> Result<()> {
+    let run_all = |items: &mut [(&Task, &mut [u8])]| -> Result<()> {
         let mut stores = Stores::new(streaming);
         items
-            .into_iter()
+            .iter_mut()
             .try_for_each(|(t, d)| run_one(t, d, &mut stores))
     };
     if threads == 1 {
-        return run_all(slices);
+        return run_all(&mut slices);
     }
-    // Balance by bytes: consecutive tasks go to a thread until it holds its share.
-    let share = total.div_ceil(threads);
-    let mut groups: Vec<Vec<(&Task, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
-    let mut group = 0;
-    let mut filled = 0;
-    for item in slices {
-        if filled >= share && group + 1 < threads {
-            group += 1;
-            filled = 0;
+    on_threads(
+        share_by_bytes(&mut slices, threads, |item| item.1.len()),
+        run_all,
+    )
+}
+
+/// How many threads copy `total` bytes: at most `threads`, each with at least `threshold`.
+pub(crate) fn copy_threads(total: usize, threads: usize, threshold: usize) -> usize {
+    threads.max(1).min(total / threshold.max(1)).max(1)
+}
+
+/// `items` cut into at most `threads` runs of consecutive items, one per thread, each about an
+/// equal share of the bytes (`len` of each item); the last takes what is left.
+pub(crate) fn share_by_bytes<T>(
+    items: &mut [T],
+    threads: usize,
+    len: impl Fn(&T) -> usize,
+) -> Vec<&mut [T]> {
+    let share = items
+        .iter()
+        .map(&len)
+        .sum::<usize>()
+        .div_ceil(threads.max(1));
+    let mut groups = Vec::with_capacity(threads);
+    let mut remaining = items;
+    while !remaining.is_empty() {
+        let (mut filled, mut take) = (0, 0);
+        while take < remaining.len() && (filled < share || groups.len() + 1 >= threads) {
+            filled += len(&remaining[take]);
+            take += 1;
         }
-        filled += item.1.len();
-        groups[group].push(item);
+        let (group, after) = std::mem::take(&mut remaining).split_at_mut(take);
+        groups.push(group);
+        remaining = after;
     }
-    on_threads(groups, run_all)
+    groups
 }
 
 /// Runs `work` on each group, one scoped thread per group; the first error (or a panic, as an

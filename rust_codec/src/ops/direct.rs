@@ -15,7 +15,7 @@ use crate::encode::EncodeOptions;
 use crate::encode::RowSpan;
 use crate::error::Result;
 use crate::frame::buffer::AlignedBuf;
-use crate::frame::copy::{on_threads, CHUNK};
+use crate::frame::copy::{copy_threads, on_threads, share_by_bytes, CHUNK};
 use crate::frame::header::{lists_tensors, sort_entries, write_header, Entry, Header};
 use crate::frame::layout::{DecodedField, FrameLayout, TensorLoc};
 use crate::frame::monotone::never_decrease;
@@ -163,43 +163,27 @@ fn copy_fields(
     }
     let total = runs.iter().map(|r| r.nbytes).sum::<u64>() as usize;
     let threshold = options.parallel_threshold.max(1);
-    let threads = options.threads.max(1).min(total / threshold).max(1);
+    let threads = copy_threads(total, options.threads, threshold);
     let piece_max = if threads > 1 {
         (threshold as u64 / 2).clamp(1, CHUNK as u64)
     } else {
         u64::MAX
     };
     let streaming = streams(data.len());
-    let pieces = cut_pieces(runs, data, piece_max)?;
+    let mut pieces = cut_pieces(runs, data, piece_max)?;
     let copy = |pieces: &mut [Piece<'_>]| -> Result<()> {
         let mut stores = Stores::new(streaming);
         for piece in pieces.iter_mut() {
             let field = &first.fields[piece.field];
             let from = &values[piece.field * sources.len()..(piece.field + 1) * sources.len()];
-            copy_piece(piece, &runs[piece.field], from, &mut stores)
-                .map_err(|e| e.unwrap_or_else(|| outside(field)))?;
+            copy_piece(piece, &runs[piece.field], from, field, &mut stores)?;
         }
         Ok(())
     };
-    let mut pieces = pieces;
     if threads == 1 {
         return copy(&mut pieces);
     }
-    // Balance by bytes: consecutive pieces go to a thread until it holds its share.
-    let share = total.div_ceil(threads);
-    let mut groups: Vec<&mut [Piece<'_>]> = Vec::with_capacity(threads);
-    let mut remaining: &mut [Piece<'_>] = &mut pieces;
-    while !remaining.is_empty() {
-        let (mut filled, mut take) = (0, 0);
-        while take < remaining.len() && (filled < share || groups.len() + 1 == threads) {
-            filled += remaining[take].dst.len();
-            take += 1;
-        }
-        let (group, after) = std::mem::take(&mut remaining).split_at_mut(take);
-        groups.push(group);
-        remaining = after;
-    }
-    on_threads(groups, copy)
+    on_threads(share_by_bytes(&mut pieces, threads, |p| p.dst.len()), copy)
 }
 
 /// Each field's output region of `data`, cut at every multiple of `piece_max` bytes into
@@ -249,21 +233,21 @@ fn cut_pieces<'o>(
     Ok(pieces)
 }
 
-/// Copies one piece from its field's spans (`values`: that field's values in each source).
-/// `Err(None)`: a span outside its source's values.
+/// Copies one piece of `field` from its spans (`values`: the field's values in each source).
 fn copy_piece(
     piece: &mut Piece<'_>,
     run: &FieldRuns<'_>,
     values: &[&[u8]],
+    field: &DecodedField,
     stores: &mut Stores,
-) -> std::result::Result<(), Option<crate::error::Error>> {
+) -> Result<()> {
     let hi = piece.lo + piece.dst.len() as u64;
     let (mut k, mut at, mut written) = (piece.span, piece.span_at, 0usize);
     while at < hi {
         let span = run
             .spans
             .get(k)
-            .ok_or_else(|| Some(internal_err!("a piece runs past its field's spans")))?;
+            .ok_or_else(|| internal_err!("a piece runs past its field's spans"))?;
         let len = (span.end - span.start) * run.item_bytes;
         let (from, to) = (piece.lo.max(at), hi.min(at + len));
         if from < to {
@@ -272,11 +256,11 @@ fn copy_piece(
             let src = values
                 .get(span.source as usize)
                 .and_then(|v| v.get(a..a.checked_add(n)?))
-                .ok_or(None)?;
+                .ok_or_else(|| outside(field))?;
             let dst = piece
                 .dst
                 .get_mut(written..written + n)
-                .ok_or_else(|| Some(internal_err!("a piece's spans overrun it")))?;
+                .ok_or_else(|| internal_err!("a piece's spans overrun it"))?;
             stores.copy(dst, src);
             written += n;
         }
@@ -284,7 +268,7 @@ fn copy_piece(
         k += 1;
     }
     if written != piece.dst.len() {
-        return Err(Some(internal_err!("a piece's spans fall short of it")));
+        return Err(internal_err!("a piece's spans fall short of it"));
     }
     Ok(())
 }
