@@ -91,9 +91,9 @@ def _source_frame(
     data: Any, policy: Writable, partial: bool
 ) -> tuple[Frame, bool, torch.Tensor | None]:
     """The frame to decode from, whether each returned tensor must be copied, and the device
-    payload (a frame in device memory). Under ``"auto"`` a read-only source mapped from a file
-    or shared memory (a Ray object, a read-only ``mmap``) is mapped again copy-on-write: zero
-    copies, and a write reaches only this process's page. Elsewhere a private frame is a copy:
+    payload (a frame in device memory). Under ``"auto"`` a read-only source whose owner pins it
+    (a Ray object) is mapped again copy-on-write, holding the object: zero copies, and a write
+    reaches only this process's page. Elsewhere a private frame is a copy:
     of the whole frame, or (``partial``: a row window, a stage, padding, casts) of each returned
     tensor only."""
     if isinstance(data, torch.Tensor) and data.device.type != "cpu":
@@ -159,13 +159,14 @@ def decode(
 
     - ``"auto"`` (default): views into ``data`` when its buffer is writable (a ``bytearray``, a
       numpy array, a frame py_wire made, :func:`py_wire.load`'s copy-on-write mapping, a frame
-      received by :mod:`py_wire.distributed`). A read-only buffer (:attr:`Frame.readonly_buffer`)
-      whose pages are mapped from a file or shared memory (a Ray object-store buffer, a
-      read-only ``mmap``, ``/dev/shm``) is mapped again, copy-on-write
-      (:meth:`Frame.copy_on_write`): still zero-copy, and a write changes only this process's
-      page. Any other read-only buffer (``bytes``, or a mapping the process may not reopen) is
-      copied once into a private, pooled, 64-byte-aligned buffer (with ``rows=``, ``stage=``,
-      ``source_dtype=True`` or ``layout="padded"``, only the returned tensors are copied).
+      received by :mod:`py_wire.distributed`). A read-only Ray object-store buffer (its owner
+      keeps it pinned and unchanged while held: :attr:`Frame.pinned_by`) is mapped again,
+      copy-on-write (:meth:`Frame.copy_on_write`), holding the object: still zero-copy, and a
+      write changes only this process's page. Any other read-only buffer (``bytes``, a
+      read-only ``mmap`` of a file or ``/dev/shm`` whose owner may rewrite or truncate it,
+      shared memory) is copied once into a private, pooled, 64-byte-aligned buffer (with
+      ``rows=``, ``stage=``, ``source_dtype=True`` or ``layout="padded"``, only the returned
+      tensors are copied).
     - ``"view"``: always views into ``data``, zero-copy; you promise not to write to them (a
       write would change a shared Ray object or another reader's bytes, or crash on a
       read-only mapping).
