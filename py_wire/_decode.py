@@ -20,6 +20,7 @@ from py_wire._args import fill_value, flag, optional_count
 from py_wire._device import host_shadow
 from py_wire._dtypes import DTYPES
 from py_wire._errors import with_context
+from py_wire._jagged import jagged
 from py_wire._native import (
     ContractError,
     FieldLayout,
@@ -397,7 +398,7 @@ class _FieldDecoder:
         if self.jagged_offsets is None:
             # One offsets tensor for every field: they share one ragged dim.
             self.jagged_offsets = own(offsets).to(self.device)
-        return _jagged(own(_owned(values, cast, self.options.clone)), self.jagged_offsets)
+        return jagged(own(_owned(values, cast, self.options.clone)), self.jagged_offsets)
 
 
 def _sequence_tokens(
@@ -572,10 +573,6 @@ def _owned(values: torch.Tensor, cast: torch.dtype | None, clone: bool) -> torch
     if cast is not None:
         return values.to(cast)
     return values.clone() if clone else values
-
-
-def _jagged(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    return torch.nested.nested_tensor_from_jagged(values, offsets)
 
 
 def _padded_by_torch(
