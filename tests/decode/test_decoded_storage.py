@@ -317,3 +317,48 @@ def test_token_budget_groups_and_bins(vlm: py_wire.Frame) -> None:
         py_wire.trainer.iter_micro_batches(vlm, [[1, 40]])
     with pytest.raises(TypeError, match="groups"):
         py_wire.trainer.iter_micro_batches(vlm, "4")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"layout": "padded", "attention_mask": True},
+        {"layout": "padded", "pad_to_multiple_of": 64},
+        {"layout": "list"},
+        {"stage": "train"},
+        {"attention_mask": True},
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("writable", ["auto", "copy"])
+def test_a_micro_batch_pickles_to_its_own_bytes(
+    vlm: py_wire.Frame, options: dict[str, Any], writable: str
+) -> None:
+    """Finding 4 of issue 27: a micro-batch carries its rows only (not the frame, not other
+    rows), as ``decode(rows=)`` of the same rows does; every tensor owns exactly its bytes."""
+    batches = py_wire.trainer.iter_micro_batches(vlm, 4, writable=writable, **options)
+    for a, mb in zip(range(0, 12, 4), batches, strict=True):
+        for t in _tensors(mb):
+            assert t.untyped_storage().nbytes() == t.nbytes, (options, t.shape)
+        want = py_wire.decode(vlm, rows=range(a, a + 4), writable=writable, **options)
+        size, own = len(pickle.dumps(mb, protocol=5)), len(pickle.dumps(want, protocol=5))
+        assert size <= 1.2 * own, (a, size, own, vlm.nbytes)
+        if a == 8:  # text rows: none of the media (the frame is mostly pixels)
+            assert size < vlm.nbytes / 20
+        back = pickle.loads(pickle.dumps(mb))
+        for k in want:
+            assert _same(back[k], want[k]), k
+
+
+def test_a_narrowed_padded_micro_batch_is_its_own_cells(vlm: py_wire.Frame) -> None:
+    """Padded micro-batches narrower than the batch are the micro-batch's cells (a copy of those
+    only); as wide as the batch, they are the decoded batch's memory (no copy)."""
+    batches = py_wire.trainer.iter_micro_batches(vlm, 3, layout="padded")
+    full = batches.decoded["input_ids"]
+    for a, mb in zip(range(0, 12, 3), batches, strict=True):
+        ids = mb["input_ids"]
+        assert ids.is_contiguous() and ids.untyped_storage().nbytes() == ids.nbytes
+        if ids.shape[1] == full.shape[1]:
+            assert ids.data_ptr() == full[a].data_ptr()
+        assert torch.equal(ids, full[a : a + 3, : ids.shape[1]])
