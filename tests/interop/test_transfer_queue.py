@@ -222,7 +222,8 @@ def test_raystore_frames_decode_in_the_object_store(batch: dict[str, Any], backe
         return
     ptq.put(batch, SCHEMA, keys("cow", 3), "p", group_size=GROUP)
     (frame,) = ptq.get_frames(["cow1"], "p", (ptq.TEXT,))[ptq.TEXT]
-    assert frame.storage == "readonly-buffer" and frame.copy_on_write_refusal() is None
+    assert frame.storage == "pinned-buffer" and frame.pinned_by == "Ray's object store"
+    assert frame.copy_on_write_refusal() is None
     got = ptq.get(["cow1"], "p")
     reward = got["reward"]
     perms, inode = mapping_of(reward.data_ptr()).split()[1:5:3]
