@@ -82,7 +82,13 @@ import numpy as np
 import torch
 
 from py_wire import _native
-from py_wire._decode import Writable, add_missing_fields, checked_schema, decode_selected
+from py_wire._decode import (
+    FrameViews,
+    Writable,
+    add_missing_fields,
+    checked_schema,
+    decode_selected,
+)
 from py_wire._encode import _fields, plain_tensors
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
@@ -561,9 +567,9 @@ def get_frames(
 
 
 def _check_groups(frames: Mapping[str, Sequence[Frame]], keys: Sequence[str]) -> None:
-    """Every column of one key holds the same group: one schema, one row count, one sequence
-    (offsets and tokens). A text frame merged with another group's media would pair rows
-    with the wrong images."""
+    """Every column of one key holds the same group: one schema and one row count per key
+    (here), one sequence, offsets and tokens (:func:`_check_sequences`). A text frame merged
+    with another group's media would pair rows with the wrong images."""
     text = frames[TEXT]
     sch = checked_schema(text[0])
     for column, group in frames.items():
@@ -575,27 +581,55 @@ def _check_groups(frames: Mapping[str, Sequence[Frame]], keys: Sequence[str]) ->
                 problem = f"schema {checked_schema(t).name!r}, another key's {sch.name!r}"
             elif f.num_rows != t.num_rows:
                 problem = f"{f.num_rows} rows where its text column holds {t.num_rows}"
-            elif column != TEXT and not _same_sequence(t, f, sch):
-                problem = f"a sequence field {sch.sequence_field!r} unlike its text column's"
             if problem is not None:
-                raise with_context(
-                    FrameError(
-                        f"key {key!r}: TQ column {column!r} holds {problem}: its columns are not "
-                        "one group's (refusing to merge them)"
-                    ),
-                    field=column,
-                )
+                _not_one_group(key, column, problem)
 
 
-def _same_sequence(a: Frame, b: Frame, sch: Schema) -> bool:
-    seq = sch.sequence_field
+def _not_one_group(key: str, column: str, problem: str) -> None:
+    raise with_context(
+        FrameError(
+            f"key {key!r}: TQ column {column!r} holds {problem}: its columns are not one "
+            "group's (refusing to merge them)"
+        ),
+        field=column,
+    )
+
+
+def _check_sequences(
+    frames: Mapping[str, Sequence[Frame]],
+    joined: Mapping[str, Frame],
+    keys: Sequence[str],
+    seq: str | None,
+) -> None:
+    """Each column's sequence field (offsets and tokens) is its text column's: compared once
+    over the joined frames, then key by key to name the one that differs."""
     if seq is None:
-        return True
-    x = decode_selected(a, {seq}, writable="view").get(seq)
-    y = decode_selected(b, {seq}, writable="view").get(seq)
-    if x is None or y is None:
-        return x is None and y is None
-    return torch.equal(x.offsets(), y.offsets()) and torch.equal(x.values(), y.values())
+        return
+    text = _sequence(joined[TEXT], seq)
+    for column, frame in joined.items():
+        if column == TEXT or _same(text, _sequence(frame, seq)):
+            continue
+        for key, t, f in zip(keys, frames[TEXT], frames[column], strict=True):
+            if not _same(_sequence(t, seq), _sequence(f, seq)):
+                _not_one_group(key, column, f"a sequence field {seq!r} unlike its text column's")
+        _not_one_group(str(list(keys)[:4]), column, f"a sequence field {seq!r} unlike the text's")
+
+
+def _sequence(frame: Frame, seq: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The frame's sequence offsets and the sequence field's values, as views (no decode)."""
+    views = FrameViews(frame)
+    f = views.fields.get(seq)
+    if f is None or views.seq_offsets is None:
+        return None
+    return views.seq_offsets, views.values(f.values)
+
+
+def _same(
+    a: tuple[torch.Tensor, torch.Tensor] | None, b: tuple[torch.Tensor, torch.Tensor] | None
+) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
 def decode_columns(
@@ -622,6 +656,7 @@ def decode_columns(
     seq = sch.sequence_field
     merged: dict[str, Any] = {}
     joined = {c: g[0] if len(g) == 1 else concat(list(g)) for c, g in frames.items()}
+    _check_sequences(frames, joined, keys, seq)
     for column, frame in joined.items():
         held = {f.name for f in frame.layout.fields}
         if column != TEXT:
