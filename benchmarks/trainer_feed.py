@@ -24,12 +24,16 @@ advantages ``expand``ed over ``[B, L]``):
 4. ``decode`` of a 1-row and a 1k-row frame (``compact_frames.batch``), warm, beside the wrap
    and a memcpy of the same bytes;
 5. the first default decode in a fresh process (``import py_wire`` not counted).
+
+One thread (``torch.set_num_threads(1)``, ``PY_WIRE_THREADS=1``). "torch's floor" is the jagged
+constructors a jagged micro-batch needs (one per per-token field), timed alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pickle
 import subprocess
 import sys
@@ -45,6 +49,7 @@ from second_hop import cold_section
 from timing import medians_ms_interleaved
 
 import py_wire
+from py_wire._jagged import jagged as jagged_tensor
 from py_wire.interop import nemo_rl as nemo_interop
 
 SCHEMA = "nemo_rl/qwen2_5_vl"
@@ -111,8 +116,23 @@ def micro_section(bdd: Any, frame: py_wire.Frame, micro: int, reps: int) -> None
             for _ in mb.values():
                 pass
 
+    # torch's floor for jagged micro-batches: only the jagged constructors a micro-batch needs
+    # (one per per-token field, over tensors that already exist), nothing else.
+    first = next(iter(jagged))
+    fields = [v for v in first.values() if isinstance(v, torch.Tensor) and v.is_nested]
+    values = [v.values() for v in fields]
+    offsets = fields[0].offsets()
+    constructors = len(values) * len(jagged)
+
+    def floor() -> None:
+        for _ in range(len(jagged)):
+            own = offsets.clone()  # each micro-batch's own offsets: a new ragged dim
+            for v in values:
+                jagged_tensor(v, own)
+
     fns = {
         "nemo": lambda: consume(bdd.make_microbatch_iterator(micro)),
+        "floor": floor,
         "jagged": lambda: consume(jagged),
         "jagged+decode": lambda: consume(trainer.iter_micro_batches(frame, micro)),
         "padded": lambda: consume(padded),
@@ -126,6 +146,7 @@ def micro_section(bdd: Any, frame: py_wire.Frame, micro: int, reps: int) -> None
     base = t["nemo"]
     print(f"   NeMo-RL make_microbatch_iterator({micro}), in memory: {base:.3f} ms")
     for name, label in (
+        ("floor", f"torch's floor: {constructors} jagged constructors alone"),
         ("jagged", "py_wire jagged (default layout), pre-decoded"),
         ("jagged+decode", "py_wire jagged, including the decode"),
         ("padded", "py_wire padded, pre-decoded"),
@@ -217,6 +238,10 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=1)
     parser.add_argument("--micro", type=int, default=8)
     args = parser.parse_args()
+    # One thread, as the other side-by-side scripts: on a loaded machine torch's intra-op pool
+    # turns a 0.3 ms elementwise pass into 12 ms.
+    os.environ.setdefault("PY_WIRE_THREADS", "1")
+    torch.set_num_threads(1)
     bdd_class = import_batched_data_dict(args.nemo_rl)
     commit = subprocess.run(
         ["git", "-C", str(args.nemo_rl), "rev-parse", "--short", "HEAD"],

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from py_wire import _native
@@ -72,12 +73,18 @@ class FrameViews:
         self.frame = frame
         self.layout: FrameLayout = frame.layout
         self.private = private
-        with warnings.catch_warnings():
-            # Read-only inputs (bytes, read-only mmaps) give views torch cannot mark read-only;
-            # decode's ``writable`` policy decides what may be returned over them.
-            warnings.simplefilter("ignore", UserWarning)
+        if frame.readonly_buffer:
+            with warnings.catch_warnings():
+                # Read-only inputs (bytes, read-only mmaps) give views torch cannot mark
+                # read-only; decode's ``writable`` policy decides what may be returned over them.
+                warnings.simplefilter("ignore", UserWarning)
+                self.base = torch.frombuffer(frame, dtype=torch.uint8)
+        else:
             self.base = torch.frombuffer(frame, dtype=torch.uint8)
         self.payload = self.base if payload is None else payload
+        # The frame's bytes as numpy: each tensor is cut from it with a storage of exactly its
+        # own bytes, in one step (no view of the whole frame to cut again).
+        self.array = self.base.numpy()
         self.own = StorageSlicer(self.base)
         self.fields = {f.name: f for f in self.layout.fields}
         seq = self.layout.seq_offsets
@@ -85,17 +92,30 @@ class FrameViews:
 
     def view(self, loc: TensorLoc) -> torch.Tensor:
         """An index table (host memory)."""
-        t = _view(self.base, loc)
+        t = _exact(self.array, loc)
         return t.clone() if self.private else t
 
     def values(self, loc: TensorLoc) -> torch.Tensor:
         """A field's values (where the payload lies), not yet copied by ``private``."""
+        if self.payload is self.base:
+            return _exact(self.array, loc)
         return _view(self.payload, loc)
 
 
 def _view(base: torch.Tensor, loc: TensorLoc) -> torch.Tensor:
     flat = base[loc.offset : loc.offset + loc.nbytes]
     return flat.view(DTYPES[loc.dtype]).view(loc.shape)
+
+
+def _exact(array: np.ndarray, loc: TensorLoc) -> torch.Tensor:
+    """The tensor at ``loc`` over ``array``'s memory, with a storage of exactly its bytes."""
+    dtype, shape = DTYPES[loc.dtype], loc.shape
+    if loc.nbytes == 0:
+        return torch.empty(shape, dtype=dtype)
+    t = torch.from_numpy(array[loc.offset : loc.offset + loc.nbytes])
+    if dtype is not torch.uint8:
+        t = t.view(dtype)
+    return t if len(shape) == 1 else t.view(shape)
 
 
 def _source_frame(
@@ -384,6 +404,10 @@ class _FieldDecoder:
         self.options = options
         self.device = views.payload.device
         self.seq_lengths: torch.Tensor | None = None
+        self.width = 0
+        # Whole fields are cut from the frame with storages of exactly their bytes already
+        # (FrameViews.values), as are casts and copies: only a row window's slices need cutting.
+        self.own = views.own if self.window is not None else _as_is
         self.jagged_offsets: torch.Tensor | None = None
 
     def value(self, f: FieldLayout) -> Any:
@@ -392,7 +416,7 @@ class _FieldDecoder:
         if f.tier == "scalar":
             if self.window is not None:
                 values = self.window.scalar(values)
-            return self.views.own(_owned(values, cast, self.options.clone))
+            return self.own(_owned(values, cast, self.options.clone))
         if f.tier == "packed":
             return self._packed(f, values, cast)
         return self._per_token(f.name, values, cast)
@@ -402,7 +426,7 @@ class _FieldDecoder:
         in_order = f.in_order
         if self.window is not None:
             values, tables, in_order = self.window.packed(values, tables, in_order)
-        values = self.views.own(_owned(values, cast, self.options.clone))
+        values = self.own(_owned(values, cast, self.options.clone))
         packed = PackedTensor._from_frame(_FrameRows(values, tables, in_order), f.pack_dim)
         return packed.rows() if self.options.layout == "list" else packed
 
@@ -411,21 +435,23 @@ class _FieldDecoder:
         assert offsets is not None
         if self.window is not None:
             values = self.window.per_token(values)
-        own = self.views.own
+        own = self.own
         layout = self.options.layout
         if layout == "list":
             values = _owned(values, cast, self.options.clone)
-            return [own(r) for r in torch.split(values, torch.diff(offsets).tolist())]
+            return [self.views.own(r) for r in torch.split(values, torch.diff(offsets).tolist())]
         if layout == "padded":
             values = _owned(values, cast, clone=False)  # padding copies anyway
             if self.seq_lengths is None:
                 self.seq_lengths = torch.diff(offsets)
+                self.width = padded_width(self.seq_lengths, self.options.pad_to_multiple_of)
             pad = self.options.pad_values.get(name, self.schema.fields[name].pad_value)
-            width = padded_width(self.seq_lengths, self.options.pad_to_multiple_of)
-            return _padded(values, offsets, self.seq_lengths, pad, width)
+            return _padded(values, offsets, self.seq_lengths, pad, self.width)
         if self.jagged_offsets is None:
             # One offsets tensor for every field: they share one ragged dim.
-            self.jagged_offsets = own(offsets).to(self.device)
+            self.jagged_offsets = own(offsets)
+            if self.device.type != "cpu":
+                self.jagged_offsets = self.jagged_offsets.to(self.device)
         return jagged(own(_owned(values, cast, self.options.clone)), self.jagged_offsets)
 
 
@@ -615,6 +641,25 @@ def _padded_by_torch(
     return out
 
 
+def _as_is(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+_PAD_BYTES: dict[tuple[str, type, torch.dtype], bytes] = {}
+
+
+def _pad_bytes(pad: float | int | bool, dtype: torch.dtype) -> bytes:
+    """``pad`` as one element of ``dtype``, in bytes (cached: ``repr`` tells -0.0 from 0.0)."""
+    key = (repr(pad), type(pad), dtype)
+    cached = _PAD_BYTES.get(key)
+    if cached is None:
+        t = torch.tensor(pad).to(dtype).reshape(1)
+        cached = t.view(torch.uint8).numpy().tobytes()
+        if len(_PAD_BYTES) < 4096:
+            _PAD_BYTES[key] = cached
+    return cached
+
+
 def _padded(
     values: torch.Tensor,
     offsets: torch.Tensor,
@@ -628,6 +673,6 @@ def _padded(
     if values.device.type != "cpu":
         return _padded_by_torch(values, lengths, pad, width)  # pad_rows reads host memory
     out = torch.empty((rows, width, *values.shape[1:]), dtype=values.dtype)
-    pad_bytes = torch.tensor(pad).to(values.dtype).reshape(1).view(torch.uint8).numpy().tobytes()
+    pad_bytes = _pad_bytes(pad, values.dtype)
     _native.pad_rows(values, offsets, out, pad_bytes)
     return out

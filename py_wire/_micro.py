@@ -12,7 +12,7 @@ import torch
 
 from py_wire._args import flag
 from py_wire._decode import checked_schema, decode
-from py_wire._jagged import jagged
+from py_wire._jagged import jagged, jagged_values
 from py_wire._native import WireError
 from py_wire._ops import take_rows
 from py_wire._packed import PackedTensor
@@ -23,6 +23,11 @@ from py_wire._storage import RowCutter
 from py_wire._trainer import ATTENTION_MASK, round_up
 
 Groups = int | Sequence[range | Sequence[int] | Any]
+
+#: A padded micro-batch narrower than the batch stays a view of its rows (which pickles with
+#: the rows' full width) while the batch is at most this many times wider; past that it is a
+#: copy of its own cells. Either way it carries <= 1.2x its own bytes, never another row's.
+NARROW_VIEW = 1.2
 
 
 def iter_micro_batches(
@@ -120,7 +125,7 @@ class MicroBatches:
             if isinstance(value, PackedTensor):
                 self._fields.append((name, "packed", value))
             elif isinstance(value, torch.Tensor) and value.is_nested:
-                self._fields.append((name, "nested", RowCutter(value.values())))
+                self._fields.append((name, "nested", RowCutter(jagged_values(value))))
             elif isinstance(value, torch.Tensor) and value.dim() > 0:
                 narrowed = name == ATTENTION_MASK or (self._padded and name in per_token)
                 kind = "narrowed" if narrowed and narrow and value.dim() > 1 else "rows"
@@ -179,7 +184,10 @@ class MicroBatches:
                 tensor, cutter = value
                 if width is None or width >= tensor.shape[1]:
                     out[name] = cutter(a, b)
-                else:  # narrower than the batch: a copy of exactly the micro-batch's cells
+                elif width * NARROW_VIEW >= tensor.shape[1]:
+                    # A view of the rows' own bytes: at most NARROW_VIEW x its cells
+                    out[name] = cutter(a, b)[:, :width]
+                else:  # much narrower than the batch: a copy of exactly its cells
                     out[name] = tensor[a:b, :width].contiguous()
             elif kind == "packed":
                 out[name] = value.slice(slice(a, b))

@@ -51,13 +51,9 @@ def exact_storage(t: torch.Tensor) -> torch.Tensor:
 
 
 def _needs_cut(t: torch.Tensor) -> bool:
-    return (
-        t.device.type == "cpu"
-        and not t.is_nested
-        and t.layout == torch.strided
-        and t.untyped_storage().nbytes() != t.nbytes
-        and t.is_contiguous()
-    )
+    if t.is_nested or t.layout is not torch.strided:
+        return False
+    return t.untyped_storage().nbytes() != t.nbytes and t.is_contiguous() and t.is_cpu
 
 
 def _cut(array: np.ndarray, t: torch.Tensor) -> torch.Tensor:

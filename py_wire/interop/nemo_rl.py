@@ -142,7 +142,7 @@ def iter_micro_batches(
         groups,
         options,
         narrow=per_micro_batch_width,
-        narrow_multiple=pad_to_multiple_of,
+        narrow_multiple=1 if pad_to_multiple_of is None else pad_to_multiple_of,
     )
     _broadcast_into_padding(batches.decoded, frame)
     nemo = nemo_packed_class()
@@ -183,10 +183,11 @@ def _broadcast_into_padding(out: dict[str, Any], frame: Frame) -> None:
         if not isinstance(value, torch.Tensor) or value.dim() != 2 or value.shape[1] == 0:
             continue
         offsets = np.frombuffer(memoryview(frame), np.int64, seq.nbytes // 8, seq.offset)
-        lengths = torch.from_numpy(np.diff(offsets))
-        padding = torch.arange(value.shape[1]) >= lengths[:, None]
+        lengths = torch.from_numpy(np.diff(offsets)).to(value.device)
+        # One elementwise pass over the cells, in place (where reads each cell before it writes).
+        padding = torch.arange(value.shape[1], device=value.device) >= lengths[:, None]
         padding &= (lengths > 0)[:, None]
-        value[padding] = value[:, :1].expand_as(value)[padding]
+        torch.where(padding, value[:, :1], value, out=value)
 
 
 def _recorded_width(frame: Frame) -> int | None:

@@ -353,13 +353,17 @@ def test_a_micro_batch_pickles_to_its_own_bytes(
 
 
 def test_a_narrowed_padded_micro_batch_is_its_own_cells(vlm: py_wire.Frame) -> None:
-    """Padded micro-batches narrower than the batch are the micro-batch's cells (a copy of those
-    only); as wide as the batch, they are the decoded batch's memory (no copy)."""
+    """Padded micro-batches are views of the decoded batch's rows while at most 1.2x narrower
+    than the batch (their storage: those rows, at most 1.2x their cells), a copy of their own
+    cells when narrower still."""
     batches = py_wire.trainer.iter_micro_batches(vlm, 3, layout="padded")
     full = batches.decoded["input_ids"]
+    kinds = set()
     for a, mb in zip(range(0, 12, 3), batches, strict=True):
         ids = mb["input_ids"]
-        assert ids.is_contiguous() and ids.untyped_storage().nbytes() == ids.nbytes
-        if ids.shape[1] == full.shape[1]:
-            assert ids.data_ptr() == full[a].data_ptr()
+        assert ids.untyped_storage().nbytes() <= 1.2 * ids.nbytes
+        view = ids.data_ptr() == full[a].data_ptr()
+        assert view == (ids.shape[1] * 1.2 >= full.shape[1]), (a, ids.shape, full.shape)
+        kinds.add(view)
         assert torch.equal(ids, full[a : a + 3, : ids.shape[1]])
+    assert kinds == {True, False}, kinds  # this batch has both

@@ -9,7 +9,7 @@ import pickle
 import pytest
 import torch
 
-from py_wire._jagged import jagged
+from py_wire._jagged import jagged, jagged_values
 
 
 def _pair(dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -29,6 +29,8 @@ def test_jagged_is_what_torch_builds(dim: int) -> None:
     assert ours.dtype == theirs.dtype and ours.device == theirs.device
     assert ours.values() is not None and torch.equal(ours.values(), values)
     assert torch.equal(ours.offsets(), offsets)
+    assert jagged_values(ours) is values  # the tensor itself, no dispatch
+    assert torch.equal(jagged_values(theirs), values)
     for a, b in zip(ours.unbind(), theirs.unbind(), strict=True):
         assert torch.equal(a, b)
     # Ops dispatch as on torch's own: elementwise, to_padded_tensor.
