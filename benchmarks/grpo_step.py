@@ -43,7 +43,7 @@ from tensordict import TensorDict
 
 import py_wire
 from py_wire.interop import transfer_queue as ptq
-from py_wire.synth.registry import generate
+from py_wire.synth.frameworks import nemo_rl_qwen2_5_vl_batch
 
 SCHEMA = "nemo_rl/qwen2_5_vl"
 GROUP = 4
@@ -278,15 +278,18 @@ def clear_partition() -> None:
 
 
 def main() -> None:
+    global GROUP
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("nemo_rl", help="a checkout of NVIDIA-NeMo/RL's branch zhiyul/tq_vlm")
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--group", type=int, default=GROUP, help="GRPO generations per prompt")
     args = parser.parse_args()
+    GROUP = args.group
     from transfer_queue.sampler.seqlen_balanced_sampler import SeqlenBalancedSampler
 
     nemo = NemoWire(args.nemo_rl)
-    batch = generate(SCHEMA, args.rows)
+    batch = nemo_rl_qwen2_5_vl_batch(args.rows, group_size=GROUP)
     logp = {k: pad_rows(batch[k]) for k in LATER}  # worker outputs: padded [B, W]
     rows_bytes = sum(r.numel() * r.element_size() for r in batch["pixel_values"] if r is not None)
     print(machine.describe() if hasattr(machine, "describe") else "")
