@@ -20,8 +20,17 @@ from py_wire import _native
 from py_wire._args import fill_value, flag, optional_count
 from py_wire._device import host_shadow
 from py_wire._dtypes import DTYPES
+from py_wire._errors import with_context
 from py_wire._jagged import jagged
-from py_wire._native import FieldLayout, Frame, FrameError, FrameLayout, SchemaError, TensorLoc
+from py_wire._native import (
+    ContractError,
+    FieldLayout,
+    Frame,
+    FrameError,
+    FrameLayout,
+    SchemaError,
+    TensorLoc,
+)
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._rows import RowWindow
 from py_wire._schema import Schema, load_schema
@@ -49,13 +58,14 @@ def writable_policy(writable: object) -> Writable:
 
 
 class FrameViews:
-    """The frame's tensors as torch views over one uint8 base tensor; field values over
+    """The frame's tensors over its memory (one uint8 base tensor), each with a storage of
+    exactly its own bytes (that keeps the frame, and so its owner, alive); field values over
     ``payload`` instead when the frame's bytes lie elsewhere (a device buffer that ``frame``,
     its host shadow, validated).
 
     ``private=True`` makes every tensor it hands out (index tables too) a copy, so that nothing
-    returned can reach a source that must not be written. :meth:`own` gives a view a storage of
-    exactly its own bytes (see :mod:`py_wire._storage`)."""
+    returned can reach a source that must not be written. :meth:`own` gives a view (a row
+    window's slice) a storage of exactly its own bytes (see :mod:`py_wire._storage`)."""
 
     def __init__(
         self, frame: Frame, payload: torch.Tensor | None = None, private: bool = False
@@ -112,9 +122,9 @@ def _source_frame(
     data: Any, policy: Writable, partial: bool
 ) -> tuple[Frame, bool, torch.Tensor | None]:
     """The frame to decode from, whether each returned tensor must be copied, and the device
-    payload (a frame in device memory). Under ``"auto"`` a read-only source mapped from a file
-    or shared memory (a Ray object, a read-only ``mmap``) is mapped again copy-on-write: zero
-    copies, and a write reaches only this process's page. Elsewhere a private frame is a copy:
+    payload (a frame in device memory). Under ``"auto"`` a read-only source whose owner pins it
+    (a Ray object) is mapped again copy-on-write, holding the object: zero copies, and a write
+    reaches only this process's page. Elsewhere a private frame is a copy:
     of the whole frame, or (``partial``: a row window, a stage, padding, casts) of each returned
     tensor only."""
     if isinstance(data, torch.Tensor) and data.device.type != "cpu":
@@ -180,13 +190,14 @@ def decode(
 
     - ``"auto"`` (default): views into ``data`` when its buffer is writable (a ``bytearray``, a
       numpy array, a frame py_wire made, :func:`py_wire.load`'s copy-on-write mapping, a frame
-      received by :mod:`py_wire.distributed`). A read-only buffer (:attr:`Frame.readonly_buffer`)
-      whose pages are mapped from a file or shared memory (a Ray object-store buffer, a
-      read-only ``mmap``, ``/dev/shm``) is mapped again, copy-on-write
-      (:meth:`Frame.copy_on_write`): still zero-copy, and a write changes only this process's
-      page. Any other read-only buffer (``bytes``, or a mapping the process may not reopen) is
-      copied once into a private, pooled, 64-byte-aligned buffer (with ``rows=``, ``stage=``,
-      ``source_dtype=True`` or ``layout="padded"``, only the returned tensors are copied).
+      received by :mod:`py_wire.distributed`). A read-only Ray object-store buffer (its owner
+      keeps it pinned and unchanged while held: :attr:`Frame.pinned_by`) is mapped again,
+      copy-on-write (:meth:`Frame.copy_on_write`), holding the object: still zero-copy, and a
+      write changes only this process's page. Any other read-only buffer (``bytes``, a
+      read-only ``mmap`` of a file or ``/dev/shm`` whose owner may rewrite or truncate it,
+      shared memory) is copied once into a private, pooled, 64-byte-aligned buffer (with
+      ``rows=``, ``stage=``, ``source_dtype=True`` or ``layout="padded"``, only the returned
+      tensors are copied).
     - ``"view"``: always views into ``data``, zero-copy; you promise not to write to them (a
       write would change a shared Ray object or another reader's bytes, or crash on a
       read-only mapping).
@@ -213,21 +224,81 @@ def decode(
     if verify:
         _verify(frame, payload)
     frame_schema = _schema_of(frame, wanted)
+    keep = set(frame_schema.fields_for(stage)) if stage is not None else None
+    return decode_fields(
+        frame,
+        frame_schema,
+        keep,
+        fill_missing=True,
+        clone=clone,
+        payload=payload,
+        layout=layout,
+        source_dtype=source_dtype,
+        rows=rows,
+        pad_to_multiple_of=pad_to_multiple_of,
+        pad_values=pad_values,
+        attention_mask=attention_mask,
+    )
+
+
+def decode_fields(
+    frame: Frame,
+    frame_schema: Schema,
+    keep: set[str] | None,
+    *,
+    fill_missing: bool,
+    clone: bool,
+    payload: torch.Tensor | None = None,
+    layout: Layout | None = None,
+    source_dtype: bool = False,
+    rows: range | slice | None = None,
+    pad_to_multiple_of: int | None = None,
+    pad_values: Mapping[str, float | int | bool] | None = None,
+    attention_mask: bool = False,
+) -> dict[str, Any]:
+    """``decode``'s body, on a frame already chosen by the ``writable`` policy: the fields in
+    ``keep`` (None: all) of ``frame``. ``fill_missing``: a packed field of ``keep`` that the
+    frame lacks comes back as rows without segments (never for rows whose tokens hold that
+    field's placeholder runs: a :class:`ContractError` instead); otherwise it is left out (a
+    reader that merges several frames of one batch fills after merging)."""
     pad_multiple, pads = _check_trainer_options(
         frame_schema, layout, pad_to_multiple_of, pad_values, attention_mask, source_dtype
     )
     options = _Options(layout, source_dtype, pad_multiple, pads, clone)
     views = FrameViews(frame, payload, private=clone)
-    selection = _Selection.of(views, frame_schema, stage, rows)
+    selection = _Selection.of(views, keep, rows)
     fields = _FieldDecoder(views, frame_schema, selection, options)
     out = {name: fields.value(f) for name, f in views.fields.items() if selection.keeps(name)}
-    if selection.keep is not None:
-        _add_missing_stage_fields(out, frame_schema, selection, layout)
+    if selection.keep is not None and fill_missing:
+        tokens = _sequence_tokens(views, frame_schema, selection)
+        add_missing_fields(out, frame_schema, selection.keep, selection.num_rows, layout, tokens)
     if layout == "padded" and fields.seq_lengths is not None:
         _add_lengths(out, frame_schema, selection, fields.seq_lengths, fields.device)
     if attention_mask:
         out[ATTENTION_MASK] = _attention_mask(selection, pad_multiple, fields.device)
     return out
+
+
+def decode_selected(
+    data: Any, keep: set[str] | None, *, writable: Writable = "auto", **options: Any
+) -> dict[str, Any]:
+    """The fields in ``keep`` (None: all) of one frame, as :func:`decode` returns them under
+    the same ``writable`` policy and ``options`` (its trainer keywords and ``rows``), without
+    filling in absent fields: for readers that merge several frames of one batch
+    (:mod:`py_wire.interop.transfer_queue`) and fill after merging (:func:`add_missing_fields`)."""
+    policy = writable_policy(writable)
+    _check_layout(options.get("layout"))
+    partial = options.get("rows") is not None or keep is not None
+    frame, clone, payload = _source_frame(data, policy, partial)
+    return decode_fields(
+        frame,
+        checked_schema(frame),
+        keep,
+        fill_missing=False,
+        clone=clone,
+        payload=payload,
+        **options,
+    )
 
 
 def _check_layout(layout: object) -> None:
@@ -281,12 +352,9 @@ class _Selection:
     num_rows: int
 
     @staticmethod
-    def of(
-        views: FrameViews, schema: Schema, stage: str | None, rows: range | slice | None
-    ) -> _Selection:
+    def of(views: FrameViews, keep: set[str] | None, rows: range | slice | None) -> _Selection:
         frame = views.frame
         window = None if rows is None else RowWindow(views.seq_offsets, frame.num_rows, rows)
-        keep = set(schema.fields_for(stage)) if stage is not None else None
         if window is None:
             return _Selection(keep, None, views.seq_offsets, frame.num_rows)
         return _Selection(keep, window, window.seq_offsets, window.num_rows)
@@ -360,19 +428,79 @@ class _FieldDecoder:
         return jagged(own(_owned(values, cast, self.options.clone)), self.jagged_offsets)
 
 
-def _add_missing_stage_fields(
-    out: dict[str, Any], schema: Schema, selection: _Selection, layout: Layout | None
+def _sequence_tokens(
+    views: FrameViews, schema: Schema, selection: _Selection
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The selected rows' sequence-field values and offsets (host memory), or None when the
+    frame holds no sequence field."""
+    seq = schema.sequence_field
+    f = views.fields.get(seq) if seq is not None else None
+    if f is None or selection.seq_offsets is None:
+        return None
+    values = views.values(f.values)
+    if selection.window is not None:
+        values = selection.window.per_token(values)
+    return values.cpu(), selection.seq_offsets.cpu()
+
+
+def add_missing_fields(
+    out: dict[str, Any],
+    schema: Schema,
+    keep: set[str],
+    num_rows: int,
+    layout: Layout | None,
+    tokens: tuple[torch.Tensor, torch.Tensor] | None,
 ) -> None:
-    """A stage's packed field the frame lacks is a column no row had media for: present it as
-    rows without segments, so a consumer sees "no media", never a missing key."""
-    assert selection.keep is not None
-    for name in selection.keep - out.keys():
+    """A kept packed field that no frame held is a column no row had media for: present it as
+    rows without segments, so a consumer sees "no media", never a missing key. Never for rows
+    whose tokens (``tokens``: the sequence field's values and offsets) hold the placeholder
+    runs of a contract naming the field: that would be image-blind training, so it is a
+    :class:`ContractError` naming the field and the first such row."""
+    missing = [n for n in schema.fields if n in keep and n not in out]
+    media = {c.media_field for c in schema.contracts}
+    for name in sorted(missing, key=lambda n: n not in media):  # a media field named first
+        if schema.fields[name].tier == "packed":
+            _check_no_placeholders(schema, name, tokens)
+    for name in missing:
         field = schema.fields[name]
-        if field.tier == "packed":
-            empty = PackedTensor._no_segments(
-                selection.num_rows, len(field.shape), DTYPES[field.stored_dtype], field.pack_dim
+        if field.tier != "packed":
+            continue
+        empty = PackedTensor._no_segments(
+            num_rows, len(field.shape), DTYPES[field.stored_dtype], field.pack_dim
+        )
+        out[name] = empty.rows() if layout == "list" else empty
+
+
+def _check_no_placeholders(
+    schema: Schema, name: str, tokens: tuple[torch.Tensor, torch.Tensor] | None
+) -> None:
+    for c in schema.contracts:
+        if name not in (c.media_field, c.grid_field, c.sizes_field, c.count_field):
+            continue
+        if tokens is None:
+            raise with_context(
+                ContractError(
+                    f"field {name!r} (contract {c.name!r}) is absent and so are the tokens that "
+                    "would show no row needs it: refusing to make up empty media"
+                ),
+                field=name,
             )
-            out[name] = empty.rows() if layout == "list" else empty
+        values, offsets = tokens
+        flat = values.flatten(1)[:, 0] if values.dim() > 1 else values
+        hits = torch.nonzero(flat == c.token_id)
+        if hits.numel():
+            first = int(hits[0, 0])
+            row = int(torch.searchsorted(offsets, torch.tensor(first), right=True)) - 1
+            raise with_context(
+                ContractError(
+                    f"field {name!r} is absent, but row {row} holds placeholder tokens "
+                    f"{c.token_id} of contract {c.name!r}: refusing to decode it as a row "
+                    "without media (the frame was encoded without this field, e.g. for a "
+                    "stage that does not carry it)"
+                ),
+                field=name,
+                row=row,
+            )
 
 
 def _add_lengths(
