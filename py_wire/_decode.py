@@ -21,6 +21,7 @@ from py_wire._args import fill_value, flag, optional_count
 from py_wire._device import host_shadow
 from py_wire._dtypes import DTYPES
 from py_wire._errors import with_context
+from py_wire._evolution import SchemaEvolutionWarning, check_readable
 from py_wire._jagged import jagged
 from py_wire._native import (
     ContractError,
@@ -203,11 +204,14 @@ def decode(
       read-only mapping).
     - ``"copy"``: always a private copy, as ``"auto"`` does for ``bytes``.
 
-    ``schema`` (a :class:`Schema`, bundled name or path), when given, must be the frame's
-    (:class:`SchemaError` otherwise), and is held for this process before the frame is read: a
-    compact frame (``encode(..., compact=True)``) that names it by fingerprint can then be
-    decoded. A compact frame whose schema the process does not hold is a :class:`FrameError`
-    naming the fingerprint.
+    ``schema`` (a :class:`Schema`, bundled name or path), when given, must be the frame's or
+    another version of it that reads the frame (``Schema.diff``: only optional fields or stages
+    added or removed); then ``decode`` returns the fields that ``schema`` declares, and the
+    frame's others are reported (:class:`SchemaEvolutionWarning`, not silently dropped). Any
+    other schema is a :class:`SchemaError` naming the field and both versions. It is held for
+    this process before the frame is read: a compact frame (``encode(..., compact=True)``)
+    that names it by fingerprint can then be decoded. A compact frame whose schema the process
+    does not hold is a :class:`FrameError` naming the fingerprint.
 
     ``verify=True`` checks the frame's payload checksums first (see ``encode(...,
     checksum=True)``; O(bytes)): :class:`FrameError` names the field whose bytes changed, or
@@ -223,13 +227,17 @@ def decode(
     frame, clone, payload = _source_frame(data, policy, partial)
     if verify:
         _verify(frame, payload)
-    frame_schema = _schema_of(frame, wanted)
-    keep = set(frame_schema.fields_for(stage)) if stage is not None else None
+    frame_schema, reader = _schema_of(frame, wanted)
+    # A reader's other version of the frame's schema: its fields (of ``stage``) only.
+    if stage is not None:
+        keep: set[str] | None = set((reader or frame_schema).fields_for(stage))
+    else:
+        keep = set(reader.fields) if reader is not None else None
     return decode_fields(
         frame,
         frame_schema,
         keep,
-        fill_missing=True,
+        fill_missing=stage is not None,
         clone=clone,
         payload=payload,
         layout=layout,
@@ -317,16 +325,36 @@ def _verify(frame: Frame, payload: torch.Tensor | None) -> None:
     host.verify()
 
 
-def _schema_of(frame: Frame, wanted: Schema | None) -> Schema:
-    """The frame's schema, which must be ``wanted`` when the caller named one."""
+def _schema_of(frame: Frame, wanted: Schema | None) -> tuple[Schema, Schema | None]:
+    """The frame's schema, and the reader's when it is another version of it. A caller's
+    schema must be the frame's, or one that reads it by the evolution rule
+    (:mod:`py_wire._evolution`: ``SchemaError`` naming the field and both versions
+    otherwise); the frame's fields it does not declare are reported
+    (:class:`SchemaEvolutionWarning`) and left out."""
     frame_schema = checked_schema(frame)
-    if wanted is not None and wanted.fingerprint != frame_schema.fingerprint:
+    if wanted is None or wanted.fingerprint == frame_schema.fingerprint:
+        return frame_schema, None
+    if wanted.name != frame_schema.name:
         raise SchemaError(
             f"frame was encoded with schema {frame_schema.name!r} v{frame_schema.version} "
             f"({frame_schema.fingerprint}), not {wanted.name!r} v{wanted.version} "
             f"({wanted.fingerprint})"
         )
-    return frame_schema
+    check_readable(wanted, frame_schema)
+    extra = tuple(f.name for f in frame.layout.fields if f.name not in wanted.fields)
+    if extra:
+        warnings.warn(
+            SchemaEvolutionWarning(
+                f"the frame was written under schema {frame_schema.name!r} "
+                f"v{frame_schema.version}, which adds fields {list(extra)} to the reader's "
+                f"v{wanted.version}: left out (decode without a schema returns them)",
+                extra,
+                wanted.version,
+                frame_schema.version,
+            ),
+            stacklevel=3,
+        )
+    return frame_schema, wanted
 
 
 @dataclass(frozen=True)

@@ -285,6 +285,7 @@ def gather(
     frames: Sequence[Frame],
     rows: range | Sequence[range] | Sequence[int] | npt.NDArray[np.int64] | None = None,
     schema_entries: Mapping[str, str] | None = None,
+    per_row: Sequence[tuple[str, str]] | None = None,
 ) -> Frame: ...
 def hold_schema(
     fingerprint: str, specs: Sequence[str], sequence_field: str | None, learnt: bool = False

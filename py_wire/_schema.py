@@ -32,6 +32,8 @@ from pydantic import (
 )
 
 from py_wire import _native
+from py_wire._evolution import SchemaDiff
+from py_wire._evolution import diff as schema_diff
 from py_wire._native import FrameError, SchemaError
 
 if TYPE_CHECKING:
@@ -309,6 +311,12 @@ class Schema(BaseModel):
         optional field is never demanded."""
         names = self.fields_for(stage) if stage is not None else list(self.fields)
         return [n for n in names if self.fields[n].required]
+
+    def diff(self, other: Schema) -> SchemaDiff:
+        """How ``other`` (usually this schema's next version) differs from this one, and
+        whether frames written under either are read under the other (``.compatible``; why
+        not: ``.problems``). The rule: :mod:`py_wire._evolution`."""
+        return schema_diff(self, other)
 
     @functools.cached_property
     def canonical_json(self) -> str:

@@ -82,11 +82,17 @@ import numpy as np
 import torch
 
 from py_wire import _native
-from py_wire._decode import Writable, add_missing_fields, checked_schema, decode_selected
+from py_wire._decode import (
+    FrameViews,
+    Writable,
+    add_missing_fields,
+    checked_schema,
+    decode_selected,
+)
 from py_wire._encode import _fields, plain_tensors
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
-from py_wire._ops import concat
+from py_wire._ops import concat, take_rows
 from py_wire._schema import FINGERPRINT_KEY, SCHEMA_KEY, Schema, load_schema
 from py_wire._typing import as_jagged
 
@@ -498,7 +504,23 @@ def _key_list(keys: Sequence[str] | str) -> list[str]:
     keys = [keys] if isinstance(keys, str) else list(keys)
     if not keys:
         raise with_field(BatchError("keys is empty: nothing to get"), "keys")
+    _refuse_repeats(keys, "keys")
     return keys
+
+
+def _refuse_repeats(items: Sequence[Any], what: str) -> None:
+    """A key (or sample) named twice is a BatchError naming it and both places."""
+    if len(set(items)) == len(items):
+        return
+    seen: dict[Any, int] = {}
+    for i, item in enumerate(items):
+        if item in seen:
+            raise with_context(
+                BatchError(f"{item!r} is named twice ({what} {seen[item]} and {i})"),
+                field=what,
+                row=i,
+            )
+        seen[item] = i
 
 
 def _meta(keys: list[str], partition_id: str) -> Any:
@@ -545,9 +567,9 @@ def get_frames(
 
 
 def _check_groups(frames: Mapping[str, Sequence[Frame]], keys: Sequence[str]) -> None:
-    """Every column of one key holds the same group: one schema, one row count, one sequence
-    (offsets and tokens). A text frame merged with another group's media would pair rows
-    with the wrong images."""
+    """Every column of one key holds the same group: one schema and one row count per key
+    (here), one sequence, offsets and tokens (:func:`_check_sequences`). A text frame merged
+    with another group's media would pair rows with the wrong images."""
     text = frames[TEXT]
     sch = checked_schema(text[0])
     for column, group in frames.items():
@@ -559,27 +581,55 @@ def _check_groups(frames: Mapping[str, Sequence[Frame]], keys: Sequence[str]) ->
                 problem = f"schema {checked_schema(t).name!r}, another key's {sch.name!r}"
             elif f.num_rows != t.num_rows:
                 problem = f"{f.num_rows} rows where its text column holds {t.num_rows}"
-            elif column != TEXT and not _same_sequence(t, f, sch):
-                problem = f"a sequence field {sch.sequence_field!r} unlike its text column's"
             if problem is not None:
-                raise with_context(
-                    FrameError(
-                        f"key {key!r}: TQ column {column!r} holds {problem}: its columns are not "
-                        "one group's (refusing to merge them)"
-                    ),
-                    field=column,
-                )
+                _not_one_group(key, column, problem)
 
 
-def _same_sequence(a: Frame, b: Frame, sch: Schema) -> bool:
-    seq = sch.sequence_field
+def _not_one_group(key: str, column: str, problem: str) -> None:
+    raise with_context(
+        FrameError(
+            f"key {key!r}: TQ column {column!r} holds {problem}: its columns are not one "
+            "group's (refusing to merge them)"
+        ),
+        field=column,
+    )
+
+
+def _check_sequences(
+    frames: Mapping[str, Sequence[Frame]],
+    joined: Mapping[str, Frame],
+    keys: Sequence[str],
+    seq: str | None,
+) -> None:
+    """Each column's sequence field (offsets and tokens) is its text column's: compared once
+    over the joined frames, then key by key to name the one that differs."""
     if seq is None:
-        return True
-    x = decode_selected(a, {seq}, writable="view").get(seq)
-    y = decode_selected(b, {seq}, writable="view").get(seq)
-    if x is None or y is None:
-        return x is None and y is None
-    return torch.equal(x.offsets(), y.offsets()) and torch.equal(x.values(), y.values())
+        return
+    text = _sequence(joined[TEXT], seq)
+    for column, frame in joined.items():
+        if column == TEXT or _same(text, _sequence(frame, seq)):
+            continue
+        for key, t, f in zip(keys, frames[TEXT], frames[column], strict=True):
+            if not _same(_sequence(t, seq), _sequence(f, seq)):
+                _not_one_group(key, column, f"a sequence field {seq!r} unlike its text column's")
+        _not_one_group(str(list(keys)[:4]), column, f"a sequence field {seq!r} unlike the text's")
+
+
+def _sequence(frame: Frame, seq: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The frame's sequence offsets and the sequence field's values, as views (no decode)."""
+    views = FrameViews(frame)
+    f = views.fields.get(seq)
+    if f is None or views.seq_offsets is None:
+        return None
+    return views.seq_offsets, views.values(f.values)
+
+
+def _same(
+    a: tuple[torch.Tensor, torch.Tensor] | None, b: tuple[torch.Tensor, torch.Tensor] | None
+) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
 def decode_columns(
@@ -606,6 +656,7 @@ def decode_columns(
     seq = sch.sequence_field
     merged: dict[str, Any] = {}
     joined = {c: g[0] if len(g) == 1 else concat(list(g)) for c, g in frames.items()}
+    _check_sequences(frames, joined, keys, seq)
     for column, frame in joined.items():
         held = {f.name for f in frame.layout.fields}
         if column != TEXT:
@@ -714,8 +765,20 @@ def get(
             for k, v in out.items()
             if k in asked or k not in checked_schema(frames[TEXT][0]).fields
         }
-    first = _needed_columns(held, None, stage, fields)
-    frames = _fetch(meta, first, keys)
+    frames = _read(meta, keys, stage, fields)
+    return decode_columns(
+        frames, keys, stage=stage, fields=fields, writable=writable, **decode_options
+    )
+
+
+def _read(
+    meta: Any, keys: list[str], stage: str | None, fields: Sequence[str] | None
+) -> dict[str, list[Frame]]:
+    """The columns of ``keys`` a fetch for ``stage`` / ``fields`` reads: the text and write-back
+    columns first, then the media column when the (now known) schema says a wanted field is
+    media."""
+    held = list(meta.field_names)
+    frames = _fetch(meta, _needed_columns(held, None, stage, fields), keys)
     sch = checked_schema(frames[TEXT][0])
     if MEDIA not in held and media_fields(sch) and stage is None and fields is None:
         raise FrameError(
@@ -723,9 +786,59 @@ def get(
         )
     rest = [c for c in _needed_columns(held, sch, stage, fields) if c not in frames]
     frames.update(_fetch(meta, rest, keys))
-    return decode_columns(
-        frames, keys, stage=stage, fields=fields, writable=writable, **decode_options
-    )
+    return frames
+
+
+def get_samples(
+    samples: Sequence[tuple[str, int]],
+    partition_id: str,
+    *,
+    stage: str | None = None,
+    fields: Sequence[str] | None = None,
+    **decode_options: Any,
+) -> dict[str, Any]:
+    """Per-sample addressing over groups stored once: ``samples`` are ``(group key, row)``
+    pairs, in the order wanted (NeMo-RL's per-sample metas, pre-sharding and DP dispatch
+    address samples; the media stay stored once per group). Each distinct group is fetched
+    once and the rows are taken from it (:func:`py_wire.take_rows`: a copy of those rows).
+    Returns what :func:`get` returns for those rows. A sample named twice or a row outside
+    its group is a :class:`~py_wire.BatchError` naming the sample (``row``: its index in
+    ``samples``)."""
+    if isinstance(samples, str | bytes) or not isinstance(samples, Sequence) or not samples:
+        raise TypeError("samples must be a non-empty sequence of (key, row) pairs")
+    for i, sample in enumerate(samples):
+        if (
+            not isinstance(sample, tuple)
+            or len(sample) != 2
+            or not isinstance(sample[0], str)
+            or isinstance(sample[1], bool)
+            or not isinstance(sample[1], int)
+        ):
+            raise TypeError(f"samples[{i}] must be a (key, row) pair, not {sample!r}")
+    _refuse_repeats(samples, "samples")
+    keys = list(dict.fromkeys(k for k, _ in samples))
+    meta = _meta(keys, partition_id)
+    if TEXT not in meta.field_names:
+        raise FrameError(f"TQ holds no {TEXT!r} column for every one of keys {keys[:4]}")
+    frames = _read(meta, keys, stage, fields)
+    start, first = 0, {}
+    for key, frame in zip(keys, frames[TEXT], strict=True):
+        first[key] = (start, frame.num_rows)
+        start += frame.num_rows
+    picks = []
+    for i, (key, row) in enumerate(samples):
+        base, rows = first[key]
+        if not 0 <= row < rows:
+            raise with_context(
+                BatchError(f"sample ({key!r}, {row}): group {key!r} holds {rows} rows"),
+                field="samples",
+                row=i,
+            )
+        picks.append(base + row)
+    taken = {
+        c: [take_rows(g[0] if len(g) == 1 else concat(list(g)), picks)] for c, g in frames.items()
+    }
+    return decode_columns(taken, ["samples"], stage=stage, fields=fields, **decode_options)
 
 
 def get_by_meta(
@@ -756,15 +869,6 @@ def get_by_meta(
     keys = list(keys)
     if not isinstance(partition_id, str):
         raise TypeError(f"meta has no partition_id: {type(meta).__name__}")
-    seen: set[str] = set()
-    for i, k in enumerate(keys):
-        if k in seen:
-            raise with_context(
-                BatchError(f"key {k!r} appears twice in the meta (samples {keys.index(k)}, {i})"),
-                field="keys",
-                row=i,
-            )
-        seen.add(k)
     return get(keys, partition_id, stage=stage, fields=fields, writable=writable, **decode_options)
 
 

@@ -102,6 +102,7 @@ def test_rows_come_back_bit_exact(batch: dict[str, Any]) -> None:
 
 def test_media_stored_once_per_group(batch: dict[str, Any]) -> None:
     frames = ptq.get_frames(keys("exact", 3), "p", (ptq.MEDIA,))[ptq.MEDIA]
+    shared_groups = 0
     for g, frame in enumerate(frames):
         pixels = py_wire.decode(frame)["pixel_values"]
         rows = batch["pixel_values"][g * GROUP : (g + 1) * GROUP]
@@ -110,7 +111,12 @@ def test_media_stored_once_per_group(batch: dict[str, Any]) -> None:
         values, _, seg_offsets, _, _ = pixels._csr()
         assert seg_offsets.numel() - 1 == len(unique)
         assert values.numel() == sum(r.numel() for r in unique.values())
-        assert len(frame) < sum(r.numel() * 4 for r in rows if r is not None) or not unique
+        with_media = [r for r in rows if r is not None]
+        if len(with_media) > len(unique):
+            shared_groups += 1
+            assert len(frame) < sum(r.numel() * 4 for r in with_media)
+    # Else the test would pass without storing anything once: the batch must have such groups.
+    assert shared_groups > 0, "no group of this batch shares an image"
 
 
 def test_text_stage_fetch_moves_no_media(batch: dict[str, Any]) -> None:
@@ -222,7 +228,8 @@ def test_raystore_frames_decode_in_the_object_store(batch: dict[str, Any], backe
         return
     ptq.put(batch, SCHEMA, keys("cow", 3), "p", group_size=GROUP)
     (frame,) = ptq.get_frames(["cow1"], "p", (ptq.TEXT,))[ptq.TEXT]
-    assert frame.storage == "readonly-buffer" and frame.copy_on_write_refusal() is None
+    assert frame.storage == "pinned-buffer" and frame.pinned_by == "Ray's object store"
+    assert frame.copy_on_write_refusal() is None
     got = ptq.get(["cow1"], "p")
     reward = got["reward"]
     perms, inode = mapping_of(reward.data_ptr()).split()[1:5:3]
@@ -434,3 +441,33 @@ def test_groups_carry_total_lengths_for_tqs_sampler(batch: dict[str, Any]) -> No
     )
     assert_same(want, ptq.get_by_meta(meta))
     tq.kv_clear(keys=names, partition_id="s")
+
+
+def test_samples_are_addressed_in_groups_stored_once(batch: dict[str, Any]) -> None:
+    names = keys("smp", 3)
+    ptq.put(batch, SCHEMA, names, "p", group_size=GROUP)
+    frame = py_wire.encode(batch, SCHEMA)
+    picks = [("smp2", 1), ("smp0", 3), ("smp2", 0)]
+    for stage in (None, "train", "generation"):
+        want = py_wire.decode(py_wire.take_rows(frame, [9, 3, 8]), stage=stage)
+        assert_same(want, ptq.get_samples(picks, "p", stage=stage))
+    with pytest.raises(py_wire.BatchError, match="named twice") as err:
+        ptq.get_samples([*picks, ("smp0", 3)], "p")
+    assert err.value.field == "samples" and err.value.row == 3
+    with pytest.raises(py_wire.BatchError, match="holds 4 rows") as err:
+        ptq.get_samples([("smp1", 4)], "p")
+    assert err.value.row == 0
+
+
+def test_a_key_handed_twice_is_refused(batch: dict[str, Any]) -> None:
+    from types import SimpleNamespace
+
+    names = keys("twice", 3)
+    ptq.put(batch, SCHEMA, names, "p", group_size=GROUP)
+    with pytest.raises(py_wire.BatchError, match="named twice") as err:
+        ptq.get([names[0], names[1], names[0]], "p")
+    assert err.value.field == "keys" and err.value.row == 2
+    with pytest.raises(py_wire.BatchError, match="named twice"):
+        ptq.get_by_meta(SimpleNamespace(keys=[names[1], names[1]], partition_id="p"))
+    with pytest.raises(py_wire.BatchError, match="named twice"):
+        ptq.write_back([names[2], names[2]], "p", {"advantages": batch["advantages"][:8]})
