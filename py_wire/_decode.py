@@ -59,13 +59,14 @@ def writable_policy(writable: object) -> Writable:
 
 
 class FrameViews:
-    """The frame's tensors as torch views over one uint8 base tensor; field values over
+    """The frame's tensors over its memory (one uint8 base tensor), each with a storage of
+    exactly its own bytes (that keeps the frame, and so its owner, alive); field values over
     ``payload`` instead when the frame's bytes lie elsewhere (a device buffer that ``frame``,
     its host shadow, validated).
 
     ``private=True`` makes every tensor it hands out (index tables too) a copy, so that nothing
-    returned can reach a source that must not be written. :meth:`own` gives a view a storage of
-    exactly its own bytes (see :mod:`py_wire._storage`)."""
+    returned can reach a source that must not be written. :meth:`own` gives a view (a row
+    window's slice) a storage of exactly its own bytes (see :mod:`py_wire._storage`)."""
 
     def __init__(
         self, frame: Frame, payload: torch.Tensor | None = None, private: bool = False
