@@ -182,6 +182,8 @@ class Step:
     frames: list[Frame | None]
     group_ids: list[list[str]]
     versions: list[list[int]]
+    #: Seconds the take waited for the step's groups (the rest of it moved bytes).
+    waited_s: float = 0.0
 
 
 class RayBuffer:
@@ -256,7 +258,9 @@ class RayBuffer:
             got.append(out)
             return None
 
+        start = time.perf_counter()
         wait_until(check, timeout_s, "take")
+        waited = time.perf_counter() - start
         lease, parts = got[0]
         frames: list[Frame | None] = []
         for part in parts:
@@ -270,6 +274,7 @@ class RayBuffer:
             frames,
             [[gid for gid, _, _ in part] for part in parts],
             [[v for _, v, _ in part] for part in parts],
+            waited,
         )
 
     def ack(self, step: Step | str) -> bool:

@@ -414,9 +414,17 @@ def test_nemo_rl_schemas_are_the_neutral_media_with_nemo_rl_train_names(family: 
     """nemo_rl/<family> = the neutral <family>'s media, geometry and contracts (pixels in bf16,
     as get_multimodal_dict(pixel_dtype=...) casts them) + NeMo-RL's train-data fields."""
     neutral, nemo = py_wire.load_schema(family), py_wire.load_schema(f"nemo_rl/{family}")
-    neutral_core = {"input_ids", "input_lengths", "token_mask", "loss_multiplier", "reward",
-                    "generation_logprobs", "advantages",
-                    "policy_version", "token_policy_versions"}  # fmt: skip  (async RL: not NeMo-RL's)
+    neutral_core = {
+        "input_ids",
+        "input_lengths",
+        "token_mask",
+        "loss_multiplier",
+        "reward",
+        "generation_logprobs",
+        "advantages",
+        "policy_version",
+        "token_policy_versions",
+    }  # fmt: skip  (async RL: not NeMo-RL's)
     extra = set(neutral.fields) - neutral_core  # media, geometry, per-token type ids
     assert set(nemo.fields) == extra | NEMO_RL_TRAIN
     assert nemo.contracts == neutral.contracts
