@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from py_wire._native import BatchError, FrameError
-from py_wire._storage import StorageSlicer
+from py_wire._storage import RowCutter, StorageSlicer
 
 Row = list[torch.Tensor] | None
 
@@ -598,6 +598,7 @@ class _FrameRows:
     """Lazy rows over a decoded frame's CSR tables; index lists are read once, on demand."""
 
     __slots__ = (
+        "_cut",
         "_lists",
         "_own",
         "_value_range",
@@ -627,6 +628,7 @@ class _FrameRows:
         # Each segment gets a storage of exactly its own bytes: a row or a shard that is
         # pickled, saved or sent on carries its own segments, not the whole field.
         self._own = StorageSlicer(values)
+        self._cut = RowCutter(self.flat)  # a segment: elements [lo, hi) of the flat values
 
     def _tables(self) -> tuple[list[list[int]], list[int], list[int], list[int]]:
         if self._lists is None:
@@ -641,7 +643,7 @@ class _FrameRows:
     def _segment(self, seg: int) -> torch.Tensor:
         shapes, offsets, _, _ = self._tables()
         try:
-            return self._own(self.flat[offsets[seg] : offsets[seg + 1]].view(shapes[seg]))
+            return self._cut(offsets[seg], offsets[seg + 1]).view(shapes[seg])
         except (RuntimeError, IndexError) as e:
             # The codec validated these tables; only a buffer written since can get here.
             raise FrameError(
@@ -669,7 +671,7 @@ class _FrameRows:
         calls). In-order data keeps only the values those rows reference, so ``as_tensor()``
         of the range is still a view."""
         sub = _FrameRows.__new__(_FrameRows)
-        sub.values, sub.flat, sub._own = self.values, self.flat, self._own
+        sub.values, sub.flat, sub._own, sub._cut = self.values, self.flat, self._own, self._cut
         sub.seg_shapes, sub.seg_offsets = self.seg_shapes, self.seg_offsets
         sub.row_segments, sub.num_refs = self.row_segments, self.num_refs
         sub.row_offsets = self.row_offsets[start : stop + 1]

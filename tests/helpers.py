@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -66,3 +68,22 @@ def mapping_of(address: int) -> str:
         if lo <= address < hi:
             return line
     raise AssertionError(f"{address:#x} is not mapped")
+
+
+@contextmanager
+def local_ray(object_store_mb: int) -> Iterator[None]:
+    """A one-CPU local Ray whose object store holds ``object_store_mb`` MB (small enough to
+    force the store to reuse memory when a test wants that)."""
+    import ray  # requirements-dev.txt installs it: a missing ray fails the test that asks
+
+    ray.init(
+        num_cpus=1,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        object_store_memory=object_store_mb * 1024**2,
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
