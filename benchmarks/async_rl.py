@@ -150,12 +150,14 @@ class Producer:
         lengths: list[int] = []
         for seed in seeds:
             scale = min(float(rng.lognormal(0.0, SIGMA)), MAX_SCALE)
-            version = self._version()
             t0 = time.perf_counter()
+            # The weights to generate with: the trainer's version once admitted.
             if self.path == "ray":
-                gid = self.handle.reserve(version)
+                gid, version = self.handle.reserve()
             elif self.path == "tq":
-                self.stream.reserve(f"g{seed}", version)
+                version = self.stream.reserve(f"g{seed}", self._version)
+            else:
+                version = self._version()
             admit_s += time.perf_counter() - t0
             time.sleep(median_s * scale)  # the rollout
             batch = make_group(seed, group_size, scale)

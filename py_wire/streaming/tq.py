@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from py_wire._native import Frame
@@ -207,11 +207,14 @@ class TQStream:
                 stored += int(tags.get("nbytes", 0))
         return open_groups, stored
 
-    def reserve(self, key: str, version: int, timeout_s: float | None = None) -> None:
+    def reserve(
+        self, key: str, version: int | Callable[[], int], timeout_s: float | None = None
+    ) -> int:
         """Waits for a slot (admission: at most ``(k + 1) * batch_groups`` groups open), then
         adds ``key`` to the partition with its tags only. Producers check and reserve in two
         controller calls, so concurrent producers may pass the window by up to their number;
-        the sampler's bound does not depend on it."""
+        the sampler's bound does not depend on it. ``version`` may be a callable, read once
+        admitted (the weights a producer syncs to after waiting). Returns the version."""
 
         def check() -> str | None:
             open_groups, stored = self._open()
@@ -219,11 +222,13 @@ class TQStream:
 
         wait_until(check, timeout_s or self.config.admission_timeout_s, f"reserve {key}")
         self._seq += 1
+        v = int(version() if callable(version) else version)
         _tq().kv_put(
             key=key,
             partition_id=self.partition_id,
-            tag={"state": "reserved", VERSION_KEY: int(version), "at": time.time()},
+            tag={"state": "reserved", VERSION_KEY: v, "at": time.time()},
         )
+        return v
 
     def put(
         self,
