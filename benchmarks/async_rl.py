@@ -228,13 +228,15 @@ def trainer(path: str, handle: Any, config: StreamConfig, steps: int, train_s: f
             lag = step - int(v)
             staleness[lag] = staleness.get(lag, 0) + 1
         time.sleep(train_s)  # the optimizer step
+        # The new version first, then the ack: a slot the ack frees must not go to a group
+        # recorded with the old version (then more than B groups could be due at once).
         if path == "ray":
-            handle.ack(lease)
             handle.set_trainer_version(step + 1)
+            handle.ack(lease)
         elif path == "tq":
             assert stream is not None
-            stream.ack(lease)
             ray.get(handle.set_version.remote(step + 1))
+            stream.ack(lease)
         else:
             ray.get(handle.set_version.remote(step + 1))
     total = time.perf_counter() - start
