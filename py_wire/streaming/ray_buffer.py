@@ -74,16 +74,18 @@ class _Buffer:
     def _open(self) -> int:
         return len(self.groups)
 
-    def reserve(self, version: int) -> str | None:
-        """A slot for a group generated with weights ``version``, or None to wait."""
+    def reserve(self, version: int | None) -> tuple[str, int] | None:
+        """A slot and the version its group is recorded with (``version``, or the trainer's
+        current one when None), or None to wait."""
         self._expire()
         if admits(self._open(), self.stored_bytes, 0, self.config) is not None:
             return None
+        version = self.trainer_version if version is None else int(version)
         gid = uuid.uuid4().hex
-        self.groups[gid] = Group(gid, int(version), next(self.seq))
+        self.groups[gid] = Group(gid, version, next(self.seq))
         self.reserved_until[gid] = time.monotonic() + self.config.reservation_s
         self.counts.reserved += 1
-        return gid
+        return gid, version
 
     def why_not(self, nbytes: int = 0) -> str | None:
         self._expire()
@@ -182,6 +184,8 @@ class Step:
     frames: list[Frame | None]
     group_ids: list[list[str]]
     versions: list[list[int]]
+    #: Seconds the take waited for the step's groups (the rest of it moved bytes).
+    waited_s: float = 0.0
 
 
 class RayBuffer:
@@ -203,16 +207,21 @@ class RayBuffer:
 
         return ray.get(getattr(self.actor, method).remote(*args))
 
-    def reserve(self, version: int, timeout_s: float | None = None) -> str:
-        """Waits for a slot for a group generated with weights ``version`` (admission
-        control); :class:`AdmissionTimeout` after ``timeout_s``."""
-        got: list[str] = []
+    def reserve(
+        self, version: int | None = None, timeout_s: float | None = None
+    ) -> tuple[str, int]:
+        """Waits for a slot (admission control; :class:`AdmissionTimeout` after
+        ``timeout_s``); returns the group's id and version. With ``version=None`` the group is
+        recorded with the trainer's version at admission: the producer then generates with
+        weights at least that new (a version read before a long wait would make the group
+        look staler than it is, or, read by a producer that then syncs, fresher)."""
+        got: list[tuple[str, int]] = []
 
         def check() -> str | None:
-            gid = self._call("reserve", version)
-            if gid is None:
+            slot = self._call("reserve", version)
+            if slot is None:
                 return str(self._call("why_not"))
-            got.append(gid)
+            got.append((slot[0], int(slot[1])))
             return None
 
         wait_until(check, timeout_s or self.config.admission_timeout_s, "reserve")
@@ -256,7 +265,9 @@ class RayBuffer:
             got.append(out)
             return None
 
+        start = time.perf_counter()
         wait_until(check, timeout_s, "take")
+        waited = time.perf_counter() - start
         lease, parts = got[0]
         frames: list[Frame | None] = []
         for part in parts:
@@ -270,6 +281,7 @@ class RayBuffer:
             frames,
             [[gid for gid, _, _ in part] for part in parts],
             [[v for _, v, _ in part] for part in parts],
+            waited,
         )
 
     def ack(self, step: Step | str) -> bool:

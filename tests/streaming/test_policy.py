@@ -76,11 +76,11 @@ def test_config_refuses_nonsense() -> None:
 
 def test_buffer_lease_returns_groups_and_late_ack_is_refused() -> None:
     buf = _Buffer(StreamConfig(max_staleness=1, batch_groups=2, lease_s=0.05))
-    gids = [buf.reserve(0) for _ in range(4)]
+    slots = [buf.reserve(0) for _ in range(4)]
     assert buf.reserve(0) is None  # the window: (k + 1) * batch_groups
-    for gid in gids:
-        assert gid is not None
-        assert buf.put(gid, _frame(), 5) is None
+    for slot in slots:
+        assert slot is not None
+        assert buf.put(slot[0], _frame(), 5) is None
     first = buf.take(1, None)
     assert first is not None
     lease, parts = first
@@ -96,10 +96,10 @@ def test_buffer_lease_returns_groups_and_late_ack_is_refused() -> None:
 
 def test_buffer_reservation_lapses_when_the_producer_dies() -> None:
     buf = _Buffer(StreamConfig(max_staleness=0, batch_groups=1, reservation_s=0.05))
-    gid = buf.reserve(0)
-    assert gid is not None and buf.reserve(0) is None
+    slot = buf.reserve(None)
+    assert slot is not None and slot[1] == 0 and buf.reserve(0) is None
     time.sleep(0.1)
     assert buf.reserve(0) is not None
     assert buf.stats()["abandoned"] == 1
     with pytest.raises(StreamError, match="no open reservation"):
-        buf.put(gid, _frame(), 1)
+        buf.put(slot[0], _frame(), 1)

@@ -45,7 +45,7 @@ class Producer:
         self.buffer = buffer
 
     def produce(self, group: int, version: int) -> None:
-        gid = self.buffer.reserve(version, timeout_s=30)
+        gid, _ = self.buffer.reserve(version, timeout_s=30)
         self.buffer.put(gid, group_frame(group, version))
 
     def die_mid_put(self, group: int, version: int) -> None:
