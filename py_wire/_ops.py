@@ -11,10 +11,10 @@ import numpy as np
 import torch
 
 from py_wire import _native
-from py_wire._args import MAX_COUNT, count, flag, integer, optional_count
+from py_wire._args import MAX_COUNT, count, flag, integer, items, optional_count
 from py_wire._decode import checked_schema
 from py_wire._native import Frame, SchemaError, WireError
-from py_wire._rows import resolve_slice
+from py_wire._rows import resolve_slice, row_index_error
 from py_wire._source import as_frame
 
 #: The most sections ``split`` takes (zero-row sections are allowed, so the row count does not
@@ -64,7 +64,7 @@ def index_array(rows: torch.Tensor | np.ndarray, num_rows: int) -> np.ndarray:
     if rows.dtype.kind not in "iu":
         raise WireError(f"rows: an index array must hold integers, not {rows.dtype}")
     if rows.dtype == np.uint64 and len(rows) and int(rows.max()) > np.iinfo(np.int64).max:
-        raise WireError(f"rows: row {int(rows.max())} is out of range for {num_rows} rows")
+        raise row_index_error("rows", int(rows.max()), num_rows)
     return np.ascontiguousarray(rows, dtype=np.int64)
 
 
@@ -82,9 +82,11 @@ def concat(frames: Sequence[Frame], *, compact: bool | None = None) -> Frame:
     ``encode(..., compact=True)``) and its metadata, whatever the form of the others;
     ``compact=True`` or ``False`` chooses the form instead (``concat([frame], compact=False)``
     embeds the schema in a compact frame)."""
-    frames = [as_frame(f) for f in frames]
+    if isinstance(frames, Frame | bytes | bytearray | memoryview):
+        raise TypeError("frames must be a list of frames, not one frame")
+    frames = [as_frame(f) for f in items("frames", frames)]
     if not frames:
-        raise WireError("concat needs at least one frame")
+        raise WireError("concat: frames needs at least one frame")
     if compact is not None:
         flag("compact", compact)
     schemas = [checked_schema(f) for f in frames]

@@ -15,6 +15,7 @@ import torch
 
 from py_wire import _native
 from py_wire._args import count, flag, optional_count
+from py_wire._args import device as device_arg
 from py_wire._native import WireError
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._source import as_frame
@@ -153,16 +154,7 @@ def to(
     first copies host tensors into page-locked memory (only meaningful, and only allowed,
     when CUDA is available), so ``non_blocking=True`` transfers are truly asynchronous.
     """
-    if not isinstance(device, str | torch.device | int) or isinstance(device, bool):
-        raise TypeError(f"device must be a str or torch.device, not {type(device).__name__}")
-    try:
-        device = torch.device(device)
-    except (RuntimeError, ValueError) as e:
-        raise WireError(f"device: {device!r} is not a torch device ({e})") from None
-    try:
-        torch.empty(0, device=device)  # an unavailable device fails here, not mid-batch
-    except (RuntimeError, AssertionError) as e:
-        raise WireError(f"device {device} is not available here: {e}") from None
+    device = device_arg("device", device)
     flag("non_blocking", non_blocking)
     flag("pin_memory", pin_memory)
     if pin_memory and not torch.cuda.is_available():

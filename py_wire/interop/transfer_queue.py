@@ -68,6 +68,7 @@ import numpy as np
 import torch
 
 from py_wire import _native
+from py_wire._args import batch_mapping, count, items
 from py_wire._decode import Writable, checked_schema, decode
 from py_wire._dtypes import DTYPES
 from py_wire._encode import _fields, plain_tensors
@@ -153,7 +154,9 @@ def _group_spans(num_rows: int, group_size: int | Sequence[int]) -> list[tuple[i
             )
         sizes = [size] * (num_rows // size)
     else:
-        sizes = [int(s) for s in group_size]
+        sizes = [
+            count(f"group_size[{i}]", s) for i, s in enumerate(items("group_size", group_size))
+        ]
         if any(s < 1 for s in sizes) or sum(sizes) != num_rows:
             raise with_field(
                 BatchError(
@@ -210,6 +213,7 @@ def _group_plans(
 ) -> tuple[dict[str, list[list[tuple[str, str, Any, Any]]]], tuple[str, ...]]:
     """Per column, each group's checked fields (as :func:`py_wire.encode` checks a batch), and
     the columns the schema has."""
+    batch = batch_mapping("batch", batch)
     media = set(media_fields(sch))
     spans = _group_spans(_num_rows(batch, sch), group_size)
     plans: dict[str, list[list[tuple[str, str, Any, Any]]]] = {c: [] for c in COLUMNS}
