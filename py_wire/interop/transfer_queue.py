@@ -183,7 +183,13 @@ def _num_rows(batch: Mapping[str, Any], sch: Schema) -> int:
         return 0
     if isinstance(value, torch.Tensor) and value.is_nested:
         return int(value.size(0))
-    return len(value)
+    try:
+        return len(value)
+    except TypeError:
+        name = next(k for k, v in batch.items() if v is value)
+        raise TypeError(
+            f"batch field {name!r} must hold rows (a list, a tensor), not {type(value).__name__}"
+        ) from None
 
 
 def _rows(value: Any, start: int, stop: int) -> Any:
