@@ -13,13 +13,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from py_wire import _native
 from py_wire._args import fill_value, flag, optional_count
 from py_wire._device import host_shadow
 from py_wire._dtypes import DTYPES
-from py_wire._native import FieldLayout, Frame, FrameError, FrameLayout, SchemaError, TensorLoc
+from py_wire._errors import with_context
+from py_wire._evolution import SchemaEvolutionWarning, check_readable
+from py_wire._jagged import jagged
+from py_wire._native import (
+    ContractError,
+    FieldLayout,
+    Frame,
+    FrameError,
+    FrameLayout,
+    SchemaError,
+    TensorLoc,
+)
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._rows import RowWindow
 from py_wire._schema import Schema, load_schema
@@ -61,12 +73,18 @@ class FrameViews:
         self.frame = frame
         self.layout: FrameLayout = frame.layout
         self.private = private
-        with warnings.catch_warnings():
-            # Read-only inputs (bytes, read-only mmaps) give views torch cannot mark read-only;
-            # decode's ``writable`` policy decides what may be returned over them.
-            warnings.simplefilter("ignore", UserWarning)
+        if frame.readonly_buffer:
+            with warnings.catch_warnings():
+                # Read-only inputs (bytes, read-only mmaps) give views torch cannot mark
+                # read-only; decode's ``writable`` policy decides what may be returned over them.
+                warnings.simplefilter("ignore", UserWarning)
+                self.base = torch.frombuffer(frame, dtype=torch.uint8)
+        else:
             self.base = torch.frombuffer(frame, dtype=torch.uint8)
         self.payload = self.base if payload is None else payload
+        # The frame's bytes as numpy: each tensor is cut from it with a storage of exactly its
+        # own bytes, in one step (no view of the whole frame to cut again).
+        self.array = self.base.numpy()
         self.own = StorageSlicer(self.base)
         self.fields = {f.name: f for f in self.layout.fields}
         seq = self.layout.seq_offsets
@@ -74,11 +92,13 @@ class FrameViews:
 
     def view(self, loc: TensorLoc) -> torch.Tensor:
         """An index table (host memory)."""
-        t = _view(self.base, loc)
+        t = _exact(self.array, loc)
         return t.clone() if self.private else t
 
     def values(self, loc: TensorLoc) -> torch.Tensor:
         """A field's values (where the payload lies), not yet copied by ``private``."""
+        if self.payload is self.base:
+            return _exact(self.array, loc)
         return _view(self.payload, loc)
 
 
@@ -87,13 +107,24 @@ def _view(base: torch.Tensor, loc: TensorLoc) -> torch.Tensor:
     return flat.view(DTYPES[loc.dtype]).view(loc.shape)
 
 
+def _exact(array: np.ndarray, loc: TensorLoc) -> torch.Tensor:
+    """The tensor at ``loc`` over ``array``'s memory, with a storage of exactly its bytes."""
+    dtype, shape = DTYPES[loc.dtype], loc.shape
+    if loc.nbytes == 0:
+        return torch.empty(shape, dtype=dtype)
+    t = torch.from_numpy(array[loc.offset : loc.offset + loc.nbytes])
+    if dtype is not torch.uint8:
+        t = t.view(dtype)
+    return t if len(shape) == 1 else t.view(shape)
+
+
 def _source_frame(
     data: Any, policy: Writable, partial: bool
 ) -> tuple[Frame, bool, torch.Tensor | None]:
     """The frame to decode from, whether each returned tensor must be copied, and the device
-    payload (a frame in device memory). Under ``"auto"`` a read-only source mapped from a file
-    or shared memory (a Ray object, a read-only ``mmap``) is mapped again copy-on-write: zero
-    copies, and a write reaches only this process's page. Elsewhere a private frame is a copy:
+    payload (a frame in device memory). Under ``"auto"`` a read-only source whose owner pins it
+    (a Ray object) is mapped again copy-on-write, holding the object: zero copies, and a write
+    reaches only this process's page. Elsewhere a private frame is a copy:
     of the whole frame, or (``partial``: a row window, a stage, padding, casts) of each returned
     tensor only."""
     if isinstance(data, torch.Tensor) and data.device.type != "cpu":
@@ -159,23 +190,27 @@ def decode(
 
     - ``"auto"`` (default): views into ``data`` when its buffer is writable (a ``bytearray``, a
       numpy array, a frame py_wire made, :func:`py_wire.load`'s copy-on-write mapping, a frame
-      received by :mod:`py_wire.distributed`). A read-only buffer (:attr:`Frame.readonly_buffer`)
-      whose pages are mapped from a file or shared memory (a Ray object-store buffer, a
-      read-only ``mmap``, ``/dev/shm``) is mapped again, copy-on-write
-      (:meth:`Frame.copy_on_write`): still zero-copy, and a write changes only this process's
-      page. Any other read-only buffer (``bytes``, or a mapping the process may not reopen) is
-      copied once into a private, pooled, 64-byte-aligned buffer (with ``rows=``, ``stage=``,
-      ``source_dtype=True`` or ``layout="padded"``, only the returned tensors are copied).
+      received by :mod:`py_wire.distributed`). A read-only Ray object-store buffer (its owner
+      keeps it pinned and unchanged while held: :attr:`Frame.pinned_by`) is mapped again,
+      copy-on-write (:meth:`Frame.copy_on_write`), holding the object: still zero-copy, and a
+      write changes only this process's page. Any other read-only buffer (``bytes``, a
+      read-only ``mmap`` of a file or ``/dev/shm`` whose owner may rewrite or truncate it,
+      shared memory) is copied once into a private, pooled, 64-byte-aligned buffer (with
+      ``rows=``, ``stage=``, ``source_dtype=True`` or ``layout="padded"``, only the returned
+      tensors are copied).
     - ``"view"``: always views into ``data``, zero-copy; you promise not to write to them (a
       write would change a shared Ray object or another reader's bytes, or crash on a
       read-only mapping).
     - ``"copy"``: always a private copy, as ``"auto"`` does for ``bytes``.
 
-    ``schema`` (a :class:`Schema`, bundled name or path), when given, must be the frame's
-    (:class:`SchemaError` otherwise), and is held for this process before the frame is read: a
-    compact frame (``encode(..., compact=True)``) that names it by fingerprint can then be
-    decoded. A compact frame whose schema the process does not hold is a :class:`FrameError`
-    naming the fingerprint.
+    ``schema`` (a :class:`Schema`, bundled name or path), when given, must be the frame's or
+    another version of it that reads the frame (``Schema.diff``: only optional fields or stages
+    added or removed); then ``decode`` returns the fields that ``schema`` declares, and the
+    frame's others are reported (:class:`SchemaEvolutionWarning`, not silently dropped). Any
+    other schema is a :class:`SchemaError` naming the field and both versions. It is held for
+    this process before the frame is read: a compact frame (``encode(..., compact=True)``)
+    that names it by fingerprint can then be decoded. A compact frame whose schema the process
+    does not hold is a :class:`FrameError` naming the fingerprint.
 
     ``verify=True`` checks the frame's payload checksums first (see ``encode(...,
     checksum=True)``; O(bytes)): :class:`FrameError` names the field whose bytes changed, or
@@ -191,22 +226,86 @@ def decode(
     frame, clone, payload = _source_frame(data, policy, partial)
     if verify:
         _verify(frame, payload)
-    frame_schema = _schema_of(frame, wanted)
+    frame_schema, reader = _schema_of(frame, wanted)
+    # A reader's other version of the frame's schema: its fields (of ``stage``) only.
+    if stage is not None:
+        keep: set[str] | None = set((reader or frame_schema).fields_for(stage))
+    else:
+        keep = set(reader.fields) if reader is not None else None
+    return decode_fields(
+        frame,
+        frame_schema,
+        keep,
+        fill_missing=stage is not None,
+        clone=clone,
+        payload=payload,
+        layout=layout,
+        source_dtype=source_dtype,
+        rows=rows,
+        pad_to_multiple_of=pad_to_multiple_of,
+        pad_values=pad_values,
+        attention_mask=attention_mask,
+    )
+
+
+def decode_fields(
+    frame: Frame,
+    frame_schema: Schema,
+    keep: set[str] | None,
+    *,
+    fill_missing: bool,
+    clone: bool,
+    payload: torch.Tensor | None = None,
+    layout: Layout | None = None,
+    source_dtype: bool = False,
+    rows: range | slice | None = None,
+    pad_to_multiple_of: int | None = None,
+    pad_values: Mapping[str, float | int | bool] | None = None,
+    attention_mask: bool = False,
+) -> dict[str, Any]:
+    """``decode``'s body, on a frame already chosen by the ``writable`` policy: the fields in
+    ``keep`` (None: all) of ``frame``. ``fill_missing``: a packed field of ``keep`` that the
+    frame lacks comes back as rows without segments (never for rows whose tokens hold that
+    field's placeholder runs: a :class:`ContractError` instead); otherwise it is left out (a
+    reader that merges several frames of one batch fills after merging)."""
     pad_multiple, pads = _check_trainer_options(
         frame_schema, layout, pad_to_multiple_of, pad_values, attention_mask, source_dtype
     )
     options = _Options(layout, source_dtype, pad_multiple, pads, clone)
     views = FrameViews(frame, payload, private=clone)
-    selection = _Selection.of(views, frame_schema, stage, rows)
+    selection = _Selection.of(views, keep, rows)
     fields = _FieldDecoder(views, frame_schema, selection, options)
     out = {name: fields.value(f) for name, f in views.fields.items() if selection.keeps(name)}
-    if selection.keep is not None:
-        _add_missing_stage_fields(out, frame_schema, selection, layout)
+    if selection.keep is not None and fill_missing:
+        tokens = _sequence_tokens(views, frame_schema, selection)
+        add_missing_fields(out, frame_schema, selection.keep, selection.num_rows, layout, tokens)
     if layout == "padded" and fields.seq_lengths is not None:
         _add_lengths(out, frame_schema, selection, fields.seq_lengths, fields.device)
     if attention_mask:
         out[ATTENTION_MASK] = _attention_mask(selection, pad_multiple, fields.device)
     return out
+
+
+def decode_selected(
+    data: Any, keep: set[str] | None, *, writable: Writable = "auto", **options: Any
+) -> dict[str, Any]:
+    """The fields in ``keep`` (None: all) of one frame, as :func:`decode` returns them under
+    the same ``writable`` policy and ``options`` (its trainer keywords and ``rows``), without
+    filling in absent fields: for readers that merge several frames of one batch
+    (:mod:`py_wire.interop.transfer_queue`) and fill after merging (:func:`add_missing_fields`)."""
+    policy = writable_policy(writable)
+    _check_layout(options.get("layout"))
+    partial = options.get("rows") is not None or keep is not None
+    frame, clone, payload = _source_frame(data, policy, partial)
+    return decode_fields(
+        frame,
+        checked_schema(frame),
+        keep,
+        fill_missing=False,
+        clone=clone,
+        payload=payload,
+        **options,
+    )
 
 
 def _check_layout(layout: object) -> None:
@@ -227,16 +326,36 @@ def _verify(frame: Frame, payload: torch.Tensor | None) -> None:
     host.verify()
 
 
-def _schema_of(frame: Frame, wanted: Schema | None) -> Schema:
-    """The frame's schema, which must be ``wanted`` when the caller named one."""
+def _schema_of(frame: Frame, wanted: Schema | None) -> tuple[Schema, Schema | None]:
+    """The frame's schema, and the reader's when it is another version of it. A caller's
+    schema must be the frame's, or one that reads it by the evolution rule
+    (:mod:`py_wire._evolution`: ``SchemaError`` naming the field and both versions
+    otherwise); the frame's fields it does not declare are reported
+    (:class:`SchemaEvolutionWarning`) and left out."""
     frame_schema = checked_schema(frame)
-    if wanted is not None and wanted.fingerprint != frame_schema.fingerprint:
+    if wanted is None or wanted.fingerprint == frame_schema.fingerprint:
+        return frame_schema, None
+    if wanted.name != frame_schema.name:
         raise SchemaError(
             f"frame was encoded with schema {frame_schema.name!r} v{frame_schema.version} "
             f"({frame_schema.fingerprint}), not {wanted.name!r} v{wanted.version} "
             f"({wanted.fingerprint})"
         )
-    return frame_schema
+    check_readable(wanted, frame_schema)
+    extra = tuple(f.name for f in frame.layout.fields if f.name not in wanted.fields)
+    if extra:
+        warnings.warn(
+            SchemaEvolutionWarning(
+                f"the frame was written under schema {frame_schema.name!r} "
+                f"v{frame_schema.version}, which adds fields {list(extra)} to the reader's "
+                f"v{wanted.version}: left out (decode without a schema returns them)",
+                extra,
+                wanted.version,
+                frame_schema.version,
+            ),
+            stacklevel=3,
+        )
+    return frame_schema, wanted
 
 
 @dataclass(frozen=True)
@@ -262,12 +381,9 @@ class _Selection:
     num_rows: int
 
     @staticmethod
-    def of(
-        views: FrameViews, schema: Schema, stage: str | None, rows: range | slice | None
-    ) -> _Selection:
+    def of(views: FrameViews, keep: set[str] | None, rows: range | slice | None) -> _Selection:
         frame = views.frame
         window = None if rows is None else RowWindow(views.seq_offsets, frame.num_rows, rows)
-        keep = set(schema.fields_for(stage)) if stage is not None else None
         if window is None:
             return _Selection(keep, None, views.seq_offsets, frame.num_rows)
         return _Selection(keep, window, window.seq_offsets, window.num_rows)
@@ -290,6 +406,10 @@ class _FieldDecoder:
         self.options = options
         self.device = views.payload.device
         self.seq_lengths: torch.Tensor | None = None
+        self.width = 0
+        # Whole fields are cut from the frame with storages of exactly their bytes already
+        # (FrameViews.values), as are casts and copies: only a row window's slices need cutting.
+        self.own = views.own if self.window is not None else _as_is
         self.jagged_offsets: torch.Tensor | None = None
 
     def value(self, f: FieldLayout) -> Any:
@@ -298,7 +418,7 @@ class _FieldDecoder:
         if f.tier == "scalar":
             if self.window is not None:
                 values = self.window.scalar(values)
-            return self.views.own(_owned(values, cast, self.options.clone))
+            return self.own(_owned(values, cast, self.options.clone))
         if f.tier == "packed":
             return self._packed(f, values, cast)
         return self._per_token(f.name, values, cast)
@@ -308,7 +428,7 @@ class _FieldDecoder:
         in_order = f.in_order
         if self.window is not None:
             values, tables, in_order = self.window.packed(values, tables, in_order)
-        values = self.views.own(_owned(values, cast, self.options.clone))
+        values = self.own(_owned(values, cast, self.options.clone))
         packed = PackedTensor._from_frame(_FrameRows(values, tables, in_order), f.pack_dim)
         return packed.rows() if self.options.layout == "list" else packed
 
@@ -317,37 +437,99 @@ class _FieldDecoder:
         assert offsets is not None
         if self.window is not None:
             values = self.window.per_token(values)
-        own = self.views.own
+        own = self.own
         layout = self.options.layout
         if layout == "list":
             values = _owned(values, cast, self.options.clone)
-            return [own(r) for r in torch.split(values, torch.diff(offsets).tolist())]
+            return [self.views.own(r) for r in torch.split(values, torch.diff(offsets).tolist())]
         if layout == "padded":
             values = _owned(values, cast, clone=False)  # padding copies anyway
             if self.seq_lengths is None:
                 self.seq_lengths = torch.diff(offsets)
+                self.width = padded_width(self.seq_lengths, self.options.pad_to_multiple_of)
             pad = self.options.pad_values.get(name, self.schema.fields[name].pad_value)
-            width = padded_width(self.seq_lengths, self.options.pad_to_multiple_of)
-            return _padded(values, offsets, self.seq_lengths, pad, width)
+            return _padded(values, offsets, self.seq_lengths, pad, self.width)
         if self.jagged_offsets is None:
             # One offsets tensor for every field: they share one ragged dim.
-            self.jagged_offsets = own(offsets).to(self.device)
-        return _jagged(own(_owned(values, cast, self.options.clone)), self.jagged_offsets)
+            self.jagged_offsets = own(offsets)
+            if self.device.type != "cpu":
+                self.jagged_offsets = self.jagged_offsets.to(self.device)
+        return jagged(own(_owned(values, cast, self.options.clone)), self.jagged_offsets)
 
 
-def _add_missing_stage_fields(
-    out: dict[str, Any], schema: Schema, selection: _Selection, layout: Layout | None
+def _sequence_tokens(
+    views: FrameViews, schema: Schema, selection: _Selection
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The selected rows' sequence-field values and offsets (host memory), or None when the
+    frame holds no sequence field."""
+    seq = schema.sequence_field
+    f = views.fields.get(seq) if seq is not None else None
+    if f is None or selection.seq_offsets is None:
+        return None
+    values = views.values(f.values)
+    if selection.window is not None:
+        values = selection.window.per_token(values)
+    return values.cpu(), selection.seq_offsets.cpu()
+
+
+def add_missing_fields(
+    out: dict[str, Any],
+    schema: Schema,
+    keep: set[str],
+    num_rows: int,
+    layout: Layout | None,
+    tokens: tuple[torch.Tensor, torch.Tensor] | None,
 ) -> None:
-    """A stage's packed field the frame lacks is a column no row had media for: present it as
-    rows without segments, so a consumer sees "no media", never a missing key."""
-    assert selection.keep is not None
-    for name in selection.keep - out.keys():
+    """A kept packed field that no frame held is a column no row had media for: present it as
+    rows without segments, so a consumer sees "no media", never a missing key. Never for rows
+    whose tokens (``tokens``: the sequence field's values and offsets) hold the placeholder
+    runs of a contract naming the field: that would be image-blind training, so it is a
+    :class:`ContractError` naming the field and the first such row."""
+    missing = [n for n in schema.fields if n in keep and n not in out]
+    media = {c.media_field for c in schema.contracts}
+    for name in sorted(missing, key=lambda n: n not in media):  # a media field named first
+        if schema.fields[name].tier == "packed":
+            _check_no_placeholders(schema, name, tokens)
+    for name in missing:
         field = schema.fields[name]
-        if field.tier == "packed":
-            empty = PackedTensor._no_segments(
-                selection.num_rows, len(field.shape), DTYPES[field.stored_dtype], field.pack_dim
+        if field.tier != "packed":
+            continue
+        empty = PackedTensor._no_segments(
+            num_rows, len(field.shape), DTYPES[field.stored_dtype], field.pack_dim
+        )
+        out[name] = empty.rows() if layout == "list" else empty
+
+
+def _check_no_placeholders(
+    schema: Schema, name: str, tokens: tuple[torch.Tensor, torch.Tensor] | None
+) -> None:
+    for c in schema.contracts:
+        if name not in (c.media_field, c.grid_field, c.sizes_field, c.count_field):
+            continue
+        if tokens is None:
+            raise with_context(
+                ContractError(
+                    f"field {name!r} (contract {c.name!r}) is absent and so are the tokens that "
+                    "would show no row needs it: refusing to make up empty media"
+                ),
+                field=name,
             )
-            out[name] = empty.rows() if layout == "list" else empty
+        values, offsets = tokens
+        flat = values.flatten(1)[:, 0] if values.dim() > 1 else values
+        hits = torch.nonzero(flat == c.token_id)
+        if hits.numel():
+            first = int(hits[0, 0])
+            row = int(torch.searchsorted(offsets, torch.tensor(first), right=True)) - 1
+            raise with_context(
+                ContractError(
+                    f"field {name!r} is absent, but row {row} holds placeholder tokens "
+                    f"{c.token_id} of contract {c.name!r}: refusing to decode it as a row "
+                    "without media (the frame was encoded without this field, e.g. for a "
+                    "stage that does not carry it)"
+                ),
+                field=name,
+                row=row,
+            )
 
 
 def _add_lengths(
@@ -449,10 +631,6 @@ def _owned(values: torch.Tensor, cast: torch.dtype | None, clone: bool) -> torch
     return values.clone() if clone else values
 
 
-def _jagged(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    return torch.nested.nested_tensor_from_jagged(values, offsets)
-
-
 def _padded_by_torch(
     values: torch.Tensor, lengths: torch.Tensor, pad: float | int | bool, width: int
 ) -> torch.Tensor:
@@ -463,6 +641,25 @@ def _padded_by_torch(
     )
     out[make_attention_mask(lengths, width).to(values.device)] = values
     return out
+
+
+def _as_is(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+_PAD_BYTES: dict[tuple[str, type, torch.dtype], bytes] = {}
+
+
+def _pad_bytes(pad: float | int | bool, dtype: torch.dtype) -> bytes:
+    """``pad`` as one element of ``dtype``, in bytes (cached: ``repr`` tells -0.0 from 0.0)."""
+    key = (repr(pad), type(pad), dtype)
+    cached = _PAD_BYTES.get(key)
+    if cached is None:
+        t = torch.tensor(pad).to(dtype).reshape(1)
+        cached = t.view(torch.uint8).numpy().tobytes()
+        if len(_PAD_BYTES) < 4096:
+            _PAD_BYTES[key] = cached
+    return cached
 
 
 def _padded(
@@ -478,6 +675,6 @@ def _padded(
     if values.device.type != "cpu":
         return _padded_by_torch(values, lengths, pad, width)  # pad_rows reads host memory
     out = torch.empty((rows, width, *values.shape[1:]), dtype=values.dtype)
-    pad_bytes = torch.tensor(pad).to(values.dtype).reshape(1).view(torch.uint8).numpy().tobytes()
+    pad_bytes = _pad_bytes(pad, values.dtype)
     _native.pad_rows(values, offsets, out, pad_bytes)
     return out

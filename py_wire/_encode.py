@@ -136,7 +136,7 @@ plain_tensors = torch._C.DisableTorchFunction
 
 
 def _fields(
-    batch: Mapping[str, Any], schema: Schema, stage: str | None
+    batch: Mapping[str, Any], schema: Schema, stage: str | None, *, required: bool = True
 ) -> list[tuple[str, str, Any, Any]]:
     batch = batch_mapping("batch", batch)
     unknown = [k for k in batch if k not in schema.fields]
@@ -149,7 +149,7 @@ def _fields(
             field=str(unknown[0]),
             kind="unknown_field",
         )
-    needed = schema.required_for(stage)
+    needed = schema.required_for(stage) if required else []
     missing = [name for name in needed if batch.get(name) is None]
     if missing:
         why = f"stage {stage!r} needs {needed}" if stage is not None else f"required: {needed}"

@@ -1,5 +1,6 @@
-"""Micro-batches of one decoded frame, as views: the frame is decoded once, then each
-micro-batch is every field narrowed to its rows at O(fields) cost, with no payload copy."""
+"""Micro-batches of one decoded frame: the frame is decoded once, then each micro-batch is every
+field cut to its rows at O(fields) cost, over the same memory (no payload copy), each tensor a
+storage of exactly its own bytes."""
 
 from __future__ import annotations
 
@@ -9,18 +10,34 @@ from typing import Any
 import numpy as np
 import torch
 
+from py_wire._args import flag
 from py_wire._decode import checked_schema, decode
+from py_wire._jagged import jagged, jagged_values
 from py_wire._native import WireError
 from py_wire._ops import take_rows
 from py_wire._packed import PackedTensor
 from py_wire._rows import row_index_error, row_range
 from py_wire._source import as_frame
+from py_wire._staging import Stager, staged
+from py_wire._storage import RowCutter
 from py_wire._trainer import ATTENTION_MASK, round_up
 
 Groups = int | Sequence[range | Sequence[int] | Any]
 
+#: A padded micro-batch narrower than the batch stays a view of its rows (which pickles with
+#: the rows' full width) while the batch is at most this many times wider; past that it is a
+#: copy of its own cells. Either way it carries <= 1.2x its own bytes, never another row's.
+NARROW_VIEW = 1.2
 
-def iter_micro_batches(data: Any, groups: Groups, **decode_options: Any) -> MicroBatches:
+
+def iter_micro_batches(
+    data: Any,
+    groups: Groups,
+    *,
+    device: str | torch.device | None = None,
+    pin_memory: bool = False,
+    **decode_options: Any,
+) -> MicroBatches:
     """Micro-batches of the frame ``data``, each a dict like :func:`py_wire.decode`'s.
 
     ``groups`` is a row count (fixed-size micro-batches in row order, the last one shorter
@@ -38,17 +55,45 @@ def iter_micro_batches(data: Any, groups: Groups, **decode_options: Any) -> Micr
     ``pad_to_multiple_of``), as NeMo-RL's dynamic batching does. A group of rows in any other
     order than contiguous and ascending is gathered (:func:`py_wire.take_rows`: a copy of
     those rows only) and decoded with the same options.
+
+    ``device="cuda"`` hands out each micro-batch on that device, staged while the trainer
+    computes: the micro-batch is packed into one host buffer (page-locked with
+    ``pin_memory=True``, which needs CUDA), copied in one ``non_blocking`` transfer on a side
+    stream, and its tensors are views of one device buffer; the next micro-batch's copy is
+    issued before the current one is handed out, and the consumer's stream waits on the copy's
+    event, never the host (see :mod:`py_wire._staging`).
     """
-    return MicroBatches(data, groups, decode_options)
+    return MicroBatches(data, groups, decode_options, device=device, pin_memory=pin_memory)
 
 
 class MicroBatches:
     """The micro-batches :func:`iter_micro_batches` returns: iterable (again and again), with
-    ``len()`` and the whole decoded batch as :attr:`decoded`."""
+    ``len()`` and the whole decoded batch as :attr:`decoded`.
 
-    def __init__(self, data: Any, groups: Groups, options: dict[str, Any]) -> None:
+    Each micro-batch is built from its own rows' bytes: dense fields and jagged values are cut
+    with :class:`py_wire._storage.RowCutter` (a tensor over exactly those rows' bytes), jagged
+    fields are rebuilt from those values and the rows' own offsets, packed fields keep only the
+    rows' segments. So a micro-batch pickles, saves or moves as its own bytes, never the frame.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        groups: Groups,
+        options: dict[str, Any],
+        *,
+        narrow: bool = True,
+        narrow_multiple: int | None = None,
+        device: str | torch.device | None = None,
+        pin_memory: bool = False,
+    ) -> None:
         if "rows" in options:
             raise WireError("iter_micro_batches: pass row groups as `groups`, not rows=")
+        self._stager: Stager | None = None
+        if device is not None:
+            self._stager = Stager(device, pin_memory)
+        elif flag("pin_memory", pin_memory):
+            raise WireError("pin_memory=True stages micro-batches for a device: pass device=")
         frame = as_frame(data)
         self._plan = _plan(groups, frame.num_rows)
         #: The whole batch, decoded once with the given options.
@@ -57,8 +102,13 @@ class MicroBatches:
         self._options = options
         schema = checked_schema(frame)
         self._padded = options.get("layout") == "padded"
-        self._multiple = options.get("pad_to_multiple_of")
-        self._per_token = {n for n, f in schema.fields.items() if f.tier == "per_token"}
+        # Each micro-batch's width: its longest row rounded up to this multiple (the batch's own
+        # pad_to_multiple_of unless the caller pads the batch to a width of its own).
+        self._multiple = (
+            options.get("pad_to_multiple_of") if narrow_multiple is None else narrow_multiple
+        )
+        self._narrow = narrow
+        per_token = {n for n, f in schema.fields.items() if f.tier == "per_token"}
         self._offsets: list[int] | None = None
         self._lengths: list[int] | None = None
         self._offsets_tensor: torch.Tensor | None = None
@@ -69,17 +119,17 @@ class MicroBatches:
             self._lengths = np.diff(table).tolist()
             self._offsets_tensor = torch.tensor(table)
         # What each micro-batch does per field, decided once: the loop in _window is then one
-        # torch call per tensor field (an as_strided view within the field's own bounds).
+        # cut (and, for jagged fields, one constructor call) per field.
         self._fields: list[tuple[str, str, Any]] = []
         for name, value in self.decoded.items():
             if isinstance(value, PackedTensor):
                 self._fields.append((name, "packed", value))
             elif isinstance(value, torch.Tensor) and value.is_nested:
-                self._fields.append((name, "nested", value.values()))
+                self._fields.append((name, "nested", RowCutter(jagged_values(value))))
             elif isinstance(value, torch.Tensor) and value.dim() > 0:
-                narrow = name == ATTENTION_MASK or (self._padded and name in self._per_token)
-                kind = "narrowed" if narrow and value.dim() > 1 else "rows"
-                self._fields.append((name, kind, (value, tuple(value.stride()))))
+                narrowed = name == ATTENTION_MASK or (self._padded and name in per_token)
+                kind = "narrowed" if narrowed and narrow and value.dim() > 1 else "rows"
+                self._fields.append((name, kind, (value, RowCutter(value))))
             elif isinstance(value, list):
                 self._fields.append((name, "list", value))
             else:
@@ -92,6 +142,11 @@ class MicroBatches:
         return len(self._plan)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self._stager is None:
+            return self._host_batches()
+        return staged(self._host_batches(), self._stager)
+
+    def _host_batches(self) -> Iterator[dict[str, Any]]:
         for group in self._plan:
             if isinstance(group, list):
                 yield decode(take_rows(self._frame, group), **self._options)
@@ -100,29 +155,42 @@ class MicroBatches:
 
     def _window(self, a: int, b: int) -> dict[str, Any]:
         width = None
-        if self._lengths is not None and (self._padded or ATTENTION_MASK in self.decoded):
-            width = round_up(max(self._lengths[a:b], default=0), self._multiple)
+        lengths = self._lengths
+        if (
+            lengths is not None
+            and self._narrow
+            and (self._padded or ATTENTION_MASK in self.decoded)
+        ):
+            width = round_up(max(lengths[a:b], default=0), self._multiple)
         jagged_offsets = None
-        rows_slice = slice(a, b)
+        t0 = t1 = 0
         out: dict[str, Any] = {}
         for name, kind, value in self._fields:
-            if kind == "packed":
-                out[name] = value.slice(rows_slice)
-            elif kind == "rows" or kind == "narrowed":
-                tensor, stride = value
-                shape = list(tensor.shape)
-                shape[0] = b - a
-                if kind == "narrowed" and width is not None:
-                    shape[1] = min(width, shape[1])
-                offset = tensor.storage_offset() + a * stride[0]
-                out[name] = tensor.as_strided(shape, stride, offset)
+            if kind == "rows":
+                out[name] = value[1](a, b)
             elif kind == "nested":
-                assert self._offsets is not None and self._offsets_tensor is not None
-                t0, t1 = self._offsets[a], self._offsets[b]
                 if jagged_offsets is None:
-                    # One offsets tensor per micro-batch: its fields share one ragged dim.
-                    jagged_offsets = (self._offsets_tensor[a : b + 1] - t0).to(value.device)
-                out[name] = torch.nested.nested_tensor_from_jagged(value[t0:t1], jagged_offsets)
+                    offsets = self._offsets_tensor
+                    assert offsets is not None and self._offsets is not None
+                    t0, t1 = self._offsets[a], self._offsets[b]
+                    # One offsets tensor per micro-batch (its own bytes): its fields share one
+                    # ragged dim.
+                    jagged_offsets = offsets[a : b + 1] - t0
+                values = value(t0, t1)
+                if jagged_offsets.device != values.device:
+                    jagged_offsets = jagged_offsets.to(values.device)
+                out[name] = jagged(values, jagged_offsets)
+            elif kind == "narrowed":
+                tensor, cutter = value
+                if width is None or width >= tensor.shape[1]:
+                    out[name] = cutter(a, b)
+                elif width * NARROW_VIEW >= tensor.shape[1]:
+                    # A view of the rows' own bytes: at most NARROW_VIEW x its cells
+                    out[name] = cutter(a, b)[:, :width]
+                else:  # much narrower than the batch: a copy of exactly its cells
+                    out[name] = tensor[a:b, :width].contiguous()
+            elif kind == "packed":
+                out[name] = value.slice(slice(a, b))
             elif kind == "list":
                 out[name] = value[a:b]
             else:

@@ -180,12 +180,17 @@ class Frame:
     def copy(self) -> Frame:
         """A private, writable copy in a pooled, 64-byte-aligned buffer (validated)."""
     def copy_on_write(self) -> Frame | None:
-        """A private copy-on-write mapping of a read-only source's file pages (no copy), or
-        None where none can be made."""
+        """A private copy-on-write mapping of a pinned read-only source's file pages (no copy)
+        that holds the source while it lives (Ray's object store only), or None."""
     def copy_on_write_refusal(self) -> str | None:
         """Why copy_on_write() gives None, or None when it gives a frame."""
     @property
-    def storage(self) -> Literal["owned", "buffer", "readonly-buffer", "copy-on-write"]: ...
+    def storage(
+        self,
+    ) -> Literal["owned", "buffer", "readonly-buffer", "pinned-buffer", "copy-on-write"]: ...
+    @property
+    def pinned_by(self) -> str | None:
+        """Who keeps this frame's bytes unchanged while it is held ("Ray's object store")."""
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
     @property
@@ -283,6 +288,7 @@ def gather(
     frames: Sequence[Frame],
     rows: range | Sequence[range] | Sequence[int] | npt.NDArray[np.int64] | None = None,
     schema_entries: Mapping[str, str] | None = None,
+    per_row: Sequence[tuple[str, str]] | None = None,
 ) -> Frame: ...
 def hold_schema(
     fingerprint: str, specs: Sequence[str], sequence_field: str | None, learnt: bool = False

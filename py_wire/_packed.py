@@ -16,14 +16,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from py_wire._args import MAX_ITEMS, count, flag, integer, padded_cells_backed
+from py_wire._args import count, flag, integer, padded_cells_backed
 from py_wire._args import device as device_arg
 from py_wire._args import items as items_arg
 from py_wire._native import BatchError, FrameError, RowIndexError, WireError
 from py_wire._rows import resolve_slice
-from py_wire._storage import StorageSlicer
+from py_wire._storage import RowCutter, StorageSlicer
 
 Row = list[torch.Tensor] | None
+
+
+#: The most rows ``empty_rows_like`` makes: each costs a list entry, and nothing backs them.
+MAX_EMPTY_ROWS = 1 << 24
 
 
 class PackedRowIndexError(RowIndexError, IndexError):
@@ -479,7 +483,7 @@ class PackedTensor:
     def empty_rows_like(cls, other: Any, num_rows: int) -> PackedTensor:
         """``num_rows`` logical rows without media, in ``other``'s form (NeMo-RL's rules)."""
         _packed_items([other], "other")
-        num_rows = count("num_rows", num_rows, maximum=MAX_ITEMS)
+        num_rows = count("num_rows", num_rows, maximum=MAX_EMPTY_ROWS)
         pad = getattr(other, "pad_to_max_shape", False)
         if _has_csr(other):
             return cls([], other.dim_to_pack, pad_to_max_shape=pad,
@@ -669,6 +673,7 @@ class _FrameRows:
     """Lazy rows over a decoded frame's CSR tables; index lists are read once, on demand."""
 
     __slots__ = (
+        "_cut",
         "_lists",
         "_own",
         "_value_range",
@@ -698,6 +703,7 @@ class _FrameRows:
         # Each segment gets a storage of exactly its own bytes: a row or a shard that is
         # pickled, saved or sent on carries its own segments, not the whole field.
         self._own = StorageSlicer(values)
+        self._cut = RowCutter(self.flat)  # a segment: elements [lo, hi) of the flat values
 
     def _tables(self) -> tuple[list[list[int]], list[int], list[int], list[int]]:
         if self._lists is None:
@@ -712,7 +718,7 @@ class _FrameRows:
     def _segment(self, seg: int) -> torch.Tensor:
         shapes, offsets, _, _ = self._tables()
         try:
-            return self._own(self.flat[offsets[seg] : offsets[seg + 1]].view(shapes[seg]))
+            return self._cut(offsets[seg], offsets[seg + 1]).view(shapes[seg])
         except (RuntimeError, IndexError) as e:
             # The codec validated these tables; only a buffer written since can get here.
             raise FrameError(
@@ -740,7 +746,7 @@ class _FrameRows:
         calls). In-order data keeps only the values those rows reference, so ``as_tensor()``
         of the range is still a view."""
         sub = _FrameRows.__new__(_FrameRows)
-        sub.values, sub.flat, sub._own = self.values, self.flat, self._own
+        sub.values, sub.flat, sub._own, sub._cut = self.values, self.flat, self._own, self._cut
         sub.seg_shapes, sub.seg_offsets = self.seg_shapes, self.seg_offsets
         sub.row_segments, sub.num_refs = self.row_segments, self.num_refs
         sub.row_offsets = self.row_offsets[start : stop + 1]

@@ -32,6 +32,8 @@ from pydantic import (
 )
 
 from py_wire import _native
+from py_wire._evolution import SchemaDiff
+from py_wire._evolution import diff as schema_diff
 from py_wire._native import FrameError, SchemaError
 
 if TYPE_CHECKING:
@@ -128,6 +130,13 @@ class FieldDef(BaseModel):
         '("utf8") or a JSON value ("json"), for per-row Python objects (ids, tags, dicts) that '
         "travel beside the tensors; adapters turn them back into str / JSON values.",
     )
+    column: Literal["text", "media"] = Field(
+        default="text",
+        description="Which stored column the field travels in where a batch is kept as columns "
+        '(py_wire.interop.transfer_queue): "media" for images, their grids and masks, which a '
+        'text-only fetch never moves; "text" (default) for everything else. The sequence field '
+        "is in every column.",
+    )
     description: StrictStr = ""
 
     @model_validator(mode="after")
@@ -160,9 +169,13 @@ class FieldDef(BaseModel):
     def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
         # An unset encoding is left out, so that schemas which declare none keep the canonical
         # form (and fingerprint) they had before the key existed.
+        # Likewise the default column.
         out = handler(self)
-        if isinstance(out, dict) and out.get("encoding") is None:
-            out.pop("encoding", None)
+        if isinstance(out, dict):
+            if out.get("encoding") is None:
+                out.pop("encoding", None)
+            if out.get("column") == "text":
+                out.pop("column", None)
         return out
 
     def _decl(self, name: str) -> dict[str, Any]:
@@ -258,8 +271,15 @@ class Schema(BaseModel):
             f = self.fields.get(lengths)
             if f is None or f.tier != "scalar" or f.shape or f.dtype not in ("int32", "int64"):
                 raise ValueError(f"lengths_field {lengths!r} must name a 0-d int scalar field")
+        if seq is not None and self.fields[seq].column != "text":
+            raise ValueError(
+                f"sequence_field {seq!r}: column = {self.fields[seq].column!r}, but the sequence "
+                'field travels in every column (leave it "text")'
+            )
         spec_json = [json.dumps(s) for s in specs.values()]
         names = [c.name for c in self.contracts]
+        for c in self.contracts:
+            _check_contract_column(c, self.fields)
         for c in self.contracts:
             if names.count(c.name) > 1:
                 raise ValueError(f"contract name {c.name!r} appears {names.count(c.name)} times")
@@ -281,12 +301,22 @@ class Schema(BaseModel):
             )
         return [n for n in self.fields if stage in self.field_stages(n)]
 
+    def column_fields(self, column: str) -> list[str]:
+        """The fields declared in ``column`` (``"text"`` or ``"media"``), in schema order."""
+        return [n for n, f in self.fields.items() if f.column == column]
+
     def required_for(self, stage: str | None = None) -> list[str]:
         """The fields ``encode(..., stage=stage)`` demands, in schema order: the ``required``
         fields among :meth:`fields_for` (every required field when ``stage`` is None). An
         optional field is never demanded."""
         names = self.fields_for(stage) if stage is not None else list(self.fields)
         return [n for n in names if self.fields[n].required]
+
+    def diff(self, other: Schema) -> SchemaDiff:
+        """How ``other`` (usually this schema's next version) differs from this one, and
+        whether frames written under either are read under the other (``.compatible``; why
+        not: ``.problems``). The rule: :mod:`py_wire._evolution`."""
+        return schema_diff(self, other)
 
     @functools.cached_property
     def canonical_json(self) -> str:
@@ -434,6 +464,21 @@ class Schema(BaseModel):
             raise SchemaError(f"{source}: {_problems(e)}") from None
         except RecursionError:  # deeply nested Python data handed to from_dict
             raise SchemaError(f"{source}: nested too deeply") from None
+
+
+def _check_contract_column(c: PlaceholderContract, fields: Mapping[str, FieldDef]) -> None:
+    """A contract is checked on one column's frame: the fields it names share a column."""
+    named = [
+        f
+        for f in (c.media_field, c.grid_field, c.sizes_field, c.count_field)
+        if f is not None and f in fields
+    ]
+    columns = {f: fields[f].column for f in named}
+    if len(set(columns.values())) > 1:
+        raise ValueError(
+            f"contract {c.name!r}: the fields it names must share a column, but their columns "
+            f"are {columns}"
+        )
 
 
 def _problems(e: ValidationError) -> str:

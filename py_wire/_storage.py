@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["StorageSlicer", "exact_storage"]
+__all__ = ["RowCutter", "StorageSlicer", "exact_storage"]
 
 
 def _storage_array(t: torch.Tensor) -> np.ndarray:
@@ -51,13 +51,9 @@ def exact_storage(t: torch.Tensor) -> torch.Tensor:
 
 
 def _needs_cut(t: torch.Tensor) -> bool:
-    return (
-        t.device.type == "cpu"
-        and not t.is_nested
-        and t.layout == torch.strided
-        and t.untyped_storage().nbytes() != t.nbytes
-        and t.is_contiguous()
-    )
+    if t.is_nested or t.layout is not torch.strided:
+        return False
+    return t.untyped_storage().nbytes() != t.nbytes and t.is_contiguous() and t.is_cpu
 
 
 def _cut(array: np.ndarray, t: torch.Tensor) -> torch.Tensor:
@@ -68,3 +64,33 @@ def _cut(array: np.ndarray, t: torch.Tensor) -> torch.Tensor:
         array, dtype=torch.uint8, count=nbytes, offset=int(t.storage_offset()) * t.element_size()
     )
     return flat.view(t.dtype).view(t.shape)
+
+
+class RowCutter:
+    """Rows ``[lo, hi)`` (along dim 0) of one contiguous host tensor, each cut as a tensor over
+    exactly those rows' bytes: a micro-batch's slice of a field pickles, saves and moves as its
+    own bytes, never the whole field. The same memory (no copy); O(1) per cut."""
+
+    __slots__ = ("_array", "_dtype", "_row_bytes", "_shape", "_tensor")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self._tensor = t
+        self._dtype = t.dtype
+        self._shape = tuple(t.shape[1:])
+        self._row_bytes = t.element_size()
+        for d in self._shape:
+            self._row_bytes *= d
+        self._array: np.ndarray | None = None
+        host = t.device.type == "cpu" and not t.is_nested and t.layout == torch.strided
+        if host and t.dim() > 0 and t.is_contiguous() and t.nbytes > 0:
+            start = int(t.storage_offset()) * t.element_size()
+            self._array = _storage_array(t)[start : start + t.nbytes]
+
+    def __call__(self, lo: int, hi: int) -> torch.Tensor:
+        array = self._array
+        if array is None:  # not a plain contiguous host tensor (a device tensor): a view
+            return self._tensor[lo:hi]
+        if hi <= lo or self._row_bytes == 0:
+            return torch.empty((max(hi - lo, 0), *self._shape), dtype=self._dtype)
+        part = array[lo * self._row_bytes : hi * self._row_bytes]
+        return torch.from_numpy(part).view(self._dtype).view(hi - lo, *self._shape)

@@ -15,10 +15,9 @@ import torch
 
 from py_wire import _native
 from py_wire._args import count, flag, optional_count
-from py_wire._args import device as device_arg
-from py_wire._native import WireError
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._source import as_frame
+from py_wire._staging import checked_device, checked_pin_memory
 
 #: The key ``decode(..., attention_mask=True)`` adds.
 ATTENTION_MASK = "attention_mask"
@@ -154,11 +153,9 @@ def to(
     first copies host tensors into page-locked memory (only meaningful, and only allowed,
     when CUDA is available), so ``non_blocking=True`` transfers are truly asynchronous.
     """
-    device = device_arg("device", device)
+    device = checked_device(device)
     flag("non_blocking", non_blocking)
-    flag("pin_memory", pin_memory)
-    if pin_memory and not torch.cuda.is_available():
-        raise WireError("pin_memory needs CUDA, which this machine does not have")
+    pin_memory = checked_pin_memory(pin_memory)
 
     def move(t: torch.Tensor) -> torch.Tensor:
         if pin_memory and t.device.type == "cpu" and not t.is_nested:

@@ -2,6 +2,8 @@
 
     py-wire schema list               bundled schemas: name, version, fields, description
     py-wire schema check FILE         validate a schema file and print its fields and contracts
+    py-wire schema diff OLD NEW       whether frames of either version read under the other,
+                                      and why (exit 0 compatible, 1 not)
     py-wire inspect FRAME_FILE        a frame's schema, rows, bytes and per-field layout
                                       (--schema S: hold S first, for a compact frame)
 
@@ -66,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="{schema,inspect}")
 
     schema = commands.add_parser("schema", help="list or check schema files")
-    schema_commands = schema.add_subparsers(title="schema commands", metavar="{list,check}")
+    schema_commands = schema.add_subparsers(title="schema commands", metavar="{list,check,diff}")
     schema.set_defaults(run=lambda _args: _help(schema))
     listing = schema_commands.add_parser("list", help="bundled schemas")
     listing.add_argument(
@@ -81,6 +83,14 @@ def _parser() -> argparse.ArgumentParser:
         "--strict", action="store_true", help="exit 1 on warnings (e.g. stage parity) too"
     )
     check.set_defaults(run=_schema_check)
+    diff = schema_commands.add_parser(
+        "diff",
+        help="whether two versions of a schema read each other's frames, and why "
+        "(exit 0 compatible, 1 not)",
+    )
+    diff.add_argument("old", help="a schema .toml file or a bundled schema's name")
+    diff.add_argument("new", help="a schema .toml file or a bundled schema's name")
+    diff.set_defaults(run=_schema_diff)
     # Maintenance, not listed in the help: the JSON Schema of the schema-file format.
     export = schema_commands.add_parser(
         "export-json-schema", description="Print the schema-file format's JSON Schema."
@@ -213,6 +223,12 @@ def _warnings(schema: Schema) -> list[str]:
 
 
 # -- schema export-json-schema -----------------------------------------------------------------
+
+
+def _schema_diff(args: argparse.Namespace) -> int:
+    found = load_schema(args.old).diff(load_schema(args.new))
+    print(found)
+    return 0 if found.compatible else 1
 
 
 def _schema_export(_args: argparse.Namespace) -> int:

@@ -15,8 +15,8 @@ from collections.abc import Callable
 import torch
 
 import py_wire
+from py_wire._compare import assert_batch_equal
 from py_wire.synth import qwen2_5_vl_batch
-from py_wire.testing import assert_batch_equal
 
 
 def _median_seconds(fn: Callable[[], object], reps: int) -> float:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +88,22 @@ class HugeLenPlain:
 
     __len__ = HugeLen.__len__
     __getitem__ = HugeLen.__getitem__
+
+
+@contextmanager
+def local_ray(object_store_mb: int) -> Iterator[None]:
+    """A one-CPU local Ray whose object store holds ``object_store_mb`` MB (small enough to
+    force the store to reuse memory when a test wants that)."""
+    import ray  # requirements-dev.txt installs it: a missing ray fails the test that asks
+
+    ray.init(
+        num_cpus=1,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        object_store_memory=object_store_mb * 1024**2,
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()

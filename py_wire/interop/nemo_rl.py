@@ -5,25 +5,31 @@
 dedup CSR: a GRPO group's images are stored once), dense per-sample tensors. A key the schema
 lacks raises (never dropped). ``from_frame(frame)`` gives a dict in NeMo-RL's shapes: per-token
 fields padded ``[B, L]`` (the schema's pad values, ``L`` the source's padded width, or the
-longest row rounded up to ``pad_to_multiple_of``), ``input_lengths``, and packed fields as
-NeMo-RL's own ``PackedTensor`` class when ``nemo_rl`` is importable (built over the frame's
-views, with its dedup CSR when rows share segments), py_wire's otherwise.
+longest row rounded up to ``pad_to_multiple_of``, or ``pad_to_seqlen``), ``advantages``
+broadcast into the padding as NeMo-RL's ``advantages.expand(mask.shape)`` leaves them (each
+row's value, read from its first token), ``input_lengths``, and packed fields as NeMo-RL's own
+``PackedTensor`` class when ``nemo_rl`` is importable (built over the frame's views, with its
+dedup CSR when rows share segments), py_wire's otherwise. ``iter_micro_batches(frame, n)``
+gives ``BatchedDataDict.make_microbatch_iterator(n)``'s micro-batches, in the same shapes
+(``per_micro_batch_width=True``: each narrowed to its own longest row, as NeMo-RL's dynamic
+batching does).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from py_wire._args import batch_mapping, padded_cells_backed
+from py_wire._args import batch_mapping, flag, optional_count, padded_cells_backed
 from py_wire._decode import MAX_PAD_MULTIPLE, Writable, decode
 from py_wire._encode import encode
 from py_wire._errors import with_context
-from py_wire._native import Frame, FrameError
+from py_wire._micro import Groups, MicroBatches
+from py_wire._native import Frame, FrameError, WireError
 from py_wire._packed import PackedTensor
 from py_wire._schema import Schema, load_schema
 from py_wire._source import as_frame
@@ -68,11 +74,17 @@ def _padded_width(batch: Mapping[str, Any], schema: Schema) -> int | None:
     return None
 
 
+#: The per-token field NeMo-RL fills on padding with each row's value (GRPO's advantage
+#: estimators return ``advantages.unsqueeze(-1).expand(mask.shape)``), not with a pad value.
+BROADCAST_FIELDS = ("advantages",)
+
+
 def from_frame(
     frame: Any,
     stage: str | None = None,
     *,
     pad_to_multiple_of: int | None = None,
+    pad_to_seqlen: int | None = None,
     writable: Writable = "auto",
 ) -> dict[str, Any]:
     """The frame's fields as NeMo-RL holds them (see the module docstring). Wrap the result
@@ -82,22 +94,101 @@ def from_frame(
 
     The padded width is the source's (recorded by :func:`to_frame`, kept by frame operations:
     a shard keeps the batch's width, as ``shard_by_batch_size`` does), else the longest row;
-    ``pad_to_multiple_of`` rounds the longest row up instead."""
+    ``pad_to_multiple_of`` rounds the longest row up instead; ``pad_to_seqlen`` pads every row
+    to exactly that width (a :class:`WireError` when a row is longer). Valid and padded cells
+    are NeMo-RL's: the schema's pad values, ``advantages`` broadcast (see
+    :data:`BROADCAST_FIELDS`)."""
     frame = as_frame(frame)
-    if pad_to_multiple_of is None:
-        pad_to_multiple_of = _recorded_width(frame)
     out = decode(
         frame,
         stage=stage,
         layout="padded",
-        pad_to_multiple_of=pad_to_multiple_of,
+        pad_to_multiple_of=_batch_width(frame, pad_to_multiple_of, pad_to_seqlen),
         writable=writable,
     )
+    _broadcast_into_padding(out, frame)
     nemo = nemo_packed_class()
     for name, value in out.items():
         if isinstance(value, PackedTensor) and nemo is not None:
             out[name] = _as_nemo(value, nemo)
     return out
+
+
+def iter_micro_batches(
+    frame: Any,
+    groups: Groups,
+    stage: str | None = None,
+    *,
+    per_micro_batch_width: bool = False,
+    pad_to_multiple_of: int | None = None,
+    pad_to_seqlen: int | None = None,
+    writable: Writable = "auto",
+) -> Iterator[dict[str, Any]]:
+    """NeMo-RL's micro-batches of the frame: ``BatchedDataDict.make_microbatch_iterator(n)``
+    for ``groups=n`` (or row groups, as :func:`py_wire.trainer.iter_micro_batches` takes),
+    each a dict as :func:`from_frame` gives for those rows: by default every micro-batch is
+    ``[rows, L]`` with the batch's ``L`` (bit for bit NeMo-RL's ``slice`` of
+    ``from_frame``'s batch). ``per_micro_batch_width=True`` narrows each micro-batch to its
+    own longest row (rounded up to ``pad_to_multiple_of``), as NeMo-RL's dynamic batching
+    (``make_microbatch_iterator_with_dynamic_shapes``) does: less compute per step on batches
+    whose lengths vary. The frame is decoded once; each micro-batch holds its own bytes."""
+    flag("per_micro_batch_width", per_micro_batch_width)
+    frame = as_frame(frame)
+    width = _batch_width(frame, pad_to_multiple_of, pad_to_seqlen)
+    options: dict[str, Any] = {"stage": stage, "layout": "padded", "writable": writable}
+    if width is not None:
+        options["pad_to_multiple_of"] = width
+    batches = MicroBatches(
+        frame,
+        groups,
+        options,
+        narrow=per_micro_batch_width,
+        narrow_multiple=1 if pad_to_multiple_of is None else pad_to_multiple_of,
+    )
+    _broadcast_into_padding(batches.decoded, frame)
+    nemo = nemo_packed_class()
+    for mb in batches:
+        if nemo is not None:
+            for name, value in mb.items():
+                if isinstance(value, PackedTensor):
+                    mb[name] = _as_nemo(value, nemo)
+        yield mb
+
+
+def _batch_width(
+    frame: Frame, pad_to_multiple_of: int | None, pad_to_seqlen: int | None
+) -> int | None:
+    """The ``pad_to_multiple_of`` that gives NeMo-RL's padded width: ``pad_to_seqlen``, else
+    the multiple asked for, else the recorded width (None: the longest row)."""
+    pad_to_seqlen = optional_count(
+        "pad_to_seqlen", pad_to_seqlen, minimum=1, maximum=MAX_PAD_MULTIPLE
+    )
+    if pad_to_seqlen is None:
+        return pad_to_multiple_of if pad_to_multiple_of is not None else _recorded_width(frame)
+    if pad_to_multiple_of is not None:
+        raise WireError("pass pad_to_seqlen or pad_to_multiple_of, not both")
+    longest = _longest_row(frame)
+    if longest > pad_to_seqlen:
+        raise WireError(f"pad_to_seqlen={pad_to_seqlen}: the longest row has {longest} tokens")
+    return pad_to_seqlen
+
+
+def _broadcast_into_padding(out: dict[str, Any], frame: Frame) -> None:
+    """Each :data:`BROADCAST_FIELDS` field's padded cells set to its row's first value, in
+    place (the tensors are the padded layout's own copies). A row without tokens keeps 0."""
+    seq = frame.layout.seq_offsets
+    if seq is None:
+        return
+    for name in BROADCAST_FIELDS:
+        value = out.get(name)
+        if not isinstance(value, torch.Tensor) or value.dim() != 2 or value.shape[1] == 0:
+            continue
+        offsets = np.frombuffer(memoryview(frame), np.int64, seq.nbytes // 8, seq.offset)
+        lengths = torch.from_numpy(np.diff(offsets)).to(value.device)
+        # One elementwise pass over the cells, in place (where reads each cell before it writes).
+        padding = torch.arange(value.shape[1], device=value.device) >= lengths[:, None]
+        padding &= (lengths > 0)[:, None]
+        torch.where(padding, value[:, :1], value, out=value)
 
 
 def _recorded_width(frame: Frame) -> int | None:
@@ -109,8 +200,7 @@ def _recorded_width(frame: Frame) -> int | None:
     seq = frame.layout.seq_offsets
     if width < 1 or width > MAX_PAD_MULTIPLE or seq is None:
         return None
-    offsets = np.frombuffer(memoryview(frame), np.int64, seq.nbytes // 8, seq.offset)
-    longest = int(np.diff(offsets).max()) if offsets.size > 1 else 0
+    longest = _longest_row(frame)
     if longest > width:
         return None
     # A recorded width is hostile input: it may not size more cells than the frame backs.
@@ -126,6 +216,14 @@ def _recorded_width(frame: Frame) -> int | None:
         )
     # Every row fits the recorded width, so rounding up to a multiple of it gives exactly it.
     return width
+
+
+def _longest_row(frame: Frame) -> int:
+    seq = frame.layout.seq_offsets
+    if seq is None:
+        return 0
+    offsets = np.frombuffer(memoryview(frame), np.int64, seq.nbytes // 8, seq.offset)
+    return int(np.diff(offsets).max()) if offsets.size > 1 else 0
 
 
 def _as_nemo(value: PackedTensor, nemo: type) -> Any:

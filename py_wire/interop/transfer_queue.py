@@ -15,13 +15,27 @@ normalised per group), so TQ's samplers pick groups: a sampler sees one key per 
 its tags are the caller's (nothing py_wire needs travels in tags).
 
 **Stages are columns.** Every group is two TQ columns, each holding one frame per row:
-``py_wire.text`` (every per-token, scalar and non-media packed field) and ``py_wire.media`` (the
-media fields: packed fields that a placeholder contract names or that hold floating-point
-data, e.g. ``pixel_values``, ``image_grid_thw``; plus the sequence field, so that the media
-frame is checkable on its own, :func:`py_wire.check_contracts`, for 0.4 % more bytes on the
-Qwen2.5-VL batch). ``get(..., stage=s)`` fetches the media column only when stage ``s`` needs a
-media field: a text-only stage (``generation`` of ``qwen2_5_vl``, or ``columns=("text",)``)
-moves no media byte. Shapes, lengths and segment boundaries live inside the frames.
+``py_wire.text`` and ``py_wire.media``. Which column a field travels in is declared in the
+schema file (``column = "media"`` on images, their grids and masks; ``"text"``, the default,
+for everything else; see docs/schemas.md); the sequence field travels in both, so that each
+column's frame is checkable on its own (:func:`py_wire.check_contracts`) and :func:`get` can
+check that the columns of one key are one group's (same schema, rows and tokens) before merging
+them. ``get(..., stage=s)`` or ``get(..., fields=[...])`` fetches the media column only when a
+wanted field is declared media: a text-only stage (``generation`` of ``qwen2_5_vl``) moves no
+media byte. Whatever columns it reads, a fetch returns exactly what :func:`py_wire.decode`
+returns of the whole batch for that stage. Shapes, lengths and segment boundaries live inside
+the frames.
+
+**Write-backs.** The fields later stages add (``prev_logprobs``, ``reference_policy_logprobs``,
+``advantages``) are not stored at put (``put(..., stage="logprob")`` accepts a rollout batch
+without them) but added per key by :func:`write_back`, each write-back one more TQ column
+(``py_wire.fields:<names>``) checked against the stored groups (schema, rows, each row's
+tokens) before TQ sees a byte; :func:`get` merges stored and written-back fields.
+
+**Samplers.** :func:`put` tags each group with ``total_lengths`` (its tokens), what TQ's
+``SeqlenBalancedSampler`` reads; :func:`get_by_meta` decodes the samples of the ``BatchMeta``
+a sampler or ``get_meta`` hands out, and :func:`decode_columns` the frames of columns already
+fetched.
 
 **The producer checks everything.** :func:`put` validates the whole batch as :func:`py_wire.encode`
 does (names, required fields, dtypes, shapes, placeholder contracts) before anything reaches
@@ -69,12 +83,17 @@ import torch
 
 from py_wire import _native
 from py_wire._args import batch_mapping, count, items
-from py_wire._decode import Writable, checked_schema, decode
-from py_wire._dtypes import DTYPES
+from py_wire._decode import (
+    FrameViews,
+    Writable,
+    add_missing_fields,
+    checked_schema,
+    decode_selected,
+)
 from py_wire._encode import _fields, plain_tensors
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
-from py_wire._ops import concat
+from py_wire._ops import concat, take_rows
 from py_wire._schema import FINGERPRINT_KEY, SCHEMA_KEY, Schema, load_schema
 from py_wire._typing import as_jagged
 
@@ -82,10 +101,15 @@ from py_wire._typing import as_jagged
 TEXT = "py_wire.text"
 MEDIA = "py_wire.media"
 COLUMNS = (TEXT, MEDIA)
+#: A write-back's TQ column: this prefix, then the fields it holds, comma-separated
+#: (:func:`write_back`).
+WRITE_BACK = "py_wire.fields:"
 #: ``__metadata__`` key naming the column a frame was encoded for (checked on get).
 COLUMN_KEY = "py_wire.transfer_queue.column"
 #: Frames start at multiples of this inside a column's buffer (py_wire's tensor alignment).
 ALIGN = 64
+#: The tag :func:`put` sets on each group for TQ's ``SeqlenBalancedSampler``: the group's tokens.
+TOTAL_LENGTHS = "total_lengths"
 
 
 def _tq() -> Any:
@@ -94,48 +118,80 @@ def _tq() -> Any:
 
 
 def media_fields(schema: Schema | str | Path) -> tuple[str, ...]:
-    """The fields stored in the media column: packed fields that a placeholder contract names
-    (media, grid, sizes, count) or whose dtype is floating point, in schema order."""
-    sch = load_schema(schema)
-    named: set[str] = set()
-    for c in sch.contracts:
-        named.update(
-            f for f in (c.media_field, c.grid_field, c.sizes_field, c.count_field) if f is not None
-        )
-    return tuple(
-        name
-        for name, f in sch.fields.items()
-        if f.tier == "packed" and (name in named or DTYPES[f.dtype].is_floating_point)
-    )
+    """The fields stored in the media column: those the schema declares ``column = "media"``
+    (images, their grids and masks), in schema order."""
+    return tuple(load_schema(schema).column_fields("media"))
 
 
-def columns_for(schema: Schema | str | Path, stage: str | None = None) -> tuple[str, ...]:
-    """The TQ columns a fetch for ``stage`` reads: the text column always, the media column
-    when the stage needs a media field (every stage when ``stage`` is None)."""
+def _column_of(sch: Schema, name: str) -> str:
+    return MEDIA if sch.fields[name].column == "media" else TEXT
+
+
+def _wanted(sch: Schema, stage: str | None, fields: Sequence[str] | None) -> set[str] | None:
+    """The fields a fetch returns: the stage's (None: every field), narrowed to ``fields``."""
+    wanted = set(sch.fields_for(stage)) if stage is not None else None
+    if fields is None:
+        return wanted
+    if isinstance(fields, str) or not isinstance(fields, Sequence):
+        raise TypeError(f"fields must be a sequence of field names, not {type(fields).__name__}")
+    for name in fields:
+        if name not in sch.fields:
+            raise with_context(
+                BatchError(
+                    f"fields: {name!r} is not a field of schema {sch.name!r}; fields: "
+                    f"{list(sch.fields)}"
+                ),
+                field=str(name),
+            )
+        if wanted is not None and name not in wanted:
+            raise with_context(
+                BatchError(f"fields: {name!r} is not a field of stage {stage!r}"), field=name
+            )
+    return set(fields)
+
+
+def columns_for(
+    schema: Schema | str | Path, stage: str | None = None, fields: Sequence[str] | None = None
+) -> tuple[str, ...]:
+    """The stored columns a fetch for ``stage`` (and ``fields``) reads: the text column always,
+    the media column when a wanted field is declared ``column = "media"`` (every stage when
+    ``stage`` and ``fields`` are None)."""
     sch = load_schema(schema)
-    media = media_fields(sch)
+    media = set(media_fields(sch))
     if not media:
         return (TEXT,)
-    if stage is None or set(sch.fields_for(stage)) & set(media):
+    wanted = _wanted(sch, stage, fields)
+    if wanted is None or wanted & media:
         return COLUMNS
     return (TEXT,)
 
 
-#: Per (schema fingerprint, column, with contracts): the codec whose frames carry COLUMN_KEY.
-_CODECS: dict[tuple[str, str, bool], _native.Codec] = {}
+#: Per (schema fingerprint, column, stage): the codec whose frames carry COLUMN_KEY.
+_CODECS: dict[tuple[str, str, str | None], _native.Codec] = {}
+_MAX_CODECS = 256
 
 
-def _codec(sch: Schema, column: str, contracts: bool) -> _native.Codec:
-    key = (sch.fingerprint, column, contracts)
+def _codec(sch: Schema, column: str, stage: str | None, names: Sequence[str]) -> _native.Codec:
+    """The codec of one column's frames: the contracts ``stage`` is held to whose media field
+    the column carries (``names``)."""
+    key = (sch.fingerprint, column, stage)
     codec = _CODECS.get(key)
     if codec is None:
+        carried = set(names)
+        contracts = [
+            text
+            for c, text in zip(sch.contracts, sch._contracts_json, strict=True)
+            if c.media_field in carried and text in sch._contracts_for(stage)
+        ]
         codec = _native.Codec(
             list(sch._specs.values()),
-            sch._contracts_for(None) if contracts else [],
+            contracts,
             sch.sequence_field,
             sch.lengths_field,
             {SCHEMA_KEY: sch.canonical_json, FINGERPRINT_KEY: sch.fingerprint, COLUMN_KEY: column},
         )
+        if len(_CODECS) >= _MAX_CODECS:
+            _CODECS.clear()
         _CODECS[key] = codec
     return codec
 
@@ -175,21 +231,24 @@ def with_field(err: BatchError, field: str) -> BatchError:
     return with_context(err, field=field)
 
 
+def _value_rows(value: Any) -> int:
+    if isinstance(value, torch.Tensor) and value.is_nested:
+        return int(value.size(0))
+    try:
+        return len(value)
+    except TypeError:
+        raise TypeError(
+            f"a batch field must hold rows (a list, a tensor), not {type(value).__name__}"
+        ) from None
+
+
 def _num_rows(batch: Mapping[str, Any], sch: Schema) -> int:
     value = batch.get(sch.sequence_field) if sch.sequence_field else None
     if value is None:
         value = next((v for v in batch.values() if v is not None), None)
     if value is None:
         return 0
-    if isinstance(value, torch.Tensor) and value.is_nested:
-        return int(value.size(0))
-    try:
-        return len(value)
-    except TypeError:
-        name = next(k for k, v in batch.items() if v is value)
-        raise TypeError(
-            f"batch field {name!r} must hold rows (a list, a tensor), not {type(value).__name__}"
-        ) from None
+    return _value_rows(value)
 
 
 def _rows(value: Any, start: int, stop: int) -> Any:
@@ -214,75 +273,94 @@ def _rows(value: Any, start: int, stop: int) -> Any:
     )
 
 
+Raw = list[tuple[str, str, Any, Any]]
+
+
 def _group_plans(
-    batch: Mapping[str, Any], sch: Schema, group_size: int | Sequence[int]
-) -> tuple[dict[str, list[list[tuple[str, str, Any, Any]]]], tuple[str, ...]]:
-    """Per column, each group's checked fields (as :func:`py_wire.encode` checks a batch), and
-    the columns the schema has."""
+    batch: Mapping[str, Any],
+    sch: Schema,
+    group_size: int | Sequence[int],
+    stage: str | None = None,
+) -> tuple[dict[str, list[Raw]], tuple[str, ...]]:
+    """Per column, each group's checked fields (as :func:`py_wire.encode` checks a batch, for
+    ``stage``), and the columns the schema has. The sequence field travels in every column."""
     batch = batch_mapping("batch", batch)
-    media = set(media_fields(sch))
+    seq = sch.sequence_field
     spans = _group_spans(_num_rows(batch, sch), group_size)
-    plans: dict[str, list[list[tuple[str, str, Any, Any]]]] = {c: [] for c in COLUMNS}
+    plans: dict[str, list[Raw]] = {c: [] for c in COLUMNS}
     for start, stop in spans:
         group = {k: _rows(v, start, stop) for k, v in batch.items()}
-        raw = _fields(group, sch, None)
-        plans[TEXT].append([r for r in raw if r[0] not in media])
-        plans[MEDIA].append([r for r in raw if r[0] in media or r[0] == sch.sequence_field])
-    return plans, COLUMNS if media else (TEXT,)
+        raw = _fields(group, sch, stage)
+        for column in COLUMNS:
+            plans[column].append([r for r in raw if _column_of(sch, r[0]) == column or r[0] == seq])
+    return plans, COLUMNS if media_fields(sch) else (TEXT,)
+
+
+def _packed_column(codec: _native.Codec, raws: Sequence[Raw]) -> torch.Tensor:
+    """One column as a jagged ``uint8`` nested tensor, one frame per group, each at a 64-byte
+    aligned offset of one buffer (its length padded to a multiple of 64)."""
+    sizes = [_native.encoded_nbytes(codec, raw) for raw in raws]
+    slots = [-(-n // ALIGN) * ALIGN for n in sizes]
+    offsets = torch.zeros(len(slots) + 1, dtype=torch.int64)
+    torch.cumsum(torch.tensor(slots, dtype=torch.int64), 0, out=offsets[1:])
+    buf = torch.empty(int(offsets[-1]), dtype=torch.uint8)
+    view = buf.numpy()
+    for i, raw in enumerate(raws):
+        lo = int(offsets[i])
+        _native.encode(codec, raw, None, None, view[lo : lo + sizes[i]])
+        view[lo + sizes[i] : lo + slots[i]] = 0
+    return torch.nested.nested_tensor_from_jagged(buf, offsets)
+
+
+def _encode_columns(
+    codecs: Mapping[str, _native.Codec], plans: Mapping[str, Sequence[Raw]], as_objects: bool
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with plain_tensors():
+        for column, codec in codecs.items():
+            raws = plans[column]
+            if not raws:
+                continue
+            if as_objects:
+                out[column] = [_native.encode(codec, raw, None, None, None) for raw in raws]
+            else:
+                out[column] = _packed_column(codec, raws)
+    return out
+
+
+def _stored_codecs(sch: Schema, stage: str | None, columns: Sequence[str]) -> dict[str, Any]:
+    return {c: _codec(sch, c, stage, sch.column_fields(c[len("py_wire.") :])) for c in columns}
 
 
 def encode_groups(
     batch: Mapping[str, Any],
     schema: Schema | str | Path,
     group_size: int | Sequence[int] = 1,
+    *,
+    stage: str | None = None,
 ) -> dict[str, torch.Tensor]:
     """The batch as TQ columns: per column a jagged ``uint8`` nested tensor, one frame per group
     (each at a 64-byte aligned offset of one buffer, its length padded to a multiple of 64).
-    Every group is checked as :func:`py_wire.encode` checks a batch, before any byte is
-    written. No column when the batch has no rows; no media column for a schema without media
-    fields."""
+    Every group is checked as :func:`py_wire.encode` checks a batch (for ``stage``), before any
+    byte is written. No column when the batch has no rows; no media column for a schema that
+    declares no media fields."""
     sch = load_schema(schema)
-    media = bool(media_fields(sch))
-    plans, columns = _group_plans(batch, sch, group_size)
-    spans = plans[TEXT]
-    out: dict[str, torch.Tensor] = {}
-    with plain_tensors():
-        for column in columns:
-            codec = _codec(sch, column, contracts=column == MEDIA or not media)
-            sizes = [_native.encoded_nbytes(codec, raw) for raw in plans[column]]
-            slots = [-(-n // ALIGN) * ALIGN for n in sizes]
-            offsets = torch.zeros(len(slots) + 1, dtype=torch.int64)
-            torch.cumsum(torch.tensor(slots, dtype=torch.int64), 0, out=offsets[1:])
-            buf = torch.empty(int(offsets[-1]), dtype=torch.uint8)
-            view = buf.numpy()
-            for i, raw in enumerate(plans[column]):
-                lo = int(offsets[i])
-                _native.encode(codec, raw, None, None, view[lo : lo + sizes[i]])
-                view[lo + sizes[i] : lo + slots[i]] = 0
-            if spans:
-                out[column] = torch.nested.nested_tensor_from_jagged(buf, offsets)
-    return out
+    plans, columns = _group_plans(batch, sch, group_size, stage)
+    return _encode_columns(_stored_codecs(sch, stage, columns), plans, as_objects=False)
 
 
 def encode_group_frames(
     batch: Mapping[str, Any],
     schema: Schema | str | Path,
     group_size: int | Sequence[int] = 1,
+    *,
+    stage: str | None = None,
 ) -> dict[str, list[Frame]]:
     """The batch as TQ columns of :class:`~py_wire.Frame` objects, one per group (the RayStore
     path): the same frames :func:`encode_groups` packs into one buffer, each in its own."""
     sch = load_schema(schema)
-    media = bool(media_fields(sch))
-    plans, columns = _group_plans(batch, sch, group_size)
-    out: dict[str, list[Frame]] = {}
-    with plain_tensors():
-        for column in columns:
-            codec = _codec(sch, column, contracts=column == MEDIA or not media)
-            if plans[column]:
-                out[column] = [
-                    _native.encode(codec, raw, None, None, None) for raw in plans[column]
-                ]
-    return out
+    plans, columns = _group_plans(batch, sch, group_size, stage)
+    return _encode_columns(_stored_codecs(sch, stage, columns), plans, as_objects=True)
 
 
 def stores_frames_as_objects() -> bool:
@@ -298,6 +376,31 @@ def stores_frames_as_objects() -> bool:
     return isinstance(storage, module.RayStorageClient)
 
 
+def _group_tags(
+    plans: Mapping[str, Sequence[Raw]], sch: Schema, tags: Sequence[Mapping[str, Any]] | None
+) -> list[dict[str, Any]] | None:
+    """Each group's TQ tags: the caller's, plus ``total_lengths`` (the group's tokens, what
+    TQ's ``SeqlenBalancedSampler`` balances by) unless the caller set it."""
+    seq = sch.sequence_field
+    if seq is None:
+        return None if tags is None else [dict(t) for t in tags]
+    out = []
+    for i, raw in enumerate(plans[TEXT]):
+        tag = {} if tags is None else dict(tags[i])
+        if TOTAL_LENGTHS not in tag:
+            tag[TOTAL_LENGTHS] = _token_count(next(r for r in raw if r[0] == seq))
+        out.append(tag)
+    return out
+
+
+def _token_count(raw: tuple[str, str, Any, Any]) -> int:
+    """The tokens of one group's checked sequence field (``_encode._classify``'s forms)."""
+    _, kind, first, _second = raw
+    if kind == "jagged":
+        return int(first.shape[0])
+    return sum(int(r.shape[0]) for r in first)
+
+
 def put(
     batch: Mapping[str, Any],
     schema: Schema | str | Path,
@@ -306,20 +409,20 @@ def put(
     *,
     group_size: int | Sequence[int] = 1,
     tags: Sequence[Mapping[str, Any]] | None = None,
+    stage: str | None = None,
 ) -> Any:
     """Store ``batch`` in TQ, one row per group under ``keys`` (one key per group, in order),
-    in ``partition_id``, with optional per-group ``tags`` (TQ's, untouched). Returns TQ's
-    ``KVBatchMeta``, or None for a batch of no rows (nothing is stored). Raises
-    :class:`~py_wire.BatchError` for anything :func:`py_wire.encode` refuses, before TQ sees a
-    byte."""
+    in ``partition_id``, with optional per-group ``tags`` (TQ's; py_wire adds
+    ``total_lengths``, the group's tokens, unless given). ``stage`` checks the batch as
+    ``encode(stage=)`` does: a rollout batch needs only what ``stage`` needs, and later stages'
+    fields come by :func:`write_back`. Returns TQ's ``KVBatchMeta``, or None for a batch of no
+    rows (nothing is stored). Raises :class:`~py_wire.BatchError` for anything
+    :func:`py_wire.encode` refuses, before TQ sees a byte."""
     sch = load_schema(schema)
     as_objects = stores_frames_as_objects()
-    columns: Mapping[str, Any] = (
-        encode_group_frames(batch, sch, group_size)
-        if as_objects
-        else encode_groups(batch, sch, group_size)
-    )
-    n = 0 if not columns else len(next(iter(columns.values())))
+    plans, names = _group_plans(batch, sch, group_size, stage)
+    columns = _encode_columns(_stored_codecs(sch, stage, names), plans, as_objects)
+    n = len(plans[TEXT])
     keys = list(keys)
     if len(keys) != n:
         raise with_field(BatchError(f"{len(keys)} keys for {n} groups (one key per group)"), "keys")
@@ -327,28 +430,42 @@ def put(
         raise with_field(BatchError(f"{len(tags)} tags for {n} groups"), "tags")
     if n == 0:
         return None
+    return _tq_put(keys, partition_id, columns, as_objects, _group_tags(plans, sch, tags))
+
+
+def _tq_put(
+    keys: list[str],
+    partition_id: str,
+    columns: Mapping[str, Any],
+    as_objects: bool,
+    tags: list[dict[str, Any]] | None,
+) -> Any:
     from tensordict import NonTensorStack, TensorDict
 
     if as_objects:
         columns = {c: NonTensorStack(*frames) for c, frames in columns.items()}
-    fields = TensorDict(columns, batch_size=[n])
-    return _tq().kv_batch_put(
-        keys=keys,
-        partition_id=partition_id,
-        fields=fields,
-        tags=None if tags is None else [dict(t) for t in tags],
-    )
+    fields = TensorDict(dict(columns), batch_size=[len(keys)])
+    return _tq().kv_batch_put(keys=keys, partition_id=partition_id, fields=fields, tags=tags)
+
+
+# -- reading ----------------------------------------------------------------------------------
 
 
 def _stored_frames(value: Any, column: str, keys: Sequence[str]) -> list[Frame]:
     """The frames of one column as TQ's get returned them: a jagged ``uint8`` tensor
     (SimpleStorage) or one Frame per key (RayStore)."""
-    if (
-        isinstance(value, torch.Tensor)
-        and value.is_nested
-        and value.layout == torch.jagged
-        and value.dtype == torch.uint8
-    ):
+    if isinstance(value, torch.Tensor):
+        if not (value.is_nested and value.layout == torch.jagged and value.dtype == torch.uint8):
+            what = "nested" if value.is_nested else "dense"
+            raise with_context(
+                FrameError(
+                    f"TQ column {column!r} holds a {what} {value.dtype} tensor, not py_wire "
+                    "frames (a jagged uint8 tensor, or Frame objects)"
+                ),
+                field=column,
+                found=str(value.dtype),
+                expected="torch.uint8",
+            )
         buf = value.values()
         offsets = as_jagged(value).offsets().tolist()
         if len(offsets) != len(keys) + 1:
@@ -384,43 +501,242 @@ def _column_frames(value: Any, column: str, keys: Sequence[str]) -> list[Frame]:
     return frames
 
 
-def get_frames(
-    keys: Sequence[str] | str,
-    partition_id: str,
-    columns: Sequence[str] = COLUMNS,
-) -> dict[str, list[Frame]]:
-    """Per column of ``columns``, the frames of ``keys`` in that order: views of the one buffer
-    TQ's get returns (no further copy). A schema without media fields has no media column."""
-    keys = _key_list(keys)
-    bad = [c for c in columns if c not in COLUMNS]
-    if bad or not columns:
-        raise with_field(
-            BatchError(f"columns {list(columns)} must be some of {list(COLUMNS)}"), "columns"
-        )
-    got = _tq().kv_batch_get(keys=keys, partition_id=partition_id, select_fields=list(columns))
-    return {c: _column_frames(got[c], c, keys) for c in columns}
+def _is_ours(column: str) -> bool:
+    return column in COLUMNS or column.startswith(WRITE_BACK)
 
 
-def _all_frames(keys: list[str], partition_id: str) -> dict[str, list[Frame]]:
-    """Both columns in one TQ round trip (TQ returns only the columns it holds), the media
-    column required when the frames' schema has media fields."""
-    got = _tq().kv_batch_get(keys=keys, partition_id=partition_id, select_fields=list(COLUMNS))
-    held = set(got.keys())
-    if TEXT not in held:
-        raise FrameError(f"TQ holds no {TEXT!r} column for keys {keys[:4]}")
-    frames = {c: _column_frames(got[c], c, keys) for c in COLUMNS if c in held}
-    if MEDIA not in frames and media_fields(checked_schema(frames[TEXT][0])):
-        raise FrameError(
-            f"TQ holds no {MEDIA!r} column for keys {keys[:4]}, though their schema has media"
-        )
-    return frames
+def _written_fields(column: str) -> list[str]:
+    return column[len(WRITE_BACK) :].split(",") if column.startswith(WRITE_BACK) else []
 
 
 def _key_list(keys: Sequence[str] | str) -> list[str]:
     keys = [keys] if isinstance(keys, str) else list(keys)
     if not keys:
         raise with_field(BatchError("keys is empty: nothing to get"), "keys")
+    _refuse_repeats(keys, "keys")
     return keys
+
+
+def _refuse_repeats(items: Sequence[Any], what: str) -> None:
+    """A key (or sample) named twice is a BatchError naming it and both places."""
+    if len(set(items)) == len(items):
+        return
+    seen: dict[Any, int] = {}
+    for i, item in enumerate(items):
+        if item in seen:
+            raise with_context(
+                BatchError(f"{item!r} is named twice ({what} {seen[item]} and {i})"),
+                field=what,
+                row=i,
+            )
+        seen[item] = i
+
+
+def _meta(keys: list[str], partition_id: str) -> Any:
+    """TQ's metadata of ``keys`` (no data moved): the columns every key holds."""
+    meta = _tq().get_client().kv_retrieve_meta(keys=keys, partition_id=partition_id, create=False)
+    if meta.size != len(keys):
+        held = set(_tq().kv_list(partition_id).get(partition_id, {}))
+        missing = [k for k in keys if k not in held] or keys
+        raise with_field(
+            BatchError(f"keys {missing[:4]} are not in TQ partition {partition_id!r}"), "keys"
+        )
+    return meta
+
+
+def _fetch(meta: Any, columns: Sequence[str], keys: Sequence[str]) -> dict[str, list[Frame]]:
+    if not columns:
+        return {}
+    got = _tq().get_client().get_data(meta.select_fields(list(columns)))
+    return {c: _column_frames(got[c], c, keys) for c in columns}
+
+
+def get_frames(
+    keys: Sequence[str] | str,
+    partition_id: str,
+    columns: Sequence[str] = COLUMNS,
+) -> dict[str, list[Frame]]:
+    """Per column of ``columns`` (stored columns or write-back columns), the frames of ``keys``
+    in that order: views of the one buffer TQ's get returns (no further copy). A column the
+    keys do not hold is a :class:`~py_wire.FrameError`."""
+    keys = _key_list(keys)
+    if isinstance(columns, str) or not columns or not all(_is_ours(c) for c in columns):
+        raise with_field(
+            BatchError(
+                f"columns {columns!r} must be some of {list(COLUMNS)} or write-back columns "
+                f"({WRITE_BACK}...)"
+            ),
+            "columns",
+        )
+    meta = _meta(keys, partition_id)
+    absent = [c for c in columns if c not in meta.field_names]
+    if absent:
+        raise FrameError(f"TQ holds no column {absent[0]!r} for every one of keys {keys[:4]}")
+    return _fetch(meta, columns, keys)
+
+
+def _check_groups(frames: Mapping[str, Sequence[Frame]], keys: Sequence[str]) -> None:
+    """Every column of one key holds the same group: one schema and one row count per key
+    (here), one sequence, offsets and tokens (:func:`_check_sequences`). A text frame merged
+    with another group's media would pair rows with the wrong images."""
+    text = frames[TEXT]
+    sch = checked_schema(text[0])
+    for column, group in frames.items():
+        for key, t, f in zip(keys, text, group, strict=True):
+            problem = None
+            if checked_schema(f).fingerprint != sch.fingerprint:
+                problem = f"schema {checked_schema(f).name!r} ({checked_schema(f).fingerprint})"
+            elif checked_schema(t).fingerprint != sch.fingerprint:
+                problem = f"schema {checked_schema(t).name!r}, another key's {sch.name!r}"
+            elif f.num_rows != t.num_rows:
+                problem = f"{f.num_rows} rows where its text column holds {t.num_rows}"
+            if problem is not None:
+                _not_one_group(key, column, problem)
+
+
+def _not_one_group(key: str, column: str, problem: str) -> None:
+    raise with_context(
+        FrameError(
+            f"key {key!r}: TQ column {column!r} holds {problem}: its columns are not one "
+            "group's (refusing to merge them)"
+        ),
+        field=column,
+    )
+
+
+def _check_sequences(
+    frames: Mapping[str, Sequence[Frame]],
+    joined: Mapping[str, Frame],
+    keys: Sequence[str],
+    seq: str | None,
+) -> None:
+    """Each column's sequence field (offsets and tokens) is its text column's: compared once
+    over the joined frames, then key by key to name the one that differs."""
+    if seq is None:
+        return
+    text = _sequence(joined[TEXT], seq)
+    for column, frame in joined.items():
+        if column == TEXT or _same(text, _sequence(frame, seq)):
+            continue
+        for key, t, f in zip(keys, frames[TEXT], frames[column], strict=True):
+            if not _same(_sequence(t, seq), _sequence(f, seq)):
+                _not_one_group(key, column, f"a sequence field {seq!r} unlike its text column's")
+        _not_one_group(str(list(keys)[:4]), column, f"a sequence field {seq!r} unlike the text's")
+
+
+def _sequence(frame: Frame, seq: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The frame's sequence offsets and the sequence field's values, as views (no decode)."""
+    views = FrameViews(frame)
+    f = views.fields.get(seq)
+    if f is None or views.seq_offsets is None:
+        return None
+    return views.seq_offsets, views.values(f.values)
+
+
+def _same(
+    a: tuple[torch.Tensor, torch.Tensor] | None, b: tuple[torch.Tensor, torch.Tensor] | None
+) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def decode_columns(
+    frames: Mapping[str, Sequence[Frame]],
+    keys: Sequence[str],
+    *,
+    stage: str | None = None,
+    fields: Sequence[str] | None = None,
+    writable: Writable = "auto",
+    **decode_options: Any,
+) -> dict[str, Any]:
+    """Per column, the frames of ``keys`` (as :func:`get_frames` returns them) decoded into one
+    batch: exactly what :func:`py_wire.decode` returns of the whole batch for ``stage``
+    (narrowed to ``fields``). The columns must be one group's per key
+    (:class:`~py_wire.FrameError` otherwise); a field of the stage that no column holds is
+    rows without segments for an optional packed field (a :class:`~py_wire.ContractError`
+    when rows hold its placeholder tokens) and a :class:`~py_wire.FrameError` when the stage
+    requires it."""
+    if TEXT not in frames:
+        raise FrameError(f"no {TEXT!r} column for keys {list(keys)[:4]}")
+    _check_groups(frames, keys)
+    sch = checked_schema(frames[TEXT][0])
+    wanted = _wanted(sch, stage, fields)
+    seq = sch.sequence_field
+    merged: dict[str, Any] = {}
+    joined = {c: g[0] if len(g) == 1 else concat(list(g)) for c, g in frames.items()}
+    _check_sequences(frames, joined, keys, seq)
+    for column, frame in joined.items():
+        held = {f.name for f in frame.layout.fields}
+        if column != TEXT:
+            held.discard(seq)  # every column carries it; the text column's is returned
+        keep = held if wanted is None else held & wanted
+        for name, value in decode_selected(
+            frame, keep, writable=writable, **decode_options
+        ).items():
+            if name in keep and name in merged:
+                raise with_context(
+                    FrameError(f"field {name!r} is held by two TQ columns of keys {keys[:4]}"),
+                    field=name,
+                )
+            merged.setdefault(name, value)
+    if wanted is not None:
+        _check_required(sch, stage, wanted, merged, keys)
+        rows = decode_options.get("rows")
+        tokens = None
+        if seq is not None:
+            t = decode_selected(joined[TEXT], {seq}, writable="view", rows=rows).get(seq)
+            tokens = None if t is None else (t.values(), t.offsets())
+        num_rows = len(range(joined[TEXT].num_rows)[rows]) if rows is not None else None
+        add_missing_fields(
+            merged,
+            sch,
+            wanted,
+            joined[TEXT].num_rows if num_rows is None else num_rows,
+            decode_options.get("layout"),
+            tokens,
+        )
+    order = {n: i for i, n in enumerate(sch.fields)}
+    return dict(sorted(merged.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def _check_required(
+    sch: Schema, stage: str | None, wanted: set[str], merged: Mapping[str, Any], keys: Any
+) -> None:
+    needed = sch.required_for(stage) if stage is not None else list(sch.fields)
+    for name in needed:
+        if name in wanted and name not in merged:
+            raise with_context(
+                FrameError(
+                    f"field {name!r}{f' (stage {stage!r} needs it)' if stage else ''} is neither "
+                    f"stored nor written back for keys {list(keys)[:4]}"
+                ),
+                field=name,
+            )
+
+
+def _needed_columns(
+    held: Sequence[str], sch: Schema | None, stage: str | None, fields: Sequence[str] | None
+) -> list[str]:
+    """The held py_wire columns a fetch reads (``sch``: None before the text column is read,
+    when only the text and write-back columns can be chosen)."""
+    ours = [c for c in held if _is_ours(c)]
+    if stage is None and fields is None:
+        return ours
+    if sch is None:
+        if stage is not None:
+            return [TEXT]
+        wanted: set[str] | None = set(fields or ())
+    else:
+        wanted = _wanted(sch, stage, fields)
+        if wanted is None:
+            return ours
+    assert wanted is not None
+    out = [TEXT]
+    if MEDIA in ours and sch is not None and wanted & set(media_fields(sch)):
+        out.append(MEDIA)
+    out += [c for c in ours if set(_written_fields(c)) & wanted]
+    return out
 
 
 def get(
@@ -428,32 +744,273 @@ def get(
     partition_id: str,
     *,
     stage: str | None = None,
+    fields: Sequence[str] | None = None,
     columns: Sequence[str] | None = None,
     writable: Writable = "auto",
     **decode_options: Any,
 ) -> dict[str, Any]:
-    """The rows of ``keys`` (groups, in that order) decoded as :func:`py_wire.decode` does
-    (``decode_options`` are its keywords), the fields of both columns merged into one dict.
-    ``stage`` decodes that stage's fields and fetches the media column only when the stage
-    needs media; ``columns=(TEXT,)`` asks for the text column alone. Several keys are joined
-    with :func:`py_wire.concat` (one copy); a single key decodes as views of TQ's buffer."""
+    """The rows of ``keys`` (groups, in that order) decoded as :func:`py_wire.decode` decodes
+    the whole batch (``decode_options`` are its keywords): the stored columns and every
+    write-back merged into one dict, each key's columns checked to be one group's. ``stage``
+    returns that stage's fields, ``fields`` the named ones; the media column is fetched only
+    when a wanted field is declared ``column = "media"``. ``columns`` reads exactly those TQ
+    columns (``(TEXT,)``: the text column alone). Several keys are joined with
+    :func:`py_wire.concat` (one copy); a single key decodes as views of TQ's buffer."""
     keys = _key_list(keys)
-    if columns is None and stage is None:
-        frames = _all_frames(keys, partition_id)
-    elif columns is None:
-        frames = get_frames(keys, partition_id, (TEXT,))
-        wanted = columns_for(checked_schema(frames[TEXT][0]), stage)
-        if MEDIA in wanted:
-            frames.update(get_frames(keys, partition_id, (MEDIA,)))
-    else:
+    meta = _meta(keys, partition_id)
+    held = list(meta.field_names)
+    if TEXT not in held:
+        raise FrameError(f"TQ holds no {TEXT!r} column for every one of keys {keys[:4]}")
+    if columns is not None:
         frames = get_frames(keys, partition_id, columns)
-    out: dict[str, Any] = {}
-    for column in COLUMNS:
-        if column not in frames:
-            continue
-        group = frames[column]
-        frame = group[0] if len(group) == 1 else concat(group)
-        fields = decode(frame, stage=stage, writable=writable, **decode_options)
-        for name, value in fields.items():
-            out.setdefault(name, value)
-    return out
+        asked = {f.name for c in frames for f in frames[c][0].layout.fields}
+        if TEXT not in frames:  # read for the checks and the tokens
+            frames = {**_fetch(meta, [TEXT], keys), **frames}
+        out = decode_columns(
+            frames, keys, stage=stage, fields=fields, writable=writable, **decode_options
+        )
+        return {
+            k: v
+            for k, v in out.items()
+            if k in asked or k not in checked_schema(frames[TEXT][0]).fields
+        }
+    frames = _read(meta, keys, stage, fields)
+    return decode_columns(
+        frames, keys, stage=stage, fields=fields, writable=writable, **decode_options
+    )
+
+
+def _read(
+    meta: Any, keys: list[str], stage: str | None, fields: Sequence[str] | None
+) -> dict[str, list[Frame]]:
+    """The columns of ``keys`` a fetch for ``stage`` / ``fields`` reads: the text and write-back
+    columns first, then the media column when the (now known) schema says a wanted field is
+    media."""
+    held = list(meta.field_names)
+    frames = _fetch(meta, _needed_columns(held, None, stage, fields), keys)
+    sch = checked_schema(frames[TEXT][0])
+    if MEDIA not in held and media_fields(sch) and stage is None and fields is None:
+        raise FrameError(
+            f"TQ holds no {MEDIA!r} column for keys {keys[:4]}, though their schema has media"
+        )
+    rest = [c for c in _needed_columns(held, sch, stage, fields) if c not in frames]
+    frames.update(_fetch(meta, rest, keys))
+    return frames
+
+
+def get_samples(
+    samples: Sequence[tuple[str, int]],
+    partition_id: str,
+    *,
+    stage: str | None = None,
+    fields: Sequence[str] | None = None,
+    **decode_options: Any,
+) -> dict[str, Any]:
+    """Per-sample addressing over groups stored once: ``samples`` are ``(group key, row)``
+    pairs, in the order wanted (NeMo-RL's per-sample metas, pre-sharding and DP dispatch
+    address samples; the media stay stored once per group). Each distinct group is fetched
+    once and the rows are taken from it (:func:`py_wire.take_rows`: a copy of those rows).
+    Returns what :func:`get` returns for those rows. A sample named twice or a row outside
+    its group is a :class:`~py_wire.BatchError` naming the sample (``row``: its index in
+    ``samples``)."""
+    if isinstance(samples, str | bytes) or not isinstance(samples, Sequence) or not samples:
+        raise TypeError("samples must be a non-empty sequence of (key, row) pairs")
+    for i, sample in enumerate(samples):
+        if (
+            not isinstance(sample, tuple)
+            or len(sample) != 2
+            or not isinstance(sample[0], str)
+            or isinstance(sample[1], bool)
+            or not isinstance(sample[1], int)
+        ):
+            raise TypeError(f"samples[{i}] must be a (key, row) pair, not {sample!r}")
+    _refuse_repeats(samples, "samples")
+    keys = list(dict.fromkeys(k for k, _ in samples))
+    meta = _meta(keys, partition_id)
+    if TEXT not in meta.field_names:
+        raise FrameError(f"TQ holds no {TEXT!r} column for every one of keys {keys[:4]}")
+    frames = _read(meta, keys, stage, fields)
+    start, first = 0, {}
+    for key, frame in zip(keys, frames[TEXT], strict=True):
+        first[key] = (start, frame.num_rows)
+        start += frame.num_rows
+    picks = []
+    for i, (key, row) in enumerate(samples):
+        base, rows = first[key]
+        if not 0 <= row < rows:
+            raise with_context(
+                BatchError(f"sample ({key!r}, {row}): group {key!r} holds {rows} rows"),
+                field="samples",
+                row=i,
+            )
+        picks.append(base + row)
+    taken = {
+        c: [take_rows(g[0] if len(g) == 1 else concat(list(g)), picks)] for c, g in frames.items()
+    }
+    return decode_columns(taken, ["samples"], stage=stage, fields=fields, **decode_options)
+
+
+def get_by_meta(
+    meta: Any,
+    *,
+    stage: str | None = None,
+    fields: Sequence[str] | None = None,
+    writable: Writable = "auto",
+    **decode_options: Any,
+) -> dict[str, Any]:
+    """What :func:`get` returns, for the samples of a TQ ``BatchMeta`` or ``KVBatchMeta`` (what
+    ``get_meta`` and TQ's samplers hand out) instead of keys. A sample named twice is a
+    :class:`~py_wire.BatchError` naming it."""
+    keys = getattr(meta, "keys", None)
+    partition_id = getattr(meta, "partition_id", None)
+    if keys is None:  # a BatchMeta: global indexes of one partition
+        parts = set(meta.partition_ids)
+        if len(parts) != 1:
+            raise with_field(
+                BatchError(f"the BatchMeta spans partitions {sorted(parts)}; give one"), "meta"
+            )
+        (partition_id,) = parts
+        keys = (
+            _tq()
+            .get_client()
+            .kv_retrieve_keys(global_indexes=list(meta.global_indexes), partition_id=partition_id)
+        )
+    keys = list(keys)
+    if not isinstance(partition_id, str):
+        raise TypeError(f"meta has no partition_id: {type(meta).__name__}")
+    return get(keys, partition_id, stage=stage, fields=fields, writable=writable, **decode_options)
+
+
+# -- write-backs ------------------------------------------------------------------------------
+
+
+def write_back(
+    keys: Sequence[str] | str,
+    partition_id: str,
+    fields: Mapping[str, Any],
+) -> Any:
+    """Add ``fields`` (name → value over the rows of ``keys``' groups, in that order: what a
+    logprob, reference or driver step computes) to the groups stored under ``keys``, as one
+    more TQ column (``py_wire.fields:<names>``); :func:`get` merges it with the stored ones.
+
+    Checked against what is stored before TQ sees a byte: each field is one of the stored
+    schema's, of its text column, neither stored nor written back before; it has as many rows
+    as the groups hold; a per-token field's row ``i`` has exactly as many tokens as stored row
+    ``i`` (a padded ``[B, W, ...]`` tensor is cut to the stored lengths, ``W`` at least the
+    longest); dtypes and shapes as :func:`py_wire.encode` checks them. Any mismatch is a
+    :class:`~py_wire.BatchError` naming the field (and row). Returns TQ's ``KVBatchMeta``."""
+    keys = _key_list(keys)
+    if not isinstance(fields, Mapping) or not fields:
+        raise TypeError("fields must be a non-empty mapping of field name to value")
+    meta = _meta(keys, partition_id)
+    held = list(meta.field_names)
+    if TEXT not in held:
+        raise FrameError(f"TQ holds no {TEXT!r} column for every one of keys {keys[:4]}")
+    text = _fetch(meta, [TEXT], keys)[TEXT]
+    sch = checked_schema(text[0])
+    for key, frame in zip(keys, text, strict=True):
+        if checked_schema(frame).fingerprint != sch.fingerprint:
+            raise with_field(
+                BatchError(
+                    f"key {key!r} holds schema {checked_schema(frame).name!r}, key "
+                    f"{keys[0]!r} {sch.name!r}: a write-back covers groups of one schema"
+                ),
+                "keys",
+            )
+    names = _check_written(sch, fields, held, text)
+    seq = sch.sequence_field
+    joined = text[0] if len(text) == 1 else concat(text)
+    stored_seq = decode_selected(joined, {seq}, writable="view")[seq] if seq else None
+    batch: dict[str, Any] = {} if stored_seq is None else {seq: stored_seq}  # type: ignore[dict-item]
+    total = joined.num_rows
+    lengths = None if stored_seq is None else torch.diff(stored_seq.offsets())
+    for name in names:
+        batch[name] = _aligned(sch, name, fields[name], total, lengths)
+    column = WRITE_BACK + ",".join(names)
+    codec = _codec(sch, column, None, ())
+    plans = {column: []}  # type: dict[str, list[Raw]]
+    start = 0
+    for frame in text:
+        stop = start + frame.num_rows
+        group = {k: _rows(v, start, stop) for k, v in batch.items()}
+        plans[column].append(_fields(group, sch, None, required=False))
+        start = stop
+    as_objects = stores_frames_as_objects()
+    columns = _encode_columns({column: codec}, plans, as_objects)
+    return _tq_put(keys, partition_id, columns, as_objects, None)
+
+
+def _check_written(
+    sch: Schema, fields: Mapping[str, Any], held: Sequence[str], text: Sequence[Frame]
+) -> list[str]:
+    """The written fields in schema order, each one the stored groups may take."""
+    stored = {f.name for frame in text[:1] for f in frame.layout.fields}
+    written = {n for c in held for n in _written_fields(c)}
+    for name in fields:
+        problem = None
+        if name not in sch.fields:
+            problem = f"is not a field of schema {sch.name!r}; fields: {list(sch.fields)}"
+        elif name == sch.sequence_field:
+            problem = "is the sequence field, stored at put"
+        elif sch.fields[name].column != "text":
+            problem = 'is declared column = "media": media are stored at put'
+        elif name in stored:
+            problem = "is stored already (put holds it)"
+        elif name in written:
+            problem = "was written back already"
+        if problem is not None:
+            raise with_field(BatchError(f"write_back: field {name!r} {problem}"), str(name))
+    return [n for n in sch.fields if n in fields]
+
+
+def _aligned(sch: Schema, name: str, value: Any, total: int, lengths: torch.Tensor | None) -> Any:
+    """``value`` checked against the stored rows: ``total`` rows and, for a per-token field,
+    each row's stored token count (``lengths``); a padded tensor cut to those lengths."""
+    field = sch.fields[name]
+    if value is None:
+        raise with_field(BatchError(f"write_back: field {name!r} is None"), name)
+    rows = _value_rows(value)
+    if rows != total:
+        raise with_field(
+            BatchError(
+                f"write_back: field {name!r} has {rows} rows, the stored groups hold {total}"
+            ),
+            name,
+        )
+    if field.tier != "per_token" or lengths is None:
+        return value
+    padded = isinstance(value, torch.Tensor | np.ndarray) and not (
+        isinstance(value, torch.Tensor) and value.is_nested
+    )
+    if padded:
+        value = torch.as_tensor(value)
+        width = int(lengths.max()) if total else 0
+        if value.dim() != 2 + len(field.shape) or value.shape[1] < width:
+            raise with_field(
+                BatchError(
+                    f"write_back: field {name!r} is a padded {list(value.shape)} tensor; it "
+                    f"needs [{total}, >= {width}, ...] (the longest stored row)"
+                ),
+                name,
+            )
+        mask = torch.arange(value.shape[1]) < lengths[:, None]
+        return torch.nested.nested_tensor_from_jagged(
+            value[mask], torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0))
+        )
+    got = (
+        torch.diff(as_jagged(value).offsets())
+        if isinstance(value, torch.Tensor)
+        else torch.tensor([len(r) for r in value], dtype=torch.int64)
+    )
+    bad = torch.nonzero(got != lengths)
+    if bad.numel():
+        row = int(bad[0, 0])
+        raise with_context(
+            BatchError(
+                f"write_back: field {name!r} row {row} has {int(got[row])} tokens, the stored "
+                f"row {int(lengths[row])}"
+            ),
+            field=name,
+            row=row,
+        )
+    return value

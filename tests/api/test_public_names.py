@@ -14,6 +14,7 @@ PUBLIC = {
     # errors
     "WireError", "BatchError", "ContractError", "FrameError", "InternalError", "SchemaError",
     "RowIndexError",
+    "SchemaEvolutionWarning",
     # schemas
     "Schema", "FieldDef", "PlaceholderContract", "load_schema", "bundled_schemas",
     # the codec
@@ -67,3 +68,19 @@ def test_testing_without_hypothesis_names_the_extra() -> None:
     name, message = out.stdout.strip().split(" | ")
     assert name == "hypothesis"
     assert "pip install 'py_wire[testing]'" in message
+
+
+def test_the_demo_runs_without_hypothesis() -> None:
+    """hypothesis is a dev (and ``[testing]``) dependency: the demo, which a user runs first
+    after installing the wheel, must not need it."""
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["hypothesis"] = None  # as if it were not installed
+        from py_wire import demo
+        demo.main(["--samples", "2", "--reps", "1"])
+        print("hypothesis" in sys.modules and sys.modules["hypothesis"] is not None)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("False"), out.stdout + out.stderr

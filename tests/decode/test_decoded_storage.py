@@ -139,9 +139,10 @@ def test_pickled_and_deepcopied_rows_carry_only_themselves(vlm: py_wire.Frame, l
     assert len(pickle.dumps(reward)) < 2048
 
 
-def test_a_read_only_mmap_decodes_copy_on_write(vlm: py_wire.Frame, tmp_path: Path) -> None:
-    """A read-only mapping of a file (here and under /dev/shm): the default decode views a
-    private mapping of the same pages (no copy), a write stays in this process, and every
+def test_a_read_only_mmap_decodes_from_a_private_copy(vlm: py_wire.Frame, tmp_path: Path) -> None:
+    """A read-only mapping of a file (here and under /dev/shm) is not pinned by anyone: its
+    owner may rewrite or truncate the file after the decode returned. The default decode
+    copies it (never a mapping of the file's pages), a write stays in this process, and every
     other reader still sees the file's bytes."""
     dirs = [tmp_path] + ([Path("/dev/shm")] if Path("/dev/shm").is_dir() else [])
     for where in dirs:
@@ -151,14 +152,14 @@ def test_a_read_only_mmap_decodes_copy_on_write(vlm: py_wire.Frame, tmp_path: Pa
             with open(path, "rb") as f:
                 source = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             frame = py_wire.Frame.from_buffer(source)
-            assert frame.storage == "readonly-buffer"
-            assert frame.copy_on_write_refusal() is None
+            assert frame.storage == "readonly-buffer" and frame.pinned_by is None
+            assert frame.copy_on_write() is None
+            assert "does not keep its bytes unchanged" in (frame.copy_on_write_refusal() or "")
             out = py_wire.decode(source)
             pixels = out["pixel_values"].tensors[0]
             line = mapping_of(pixels.data_ptr())
             inode = str(os.stat(path).st_ino)
-            perms, file_inode = line.split()[1], line.split()[4]
-            assert perms[3] == "p" and file_inode == inode, line  # private, same file: no copy
+            assert line.split()[4] != inode, line  # not the file's pages: a private copy
             pixels.add_(1)
             out["input_ids"].offsets().add_(1)
             out["reward"].zero_()
@@ -176,9 +177,9 @@ def test_copy_on_write_refuses_memory_it_cannot_remap(vlm: py_wire.Frame) -> Non
     raw = py_wire.Frame.from_buffer(bytes(vlm))
     assert raw.storage == "readonly-buffer"
     assert raw.copy_on_write() is None
-    # Anonymous heap memory: one private mapping, or adjacent ones the bytes straddle.
+    # Nobody pins a bytes object's memory for py_wire (only Ray's object store does).
     refusal = raw.copy_on_write_refusal() or ""
-    assert "not a shared file mapping" in refusal or "not inside one mapping" in refusal, refusal
+    assert "does not keep its bytes unchanged" in refusal, refusal
     assert vlm.copy_on_write() is None  # py_wire's own memory is already writable
     assert vlm.storage == "owned"
 
@@ -319,3 +320,52 @@ def test_token_budget_groups_and_bins(vlm: py_wire.Frame) -> None:
         py_wire.trainer.iter_micro_batches(vlm, [[1, 40]])
     with pytest.raises(TypeError, match="groups"):
         py_wire.trainer.iter_micro_batches(vlm, "4")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"layout": "padded", "attention_mask": True},
+        {"layout": "padded", "pad_to_multiple_of": 64},
+        {"layout": "list"},
+        {"stage": "train"},
+        {"attention_mask": True},
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("writable", ["auto", "copy"])
+def test_a_micro_batch_pickles_to_its_own_bytes(
+    vlm: py_wire.Frame, options: dict[str, Any], writable: str
+) -> None:
+    """Finding 4 of issue 27: a micro-batch carries its rows only (not the frame, not other
+    rows), as ``decode(rows=)`` of the same rows does; every tensor owns exactly its bytes."""
+    batches = py_wire.trainer.iter_micro_batches(vlm, 4, writable=writable, **options)
+    for a, mb in zip(range(0, 12, 4), batches, strict=True):
+        for t in _tensors(mb):
+            assert t.untyped_storage().nbytes() == t.nbytes, (options, t.shape)
+        want = py_wire.decode(vlm, rows=range(a, a + 4), writable=writable, **options)
+        size, own = len(pickle.dumps(mb, protocol=5)), len(pickle.dumps(want, protocol=5))
+        assert size <= 1.2 * own, (a, size, own, vlm.nbytes)
+        if a == 8:  # text rows: none of the media (the frame is mostly pixels)
+            assert size < vlm.nbytes / 20
+        back = pickle.loads(pickle.dumps(mb))
+        for k in want:
+            assert _same(back[k], want[k]), k
+
+
+def test_a_narrowed_padded_micro_batch_is_its_own_cells(vlm: py_wire.Frame) -> None:
+    """Padded micro-batches are views of the decoded batch's rows while at most 1.2x narrower
+    than the batch (their storage: those rows, at most 1.2x their cells), a copy of their own
+    cells when narrower still."""
+    batches = py_wire.trainer.iter_micro_batches(vlm, 3, layout="padded")
+    full = batches.decoded["input_ids"]
+    kinds = set()
+    for a, mb in zip(range(0, 12, 3), batches, strict=True):
+        ids = mb["input_ids"]
+        assert ids.untyped_storage().nbytes() <= 1.2 * ids.nbytes
+        view = ids.data_ptr() == full[a].data_ptr()
+        assert view == (ids.shape[1] * 1.2 >= full.shape[1]), (a, ids.shape, full.shape)
+        kinds.add(view)
+        assert torch.equal(ids, full[a : a + 3, : ids.shape[1]])
+    assert kinds == {True, False}, kinds  # this batch has both

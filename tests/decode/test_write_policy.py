@@ -86,10 +86,19 @@ def test_auto_copies_a_read_only_source_once(kind: str) -> None:
     tensors = _decoded_tensors(out)
     for t in tensors:
         assert not _inside(t, _span(source)), "auto viewed a read-only source"
-    # One private copy: every view lies in the same 64-byte-aligned buffer of the frame's size.
+    # One private copy of the whole frame: the views lie at the same distances from each other
+    # as in the source (a copy per tensor, or per field, would place them anew), inside one
+    # buffer of the frame's size, and the copied frame's first byte is 64-byte aligned.
+    viewed = _decoded_tensors(py_wire.decode(source, SCHEMA, writable="view"))
+    base = _span(source)[0]
+    assert [t.data_ptr() - tensors[0].data_ptr() for t in tensors] == [
+        t.data_ptr() - viewed[0].data_ptr() for t in viewed
+    ]
     lo = min(t.data_ptr() for t in tensors)
     hi = max(t.data_ptr() + t.nbytes for t in tensors)
     assert hi - lo <= len(before)
+    copy_base = tensors[0].data_ptr() - (viewed[0].data_ptr() - base)
+    assert copy_base % 64 == 0
     out["reward"].add_(100)
     out["input_ids"].values().zero_()
     out["pixel_values"][2][1].fill_(7)
@@ -128,6 +137,16 @@ def test_private_copy_is_aligned_writable_and_validated() -> None:
     lo, _ = _span(copy)
     assert lo % 64 == 0 and lo != _span(frame)[0]
     assert copy.num_rows == frame.num_rows and copy.metadata == frame.metadata
+    # Validated: the copy's own bytes are parsed again, not the source's layout trusted. A
+    # writable source changed after it was wrapped gives a copy that is refused.
+    raw = bytearray(py_wire.encode(BATCH, SCHEMA))
+    wrapped = py_wire.Frame.from_buffer(raw)
+    key = b'"py_wire.num_rows":"'
+    at = raw.index(key) + len(key)
+    assert raw[at : at + 1] == str(wrapped.num_rows).encode()[:1]
+    raw[at : at + 1] = b"9" if raw[at : at + 1] != b"9" else b"8"
+    with pytest.raises(py_wire.FrameError):
+        wrapped.copy()
 
 
 @pytest.mark.parametrize("bad", ["yes", "copy ", "", 1, True, b"copy", None])

@@ -230,6 +230,8 @@ TARGETS: list[Target] = [
         "stage", **SCHEMA_ALIASES, **BATCH_ALIASES),
     *_targets("nemo_rl.from_frame", lambda frame=FRAME, **kw: nemo_rl.from_frame(frame, **kw),
               "frame", "stage", "pad_to_multiple_of", "writable", **FRAME_ALIASES),
+    *_targets("nemo_rl.iter_micro_batches", lambda frame=FRAME, groups=2: list(
+        nemo_rl.iter_micro_batches(frame, groups)), "frame", "groups", **FRAME_ALIASES),
     *_targets("verl.to_frame", lambda data=None, **kw: pw_verl.to_frame(
         pw_verl.from_frame(VERL_FRAME) if data is None else data, **{
             "schema": "verl/text", **kw}), "data", "schema", "stage", "drop_meta_info",
@@ -256,6 +258,10 @@ EXCLUDED = {
     "transfer_queue.put": "needs a running TransferQueue (Ray): tests/interop",
     "transfer_queue.get": "needs a running TransferQueue (Ray): tests/interop",
     "transfer_queue.get_frames": "needs a running TransferQueue (Ray): tests/interop",
+    "transfer_queue.get_samples": "needs a running TransferQueue (Ray): tests/interop",
+    "transfer_queue.get_by_meta": "needs a running TransferQueue (Ray): tests/interop",
+    "transfer_queue.write_back": "needs a running TransferQueue (Ray): tests/interop",
+    "transfer_queue.decode_columns": "reads what get_frames fetched (not swept yet)",
     "transfer_queue.stores_frames_as_objects": "takes no argument",
     "transfer_queue.with_field": "annotates an error py_wire raised; any str is a field name",
     "verl.dataproto_class": "takes no argument",

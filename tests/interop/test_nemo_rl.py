@@ -52,7 +52,11 @@ def nemo_batch(name: str, n: int, dedup: bool) -> dict:
     for k, field in schema.fields.items():
         if k not in b:
             continue
-        if field.tier == "per_token":
+        if k in nemo_rl.BROADCAST_FIELDS:
+            # GRPO's estimators: per-sample advantages expanded over [B, L] (padding included).
+            per_sample = torch.stack([t[0] if len(t) else t.new_zeros(()) for t in b[k]])
+            b[k] = per_sample.unsqueeze(-1).expand(n, width)
+        elif field.tier == "per_token":
             pad = field.pad_value
             rows = [torch.nn.functional.pad(t, (0, width - len(t)), value=pad) for t in b[k]]
             b[k] = torch.stack(rows)
@@ -174,3 +178,75 @@ def test_from_frame_of_read_only_bytes_follows_the_writable_policy(writable: str
         pixels.zero_()
         out["sample_mask"].add_(1)
         assert raw == bytes(frame)
+
+
+def test_advantages_are_broadcast_into_padding_as_nemo_rl_does() -> None:
+    batch = nemo_batch("nemo_rl/qwen2_5_vl", 8, False)
+    adv = batch["advantages"]
+    assert adv.stride(1) == 0  # NeMo-RL's expand: a zero-stride view
+    frame = nemo_rl.to_frame(batch, "nemo_rl/qwen2_5_vl")
+    out = nemo_rl.from_frame(frame)
+    assert out["advantages"].shape == adv.shape
+    assert torch.equal(out["advantages"], adv)  # valid and padded cells, bit for bit
+    # Other per-token fields keep their pad values.
+    assert torch.equal(out["input_ids"], batch["input_ids"])
+    assert torch.equal(out["token_mask"], batch["token_mask"])
+
+
+def _nemo_slice(batch: dict, a: int, b: int) -> dict:
+    """NeMo-RL's ``BatchedDataDict.slice``."""
+    return {
+        k: v.slice(list(range(a, b))) if hasattr(v, "tensors") else v[a:b] for k, v in batch.items()
+    }
+
+
+def _rows_of(v: object) -> list:
+    rows = v.logical_rows() if hasattr(v, "logical_rows") else v.rows()  # type: ignore[attr-defined]
+    return [[] if r is None else list(r) for r in rows]
+
+
+def test_micro_batches_are_nemo_rl_s(with_nemo_rl: None) -> None:
+    batch = nemo_batch("nemo_rl/qwen2_5_vl", 16, False)
+    frame = nemo_rl.to_frame(batch, "nemo_rl/qwen2_5_vl")
+    whole = nemo_rl.from_frame(frame)
+    mbs = list(nemo_rl.iter_micro_batches(frame, 4))
+    assert len(mbs) == 4
+    for a, mb in zip(range(0, 16, 4), mbs, strict=True):
+        want = _nemo_slice(whole, a, a + 4)
+        assert mb.keys() == want.keys()
+        for k, v in want.items():
+            if isinstance(v, torch.Tensor):
+                assert mb[k].shape == v.shape and torch.equal(mb[k], v), k  # the batch's L
+            else:
+                assert type(mb[k]) is Nemo
+                for x, y in zip(_rows_of(mb[k]), _rows_of(v), strict=True):
+                    assert len(x) == len(y) and all(
+                        torch.equal(s, t) for s, t in zip(x, y, strict=True)
+                    )
+    # Per micro-batch widths: each its own longest row, rounded up; the same cells.
+    lengths = batch["input_lengths"]
+    narrow = list(
+        nemo_rl.iter_micro_batches(frame, 4, per_micro_batch_width=True, pad_to_multiple_of=8)
+    )
+    saved = 0
+    for a, mb in zip(range(0, 16, 4), narrow, strict=True):
+        w = -(-int(lengths[a : a + 4].max()) // 8) * 8
+        for k in ("input_ids", "advantages", "token_mask"):
+            assert mb[k].shape == (4, w), k
+            assert torch.equal(mb[k], whole[k][a : a + 4, :w]), k
+        saved += whole["input_ids"].shape[1] - w
+    assert saved > 0
+
+
+def test_pad_to_seqlen() -> None:
+    batch = nemo_batch("nemo_rl/text", 8, False)
+    frame = nemo_rl.to_frame(batch, "nemo_rl/text")
+    longest = int(batch["input_lengths"].max())
+    out = nemo_rl.from_frame(frame, pad_to_seqlen=longest + 5)
+    assert out["input_ids"].shape == (8, longest + 5)
+    mb = next(iter(nemo_rl.iter_micro_batches(frame, 2, pad_to_seqlen=longest + 5)))
+    assert mb["input_ids"].shape == (2, longest + 5)
+    with pytest.raises(py_wire.WireError, match="pad_to_seqlen"):
+        nemo_rl.from_frame(frame, pad_to_seqlen=longest - 1)
+    with pytest.raises(py_wire.WireError, match="not both"):
+        nemo_rl.from_frame(frame, pad_to_seqlen=longest, pad_to_multiple_of=8)

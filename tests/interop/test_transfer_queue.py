@@ -102,6 +102,7 @@ def test_rows_come_back_bit_exact(batch: dict[str, Any]) -> None:
 
 def test_media_stored_once_per_group(batch: dict[str, Any]) -> None:
     frames = ptq.get_frames(keys("exact", 3), "p", (ptq.MEDIA,))[ptq.MEDIA]
+    shared_groups = 0
     for g, frame in enumerate(frames):
         pixels = py_wire.decode(frame)["pixel_values"]
         rows = batch["pixel_values"][g * GROUP : (g + 1) * GROUP]
@@ -110,25 +111,32 @@ def test_media_stored_once_per_group(batch: dict[str, Any]) -> None:
         values, _, seg_offsets, _, _ = pixels._csr()
         assert seg_offsets.numel() - 1 == len(unique)
         assert values.numel() == sum(r.numel() for r in unique.values())
-        assert len(frame) < sum(r.numel() * 4 for r in rows if r is not None) or not unique
+        with_media = [r for r in rows if r is not None]
+        if len(with_media) > len(unique):
+            shared_groups += 1
+            assert len(frame) < sum(r.numel() * 4 for r in with_media)
+    # Else the test would pass without storing anything once: the batch must have such groups.
+    assert shared_groups > 0, "no group of this batch shares an image"
 
 
 def test_text_stage_fetch_moves_no_media(batch: dict[str, Any]) -> None:
     assert ptq.columns_for(SCHEMA, "generation") == (ptq.TEXT,)
     assert ptq.columns_for(SCHEMA, "train") == ptq.COLUMNS
     calls: list[Any] = []
-    real = tq.kv_batch_get
+    client = tq.get_client()
+    real = client.get_data
 
-    def spy(**kw: Any) -> Any:
-        out = real(**kw)
-        calls.append((kw["select_fields"], sum(column_nbytes(out[c]) for c in kw["select_fields"])))
+    def spy(meta: Any) -> Any:
+        out = real(meta)
+        names = list(meta.field_names)
+        calls.append((names, sum(column_nbytes(out[c]) for c in names)))
         return out
 
-    tq_get, tq.kv_batch_get = tq.kv_batch_get, spy
+    client.get_data = spy
     try:
         got = ptq.get(keys("exact", 3), "p", stage="generation")
     finally:
-        tq.kv_batch_get = tq_get
+        del client.get_data
     assert [c for c, _ in calls] == [[ptq.TEXT]]
     text_bytes = calls[0][1]
     assert text_bytes < 2_000_000  # the media column of this batch is tens of MB
@@ -220,7 +228,8 @@ def test_raystore_frames_decode_in_the_object_store(batch: dict[str, Any], backe
         return
     ptq.put(batch, SCHEMA, keys("cow", 3), "p", group_size=GROUP)
     (frame,) = ptq.get_frames(["cow1"], "p", (ptq.TEXT,))[ptq.TEXT]
-    assert frame.storage == "readonly-buffer" and frame.copy_on_write_refusal() is None
+    assert frame.storage == "pinned-buffer" and frame.pinned_by == "Ray's object store"
+    assert frame.copy_on_write_refusal() is None
     got = ptq.get(["cow1"], "p")
     reward = got["reward"]
     perms, inode = mapping_of(reward.data_ptr()).split()[1:5:3]
@@ -230,3 +239,235 @@ def test_raystore_frames_decode_in_the_object_store(batch: dict[str, Any], backe
     (again,) = ptq.get_frames(["cow1"], "p", (ptq.TEXT,))[ptq.TEXT]
     assert torch.equal(py_wire.decode(again, writable="copy")["reward"], before)
     tq.kv_clear(keys=keys("cow", 3), partition_id="p")
+
+
+# -- issue 28: a stage fetch is the whole batch's decode; columns by declaration -------------
+
+MEDIA_SCHEMAS = [n for n in py_wire.bundled_schemas() if ptq.media_fields(n)]
+
+
+def test_every_bundled_media_schema_declares_its_columns() -> None:
+    assert set(MEDIA_SCHEMAS) == {
+        n for n in py_wire.bundled_schemas() if n not in ("text_grpo", "nemo_rl/text", "verl/text")
+    }
+    assert ptq.media_fields("smolvlm") == ("pixel_values", "pixel_attention_mask")
+    verl = py_wire.load_schema("verl/qwen2_5_vl")
+    for name in ("old_log_probs", "ref_log_prob", "advantages", "returns", "values"):
+        assert verl.fields[name].column == "text", name
+    assert set(ptq.media_fields(verl)) == {"pixel_values", "image_grid_thw", "images_seqlens"}
+
+
+@pytest.mark.parametrize("schema", MEDIA_SCHEMAS)
+def test_stage_fetch_is_the_whole_batch_decode(schema: str) -> None:
+    """For every bundled schema with media and every stage: get(stage=s) returns bit for bit
+    what decoding the whole batch with stage s returns (the images are never lost)."""
+    b = generate(schema, 6, seed=3)
+    frame = py_wire.encode(b, schema)
+    names = keys(f"st:{schema}:", 3)
+    ptq.put(b, schema, names, "stages", group_size=2)
+    sch = py_wire.load_schema(schema)
+    for stage in (None, *sch.stages):
+        want = py_wire.decode(frame, stage=stage)
+        got = ptq.get(names, "stages", stage=stage)
+        assert set(got) == set(want), (schema, stage)
+        assert_same(want, got)
+        # one key, as views of TQ's buffer
+        assert_same(
+            py_wire.decode(frame, stage=stage, rows=range(2, 4)),
+            ptq.get(names[1], "stages", stage=stage),
+        )
+    tq.kv_clear(keys=names, partition_id="stages")
+
+
+def test_fields_fetch_names_what_it_wants(batch: dict[str, Any]) -> None:
+    ptq.put(batch, SCHEMA, keys("fld", 3), "p", group_size=GROUP)
+    got = ptq.get(keys("fld", 3), "p", fields=["input_ids", "image_grid_thw"])
+    assert set(got) == {"input_ids", "image_grid_thw"}
+    want = py_wire.decode(py_wire.encode(batch, SCHEMA))
+    assert_same({k: want[k] for k in got}, got)
+    with pytest.raises(py_wire.BatchError, match="nope") as err:
+        ptq.get(keys("fld", 3), "p", fields=["nope"])
+    assert err.value.field == "nope"
+    with pytest.raises(py_wire.BatchError, match="stage 'generation'") as err:
+        ptq.get(keys("fld", 3), "p", stage="generation", fields=["pixel_values"])
+    assert err.value.field == "pixel_values"
+
+
+# -- issue 27, findings 12 and 13: columns that are not one group's; non-uint8 columns -------
+
+
+def _columns(b: dict[str, Any], backend: str, schema: str = SCHEMA, group: int = GROUP) -> Any:
+    if backend == "RayStore":
+        from tensordict import NonTensorStack
+
+        return {c: NonTensorStack(*f) for c, f in ptq.encode_group_frames(b, schema, group).items()}
+    return ptq.encode_groups(b, schema, group)
+
+
+def _raw_put(names: list[str], columns: dict[str, Any]) -> None:
+    from tensordict import TensorDict
+
+    tq.kv_batch_put(
+        keys=names, partition_id="p", fields=TensorDict(columns, batch_size=[len(names)])
+    )
+
+
+def test_columns_of_other_groups_are_refused(batch: dict[str, Any], backend: str) -> None:
+    cols = _columns(batch, backend)
+    other = _columns(generate(SCHEMA, 12, seed=9), backend)
+    _raw_put(keys("mix", 3), {ptq.TEXT: cols[ptq.TEXT], ptq.MEDIA: other[ptq.MEDIA]})
+    with pytest.raises(py_wire.FrameError, match="not one group's") as err:
+        ptq.get(keys("mix", 3), "p")
+    assert err.value.field == ptq.MEDIA and "'mix0'" in str(err.value)
+    # another schema's media beside qwen2_5_vl's text
+    smol = generate("smolvlm", 12)
+    _raw_put(
+        keys("mixs", 3),
+        {ptq.TEXT: cols[ptq.TEXT], ptq.MEDIA: _columns(smol, backend, "smolvlm")[ptq.MEDIA]},
+    )
+    with pytest.raises(py_wire.FrameError, match="schema 'smolvlm'"):
+        ptq.get(keys("mixs", 3), "p")
+    # a VLM batch stored without its images
+    _raw_put(keys("noimg", 3), {ptq.TEXT: cols[ptq.TEXT]})
+    with pytest.raises(py_wire.FrameError, match="media"):
+        ptq.get(keys("noimg", 3), "p")
+    with pytest.raises(py_wire.ContractError, match="pixel_values") as cerr:
+        ptq.get(keys("noimg", 3), "p", stage="train")
+    assert cerr.value.field in ("pixel_values", "image_grid_thw") and cerr.value.row == 0
+
+
+def test_a_column_that_is_not_uint8_is_a_frame_error(backend: str) -> None:
+    values = torch.arange(12, dtype=torch.float32)
+    if backend == "RayStore":  # TQ's tensor path there needs NIXL: values as objects
+        from tensordict import NonTensorStack
+
+        column: Any = NonTensorStack(*[values[i : i + 4].numpy() for i in (0, 4, 8)])
+    else:
+        column = torch.nested.nested_tensor_from_jagged(values, torch.tensor([0, 4, 8, 12]))
+    _raw_put(keys("f32", 3), {ptq.TEXT: column})
+    with pytest.raises(py_wire.WireError, match=r"py_wire\.text"):
+        ptq.get(keys("f32", 3), "p")
+
+
+# -- issue 28: write-backs, rollout puts, samplers -------------------------------------------
+
+NEMO = "nemo_rl/qwen2_5_vl"
+
+
+def _nemo_batch() -> dict[str, Any]:
+    return generate(NEMO, 8, seed=5)
+
+
+def test_write_backs_complete_a_rollout_batch() -> None:
+    full = _nemo_batch()
+    later = ("prev_logprobs", "reference_policy_logprobs")
+    rollout = {k: v for k, v in full.items() if k not in later}
+    names = keys("wb", 4)
+    with pytest.raises(py_wire.BatchError, match="prev_logprobs"):
+        ptq.put(rollout, NEMO, names, "w", group_size=2)
+    ptq.put(rollout, NEMO, names, "w", group_size=2, stage="logprob")
+    frame = py_wire.encode(full, NEMO)
+    assert_same(py_wire.decode(frame, stage="logprob"), ptq.get(names, "w", stage="logprob"))
+    with pytest.raises(py_wire.FrameError, match="prev_logprobs") as err:
+        ptq.get(names, "w", stage="train")
+    assert err.value.field == "prev_logprobs"
+    ptq.write_back(names, "w", {"prev_logprobs": full["prev_logprobs"]})
+    ptq.write_back(names, "w", {"reference_policy_logprobs": full["reference_policy_logprobs"]})
+    for stage in (None, "train", "logprob"):
+        assert_same(py_wire.decode(frame, stage=stage), ptq.get(names, "w", stage=stage))
+    # a subset of keys, in another order
+    assert_same(
+        py_wire.decode(py_wire.take_rows(frame, [4, 5, 0, 1]), stage="train"),
+        ptq.get([names[2], names[0]], "w", stage="train"),
+    )
+    tq.kv_clear(keys=names, partition_id="w")
+
+
+def test_misaligned_write_backs_name_field_and_row() -> None:
+    full = _nemo_batch()
+    rollout = {
+        k: v for k, v in full.items() if k not in ("prev_logprobs", "reference_policy_logprobs")
+    }
+    names = keys("mis", 4)
+    ptq.put(rollout, NEMO, names, "w", group_size=2, stage="logprob")
+    before = ptq.get_frames(names, "w", (ptq.TEXT,))
+    logp = list(full["prev_logprobs"])
+    short = [*logp[:5], logp[5][:-1], *logp[6:]]
+    with pytest.raises(py_wire.BatchError, match="row 5") as err:
+        ptq.write_back(names, "w", {"prev_logprobs": short})
+    assert err.value.field == "prev_logprobs" and err.value.row == 5
+    with pytest.raises(py_wire.BatchError, match="7 rows") as err:
+        ptq.write_back(names, "w", {"prev_logprobs": logp[:7]})
+    assert err.value.field == "prev_logprobs"
+    with pytest.raises(py_wire.BatchError, match="stored already") as err:
+        ptq.write_back(names, "w", {"input_lengths": full["input_lengths"]})
+    assert err.value.field == "input_lengths"
+    with pytest.raises(py_wire.BatchError, match="media") as err:
+        ptq.write_back(names, "w", {"pixel_values": full["pixel_values"]})
+    assert err.value.field == "pixel_values"
+    with pytest.raises(py_wire.BatchError, match=r"dtype|float32") as err:
+        ptq.write_back(names, "w", {"prev_logprobs": [r.double() for r in logp]})
+    assert err.value.field == "prev_logprobs"
+    # nothing reached TQ
+    assert not [
+        c
+        for c in tq.get_client().kv_retrieve_meta(keys=names, partition_id="w").field_names
+        if c.startswith(ptq.WRITE_BACK)
+    ]
+    # a padded [B, W] tensor is cut to the stored lengths
+    width = max(len(r) for r in logp) + 3
+    padded = torch.full((8, width), 7.0)
+    for i, r in enumerate(logp):
+        padded[i, : len(r)] = r
+    ptq.write_back(names, "w", {"prev_logprobs": padded})
+    with pytest.raises(py_wire.BatchError, match="written back already"):
+        ptq.write_back(names, "w", {"prev_logprobs": logp})
+    got = ptq.get(names, "w", fields=["prev_logprobs"])["prev_logprobs"]
+    assert torch.equal(got.values(), torch.cat(logp))
+    assert before[ptq.TEXT][0].num_rows == 2
+    tq.kv_clear(keys=names, partition_id="w")
+
+
+def test_groups_carry_total_lengths_for_tqs_sampler(batch: dict[str, Any]) -> None:
+    names = keys("len", 3)
+    ptq.put(batch, SCHEMA, names, "s", group_size=GROUP, tags=[{"step": 1}] * 3)
+    listed = tq.kv_list("s")["s"]
+    for g, name in enumerate(names):
+        tokens = sum(len(r) for r in batch["input_ids"][g * GROUP : (g + 1) * GROUP])
+        assert listed[name] == {"step": 1, "total_lengths": tokens}
+    meta = tq.get_client().kv_retrieve_meta(keys=[names[2], names[0]], partition_id="s")
+    want = py_wire.decode(
+        py_wire.take_rows(py_wire.encode(batch, SCHEMA), [8, 9, 10, 11, 0, 1, 2, 3])
+    )
+    assert_same(want, ptq.get_by_meta(meta))
+    tq.kv_clear(keys=names, partition_id="s")
+
+
+def test_samples_are_addressed_in_groups_stored_once(batch: dict[str, Any]) -> None:
+    names = keys("smp", 3)
+    ptq.put(batch, SCHEMA, names, "p", group_size=GROUP)
+    frame = py_wire.encode(batch, SCHEMA)
+    picks = [("smp2", 1), ("smp0", 3), ("smp2", 0)]
+    for stage in (None, "train", "generation"):
+        want = py_wire.decode(py_wire.take_rows(frame, [9, 3, 8]), stage=stage)
+        assert_same(want, ptq.get_samples(picks, "p", stage=stage))
+    with pytest.raises(py_wire.BatchError, match="named twice") as err:
+        ptq.get_samples([*picks, ("smp0", 3)], "p")
+    assert err.value.field == "samples" and err.value.row == 3
+    with pytest.raises(py_wire.BatchError, match="holds 4 rows") as err:
+        ptq.get_samples([("smp1", 4)], "p")
+    assert err.value.row == 0
+
+
+def test_a_key_handed_twice_is_refused(batch: dict[str, Any]) -> None:
+    from types import SimpleNamespace
+
+    names = keys("twice", 3)
+    ptq.put(batch, SCHEMA, names, "p", group_size=GROUP)
+    with pytest.raises(py_wire.BatchError, match="named twice") as err:
+        ptq.get([names[0], names[1], names[0]], "p")
+    assert err.value.field == "keys" and err.value.row == 2
+    with pytest.raises(py_wire.BatchError, match="named twice"):
+        ptq.get_by_meta(SimpleNamespace(keys=[names[1], names[1]], partition_id="p"))
+    with pytest.raises(py_wire.BatchError, match="named twice"):
+        ptq.write_back([names[2], names[2]], "p", {"advantages": batch["advantages"][:8]})

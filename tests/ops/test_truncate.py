@@ -27,6 +27,8 @@ def test_tokens_cut_media_whole(frame: py_wire.Frame) -> None:
     after = py_wire.decode(py_wire.truncate(frame, max_len), layout="list")
     schema = py_wire.load_schema(SCHEMA)
     for name, field in schema.fields.items():
+        if name not in before:  # an optional field the generator leaves out
+            continue
         if field.tier == "per_token":
             for a, b in zip(after[name], before[name], strict=True):
                 assert torch.equal(a, b[:max_len])

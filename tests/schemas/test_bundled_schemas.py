@@ -414,8 +414,10 @@ def test_nemo_rl_schemas_are_the_neutral_media_with_nemo_rl_train_names(family: 
     """nemo_rl/<family> = the neutral <family>'s media, geometry and contracts (pixels in bf16,
     as get_multimodal_dict(pixel_dtype=...) casts them) + NeMo-RL's train-data fields."""
     neutral, nemo = py_wire.load_schema(family), py_wire.load_schema(f"nemo_rl/{family}")
+    # policy_version / token_policy_versions serve async RL: not NeMo-RL's.
     neutral_core = {"input_ids", "input_lengths", "token_mask", "loss_multiplier", "reward",
-                    "generation_logprobs", "advantages"}  # fmt: skip
+                    "generation_logprobs", "advantages",
+                    "policy_version", "token_policy_versions"}  # fmt: skip
     extra = set(neutral.fields) - neutral_core  # media, geometry, per-token type ids
     assert set(nemo.fields) == extra | NEMO_RL_TRAIN
     assert nemo.contracts == neutral.contracts
@@ -459,3 +461,76 @@ def test_slash_names_resolve_only_under_the_schema_folder(tmp_path: Path) -> Non
     path = tmp_path / "mine.toml"
     path.write_text((Path(py_wire.__file__).parent / "schemas/verl/text.toml").read_text())
     assert py_wire.load_schema(path).name == "verl/text"
+
+
+# -- issue 28: which stored column a field travels in is declared --------------------------
+
+COLUMN_BASE = """
+name = "cols"
+sequence_field = "input_ids"
+
+[fields.input_ids]
+tier = "per_token"
+dtype = "int64"
+
+[fields.pixel_values]
+tier = "packed"
+dtype = "float32"
+shape = ["*", 4]
+required = false
+column = "media"
+
+[fields.image_grid_thw]
+tier = "packed"
+dtype = "int64"
+shape = ["*", 3]
+required = false
+column = "media"
+
+[[contracts]]
+name = "images"
+media_field = "pixel_values"
+token_id = 7
+count = "grid_thw"
+grid_field = "image_grid_thw"
+"""
+
+
+def test_columns_are_declared_and_checked_at_load() -> None:
+    schema = Schema.from_toml(COLUMN_BASE)
+    assert schema.column_fields("media") == ["pixel_values", "image_grid_thw"]
+    assert schema.column_fields("text") == ["input_ids"]
+    # the default column is left out of the canonical form: fingerprints of schemas that
+    # declare none are unchanged
+    assert '"column":"text"' not in schema.canonical_json
+    assert '"column":"media"' in schema.canonical_json
+    text = py_wire.load_schema("text_grpo")
+    assert "column" not in text.canonical_json
+    with pytest.raises(py_wire.SchemaError, match="column"):
+        Schema.from_toml(COLUMN_BASE.replace('column = "media"', 'column = "images"', 1))
+    with pytest.raises(py_wire.SchemaError, match="must share a column"):
+        Schema.from_toml(
+            COLUMN_BASE.replace(
+                'column = "media"\n\n[fields.image_grid_thw]', "\n[fields.image_grid_thw]"
+            )
+        )
+    seq_media = COLUMN_BASE.replace('dtype = "int64"\n', 'dtype = "int64"\ncolumn = "media"\n', 1)
+    with pytest.raises(py_wire.SchemaError, match="sequence_field 'input_ids'"):
+        Schema.from_toml(seq_media)
+
+
+def test_a_decode_never_makes_up_media_for_placeholder_rows() -> None:
+    """A frame encoded for a stage without the images (generation) decoded for a stage that
+    needs them: rows whose tokens hold placeholder runs are a ContractError naming the field,
+    never rows without media."""
+    batch = generate("qwen2_5_vl", 4)
+    text_only = {k: v for k, v in batch.items() if k not in ("pixel_values", "image_grid_thw")}
+    frame = py_wire.encode(text_only, "qwen2_5_vl", stage="generation")
+    with pytest.raises(ContractError, match="pixel_values") as err:
+        py_wire.decode(frame, stage="logprob")
+    assert err.value.field == "pixel_values" and err.value.row is not None
+    # rows without placeholder tokens: no media is the truth
+    plain = {**text_only, "input_ids": [torch.where(r >= 151652, 0, r) for r in batch["input_ids"]]}
+    plain["mm_token_type_ids"] = [torch.zeros_like(r) for r in batch["mm_token_type_ids"]]
+    got = py_wire.decode(py_wire.encode(plain, "qwen2_5_vl", stage="generation"), stage="logprob")
+    assert got["pixel_values"].num_segments == 0 and len(got["pixel_values"]) == 4

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -72,7 +74,15 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 @pytest.mark.parametrize("name", sorted(FINGERPRINTS_BEFORE_EXTENDS))
 def test_rewritten_bundled_schemas_resolve_to_what_they_were(name: str) -> None:
     schema = py_wire.load_schema(name)
-    assert schema.fingerprint == FINGERPRINTS_BEFORE_EXTENDS[name]
+    # The media fields' `column = "media"` (issue 28) came later: without it, the schema is
+    # byte for byte the full file's.
+    doc = json.loads(schema.canonical_json)
+    for field in doc["fields"].values():
+        assert field.pop("column", "media") == "media"
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    assert (
+        "sha256:" + hashlib.sha256(text.encode()).hexdigest() == FINGERPRINTS_BEFORE_EXTENDS[name]
+    )
     assert "extends" not in schema.canonical_json and "drop_fields" not in schema.canonical_json
 
 

@@ -3,6 +3,8 @@ token-budget micro-batches, sequence packing and NeMo-RL's interleaved shards.""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -139,18 +141,44 @@ def test_padded_options() -> None:
         py_wire.decode(frame, pad_to_multiple_of=8)
 
 
+def _leaves(x: Any) -> list[torch.Tensor]:
+    """Every tensor a decoded batch holds: packed rows' segments, lists' rows, nested values."""
+    if isinstance(x, py_wire.PackedTensor):
+        return [x.as_tensor()] + [s for r in x.rows() for s in (r or [])]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _leaves(v)]
+    if isinstance(x, list | tuple):
+        return [t for v in x for t in _leaves(v)]
+    if x is None:
+        return []
+    assert isinstance(x, torch.Tensor)
+    return [x.values(), x.offsets()] if x.is_nested else [x]
+
+
 def test_to_device_moves_every_kind(vlm: py_wire.Frame) -> None:
+    # "meta" is a device other than the host's on every machine: each kind (packed, jagged
+    # per-token, scalar; the list layout's rows) must land there, shapes and dtypes kept.
+    for layout in ("nested", "list"):
+        out = py_wire.decode(vlm, layout=layout)  # type: ignore[arg-type]
+        moved = py_wire.trainer.to(out, "meta")
+        assert moved.keys() == out.keys()
+        kinds = {type(v).__name__ for v in moved.values()}
+        nested = {"PackedTensor", "NestedTensor", "Tensor"}
+        assert kinds == (nested if layout == "nested" else {"list", "Tensor"})
+        before, after = _leaves(out), _leaves(moved)
+        assert len(after) == len(before) > 0
+        assert all(t.device.type == "cpu" for t in before)
+        for a, b in zip(before, after, strict=True):
+            assert b.device.type == "meta", b
+            assert (a.shape, a.dtype) == (b.shape, b.dtype)
+    # The values survive a move (to the host itself: the one device whose bytes can be read).
     out = py_wire.decode(vlm)
-    moved = py_wire.trainer.to(out, "cpu")
-    assert moved.keys() == out.keys()
-    _rows_equal(moved, out)
-    assert isinstance(moved["pixel_values"], py_wire.PackedTensor)
-    listed = py_wire.trainer.to(py_wire.decode(vlm, layout="list"), torch.device("cpu"))
-    assert isinstance(listed["input_ids"], list)
+    _rows_equal(py_wire.trainer.to(out, torch.device("cpu")), out)
     if torch.cuda.is_available():  # pragma: no cover - no GPU in CI
         on_gpu = py_wire.trainer.to(out, "cuda", non_blocking=True, pin_memory=True)
         assert on_gpu["reward"].is_cuda and on_gpu["input_ids"].is_cuda
         assert on_gpu["pixel_values"].as_tensor().is_cuda
+        _rows_equal(py_wire.trainer.to(on_gpu, "cpu"), out)
     else:
         with pytest.raises(py_wire.WireError, match="CUDA"):
             py_wire.trainer.to(out, "cpu", pin_memory=True)

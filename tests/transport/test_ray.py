@@ -19,6 +19,7 @@ import torch
 import py_wire
 from py_wire._decode import Writable
 from py_wire.synth import registry
+from tests.helpers import local_ray
 
 pytestmark = pytest.mark.slow  # spawned processes (see pyproject's markers)
 
@@ -63,17 +64,8 @@ def facts(frame: py_wire.Frame, *, writable: Writable) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
-    ray.init(
-        num_cpus=1,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-        object_store_memory=200 * 1024**2,
-    )
-    try:
+    with local_ray(object_store_mb=200):
         yield
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,8 @@
 //!
 //! # The canonical form
 //!
+//! (Specified for readers of frames in `docs/format.md`, section 3; this is the codec's view.)
+//!
 //! What CPython's `json.dumps(value, sort_keys=True, separators=(",", ":"))` writes (its other
 //! arguments at their defaults: `ensure_ascii=True`, `allow_nan=True`), for the values a schema
 //! holds:

@@ -59,11 +59,22 @@ impl<'a> Tables<'a> {
 /// sources: packed rows there are empty (a text-only batch beside a multimodal one); other
 /// tiers are an error.
 pub fn gather<'a>(sources: &[Source<'a>], rows: &Rows) -> Result<EncodeRequest<'a>> {
+    gather_with(sources, rows, &[])
+}
+
+/// As [`gather()`], with per-row fields whose values the caller gives per source (a concat's
+/// per-frame facts, see [`super::facts`]): each is the field of that name in the output, in
+/// place of the sources' own (which need not all store it).
+pub fn gather_with<'a>(
+    sources: &[Source<'a>],
+    rows: &Rows,
+    per_row: &[(FieldSpec, Vec<TensorRef<'a>>)],
+) -> Result<EncodeRequest<'a>> {
     let tables = sources
         .iter()
         .map(|&s| Tables::read(s))
         .collect::<Result<Vec<_>>>()?;
-    gather_read(&tables, rows)
+    gather_read(&tables, rows, per_row)
 }
 
 /// Consecutive row ranges of one frame (`sizes` rows each, adding up to its row count) as
@@ -73,22 +84,47 @@ pub fn split<'a>(source: Source<'a>, sizes: &[u64]) -> Result<Vec<EncodeRequest<
     let tables = [Tables::read(source)?];
     sections
         .iter()
-        .map(|rows| gather_read(&tables, rows))
+        .map(|rows| gather_read(&tables, rows, &[]))
         .collect()
 }
 
-fn gather_read<'a>(tables: &[Tables<'a>], rows: &Rows) -> Result<EncodeRequest<'a>> {
+fn gather_read<'a>(
+    tables: &[Tables<'a>],
+    rows: &Rows,
+    per_row: &[(FieldSpec, Vec<TensorRef<'a>>)],
+) -> Result<EncodeRequest<'a>> {
     let first = tables
         .first()
         .ok_or_else(|| argument_err!("no frames to gather from"))?;
     let sources: Vec<Source<'a>> = tables.iter().map(|t| t.source).collect();
     let picks = picks(&sources, rows)?;
     let num_rows = picks.iter().map(|p| p.end - p.start).sum::<u64>();
-    let specs = field_union(tables)?;
+    let mut specs = field_union(tables)?;
+    for (spec, _) in per_row {
+        if !specs.iter().any(|s| s.name == spec.name) {
+            specs.push(spec.clone());
+        }
+    }
     let mut fields = Vec::with_capacity(specs.len());
     // Every per-token field takes the same token ranges, every scalar the same row ranges.
     let (mut token_ranges, mut row_ranges) = (None, None);
     for spec in specs {
+        if let Some((_, values)) = per_row.iter().find(|(s, _)| s.name == spec.name) {
+            if row_ranges.is_none() {
+                row_ranges = Some(row_spans(tables, &picks, Tier::Scalar)?);
+            }
+            let spans = row_ranges
+                .clone()
+                .ok_or_else(|| internal_err!("no row spans"))?;
+            fields.push(FieldData {
+                spec,
+                input: FieldInput::Ranges {
+                    sources: values.clone(),
+                    spans,
+                },
+            });
+            continue;
+        }
         fields.push(match spec.tier {
             Tier::Packed => packed_field(tables, &picks, spec)?,
             Tier::PerToken => {

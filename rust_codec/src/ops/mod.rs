@@ -8,6 +8,7 @@
 
 pub mod batching;
 pub mod direct;
+pub mod facts;
 pub mod gather;
 pub mod selection;
 
@@ -19,7 +20,8 @@ use crate::error::Result;
 use crate::frame::layout::layout_of_written;
 use crate::schema::spec::meta;
 
-pub use gather::{gather, split};
+pub use facts::PerRow;
+pub use gather::{gather, gather_with, split};
 use selection::sections;
 pub use selection::{output_metadata, Output, Rows, Source};
 
@@ -34,9 +36,41 @@ pub fn take(
     schema_entries: Option<&BTreeMap<String, String>>,
     options: EncodeOptions,
 ) -> Result<Output> {
+    take_with(sources, rows, schema_entries, &[], options)
+}
+
+/// As [`take`], holding the sources to one value of each caller metadata key, except the keys
+/// of `per_row`, which become per-row fields of the output (see [`facts`]).
+pub fn take_with(
+    sources: &[Source<'_>],
+    rows: &Rows,
+    schema_entries: Option<&BTreeMap<String, String>>,
+    per_row: &[PerRow],
+    options: EncodeOptions,
+) -> Result<Output> {
     let first = sources
         .first()
         .ok_or_else(|| argument_err!("no frames to gather from"))?;
+    facts::check_agree(sources, per_row)?;
+    if !per_row.is_empty() {
+        let filled = per_row
+            .iter()
+            .map(|p| facts::fill_values(sources, p))
+            .collect::<Result<Vec<_>>>()?;
+        let values = per_row
+            .iter()
+            .zip(&filled)
+            .map(|(p, f)| Ok((p.spec.clone(), facts::per_row_values(sources, p, f)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let mut request = gather_with(sources, rows, &values)?;
+        for p in per_row {
+            request.metadata.remove(&p.key);
+        }
+        if let Some(entries) = schema_entries {
+            replace_schema_entries(&mut request.metadata, entries);
+        }
+        return planned(&request, options);
+    }
     let mut metadata = output_metadata(first.layout);
     if let Some(entries) = schema_entries {
         replace_schema_entries(&mut metadata, entries);

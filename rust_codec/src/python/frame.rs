@@ -23,15 +23,54 @@ const MIN_BASE_ALIGNMENT: usize = 16;
 
 enum Storage {
     Owned(AlignedBuf),
-    /// A private copy-on-write mapping of a read-only source's file pages.
-    Remapped(PrivateMapping),
+    /// A private copy-on-write mapping of a pinned source's file pages. Untouched private
+    /// pages still show the file, so the source frame is held: its owner keeps the bytes
+    /// unchanged while held (see [`PinnedOwner`]).
+    Remapped {
+        mapping: PrivateMapping,
+        source: Py<Frame>,
+    },
     Borrowed {
         /// Keeps the exporter's memory alive and pinned.
         _buffer: PyBuffer<u8>,
         ptr: usize,
         len: usize,
         readonly: bool,
+        pinned: Option<PinnedOwner>,
     },
+}
+
+/// An exporter that promises its bytes neither change nor go away while a buffer export of
+/// them is held: only then may a decode map the pages privately instead of copying them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PinnedOwner {
+    /// A Ray object-store buffer (`ray._raylet.Buffer` / `SubBuffer`): sealed objects are
+    /// immutable, and the store neither evicts nor reuses an object while a reader holds it.
+    RayObjectStore,
+}
+
+impl PinnedOwner {
+    /// The owner of `data`'s bytes when it is one that pins them (a memoryview is looked
+    /// through to the object it exports), else `None`.
+    fn of(data: &Bound<'_, PyAny>) -> Option<PinnedOwner> {
+        let exporter = if data.is_instance_of::<pyo3::types::PyMemoryView>() {
+            data.getattr("obj").ok()?
+        } else {
+            data.clone()
+        };
+        let ty = exporter.get_type();
+        let module = ty.module().ok()?;
+        let name = ty.name().ok()?;
+        let is_ray = module.to_str().ok()? == "ray._raylet"
+            && matches!(name.to_str().ok()?, "Buffer" | "SubBuffer");
+        is_ray.then_some(PinnedOwner::RayObjectStore)
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            PinnedOwner::RayObjectStore => "Ray's object store",
+        }
+    }
 }
 
 /// An encoded batch: a valid safetensors file in one buffer.
@@ -54,7 +93,7 @@ impl Frame {
     pub fn bytes(&self) -> &[u8] {
         match &self.storage {
             Storage::Owned(b) => b.as_slice(),
-            Storage::Remapped(m) => m.as_slice(),
+            Storage::Remapped { mapping, .. } => mapping.as_slice(),
             // SAFETY: the PyBuffer held in `_buffer` keeps [ptr, ptr+len) alive and unmoved for
             // as long as this Frame exists.
             Storage::Borrowed { ptr, len, .. } => unsafe {
@@ -105,6 +144,7 @@ impl Frame {
                 ptr,
                 len,
                 readonly: false,
+                pinned: None,
             },
             layout,
             schema: Mutex::new(None),
@@ -155,6 +195,7 @@ impl Frame {
         let ptr = buffer.buf_ptr() as usize;
         let len = buffer.len_bytes();
         let readonly = buffer.readonly();
+        let pinned = PinnedOwner::of(data);
         let bytes: &[u8] = if len == 0 {
             &[]
         } else {
@@ -182,6 +223,7 @@ impl Frame {
                 ptr,
                 len,
                 readonly,
+                pinned,
             },
             layout,
             schema: Mutex::new(None),
@@ -195,18 +237,21 @@ impl Frame {
         copied(py, self.bytes())
     }
 
-    /// This frame's bytes without a copy and safe to write: for a read-only source whose
-    /// pages come from a shared file mapping (Ray's object store, a read-only `mmap` of a file
-    /// or of `/dev/shm`), a private copy-on-write mapping of the same pages, validated again;
-    /// a write to it gets a private page and never reaches the source. `None` where no such
-    /// mapping can be made (`bytes`, anonymous memory, a writable frame, a deleted file the
-    /// process may not reopen); `copy()` is then the safe choice.
-    fn copy_on_write(&self, py: Python<'_>) -> PyResult<Option<Frame>> {
-        let (ptr, len) = match &self.storage {
+    /// This frame's bytes without a copy and safe to write, for a read-only source whose
+    /// owner pins its bytes (Ray's object store): a private copy-on-write mapping of the same
+    /// file pages, validated again, that holds this frame (so the owner keeps the object pinned
+    /// and unchanged while any view lives); a write gets a private page and never reaches the
+    /// source. `None` for every other source (`bytes`, a read-only `mmap` or numpy view of
+    /// shared memory, whose owner may rewrite or truncate it; anonymous memory; a writable
+    /// frame) and where the pages cannot be mapped again: `copy()` is then the safe choice.
+    fn copy_on_write(slf: &Bound<'_, Self>) -> PyResult<Option<Frame>> {
+        let py = slf.py();
+        let (ptr, len) = match &slf.get().storage {
             Storage::Borrowed {
                 ptr,
                 len,
                 readonly: true,
+                pinned: Some(_),
                 ..
             } => (*ptr, *len),
             _ => return Ok(None),
@@ -218,7 +263,10 @@ impl Frame {
             .detach(|| guarded(OnPanic::Frame, || parse_frame(mapping.as_slice())))
             .map_err(to_py)?;
         Ok(Some(Frame {
-            storage: Storage::Remapped(mapping),
+            storage: Storage::Remapped {
+                mapping,
+                source: slf.clone().unbind(),
+            },
             layout,
             schema: Mutex::new(None),
         }))
@@ -231,22 +279,46 @@ impl Frame {
                 ptr,
                 len,
                 readonly: true,
+                pinned: Some(_),
                 ..
             } => PrivateMapping::of(*ptr, *len).err().map(|r| r.to_string()),
-            Storage::Remapped(_) => Some("already a copy-on-write mapping".into()),
+            Storage::Borrowed { readonly: true, .. } => Some(
+                "the source's owner does not keep its bytes unchanged while py_wire holds it \
+                 (only Ray's object store does): its pages may be rewritten or truncated"
+                    .into(),
+            ),
+            Storage::Remapped { .. } => Some("already a copy-on-write mapping".into()),
             _ => Some("the frame's memory is writable".into()),
         }
     }
 
     /// How this frame holds its bytes: `"owned"` (py_wire's buffer), `"buffer"` (a writable
-    /// buffer it borrows), `"readonly-buffer"` (a read-only one) or `"copy-on-write"`.
+    /// buffer it borrows), `"readonly-buffer"` (a read-only one), `"pinned-buffer"` (a
+    /// read-only one whose owner keeps it unchanged while held: Ray's object store) or
+    /// `"copy-on-write"` (a private mapping of a pinned buffer's pages).
     #[getter]
     fn storage(&self) -> &'static str {
         match &self.storage {
             Storage::Owned(_) => "owned",
-            Storage::Remapped(_) => "copy-on-write",
+            Storage::Remapped { .. } => "copy-on-write",
+            Storage::Borrowed {
+                readonly: true,
+                pinned: Some(_),
+                ..
+            } => "pinned-buffer",
             Storage::Borrowed { readonly: true, .. } => "readonly-buffer",
             Storage::Borrowed { .. } => "buffer",
+        }
+    }
+
+    /// Who pins this frame's bytes (`"Ray's object store"`), or `None`. A copy-on-write frame
+    /// names its source's owner.
+    #[getter]
+    fn pinned_by(&self) -> Option<&'static str> {
+        match &self.storage {
+            Storage::Borrowed { pinned, .. } => pinned.map(PinnedOwner::describe),
+            Storage::Remapped { source, .. } => source.get().pinned_by(),
+            Storage::Owned(_) => None,
         }
     }
 
@@ -402,7 +474,7 @@ impl Frame {
         let this = slf.get();
         let (ptr, len) = match &this.storage {
             Storage::Owned(b) => (b.as_mut_ptr(), b.len()),
-            Storage::Remapped(m) => (m.as_mut_ptr(), m.len()),
+            Storage::Remapped { mapping, .. } => (mapping.as_mut_ptr(), mapping.len()),
             Storage::Borrowed { ptr, len, .. } => (*ptr as *mut u8, *len),
         };
         // SAFETY: the bytes belong to `slf` (owned, or pinned by the buffer export it holds),

@@ -452,15 +452,29 @@ fn row_span(r: &Bound<'_, PyAny>) -> PyResult<Option<(u64, u64)>> {
 /// `schema_entries` is given: the schema entries of the output's header instead (the embedded
 /// form's `py_wire.schema` and `py_wire.fingerprint`, or the compact form's
 /// `py_wire.schema_ref`), replacing whichever the first frame carries.
+///
+/// The frames must agree on every caller metadata key (not `py_wire.*`) except those of
+/// `per_row`, pairs of a key and the JSON spec of the scalar field each frame's value of that
+/// key fills, row by row (see `ops::facts`).
 #[pyfunction]
-#[pyo3(signature = (frames, rows=None, schema_entries=None))]
+#[pyo3(signature = (frames, rows=None, schema_entries=None, per_row=None))]
 fn gather(
     py: Python<'_>,
     frames: Vec<Bound<'_, Frame>>,
     rows: Option<Bound<'_, PyAny>>,
     schema_entries: Option<BTreeMap<String, String>>,
+    per_row: Option<Vec<(String, String)>>,
 ) -> PyResult<Frame> {
     let rows = row_selection(rows.as_ref())?;
+    let per_row = per_row
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(key, spec)| {
+            let spec: FieldSpec = serde_json::from_str(&spec)
+                .map_err(|e| SchemaError::new_err(format!("per_row {key:?}: {spec}: {e}")))?;
+            Ok(crate::ops::PerRow { key, spec })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
     let frames: Vec<&Frame> = frames.iter().map(|f| f.get()).collect();
     py.detach(|| {
         guarded(OnPanic::Frame, || {
@@ -473,7 +487,7 @@ fn gather(
                 .collect();
             let options = EncodeOptions::default();
             let (buf, layout) =
-                crate::ops::take(&sources, &rows, schema_entries.as_ref(), options)?;
+                crate::ops::take_with(&sources, &rows, schema_entries.as_ref(), &per_row, options)?;
             Ok(Frame::from_owned(buf, layout))
         })
     })

@@ -1,0 +1,326 @@
+"""One whole GRPO step of a Qwen2.5-VL batch through the real TransferQueue, py_wire's adapter
+against NeMo-RL's own TQ wire (the ``<key>__lengths`` companions of the branch ``zhiyul/tq_vlm``
+of NVIDIA-NeMo/RL), in one run.
+
+The step, as NeMo-RL runs it: the rollout puts the finished batch (no train-only fields); the
+logprob worker fetches its stage (images included) and writes back ``prev_logprobs``; the
+reference worker fetches its stage and writes back ``reference_policy_logprobs``; the driver
+writes back ``advantages``; 4 DP ranks each take their share through TQ's
+``SeqlenBalancedSampler`` (``get_meta``), fetch it and cut it into micro-batches of padded
+tensors. py_wire stores one TQ row per GRPO group (a group's images once); NeMo-RL one row
+per sample (the images ``n`` times), its per-token fields as jagged nested tensors and its
+packed media as nested tensors plus ``<key>__lengths`` companions, decoded by its own
+``materialize`` and ``PackedTensor.from_nested_wire``. NeMo-RL's code is imported from the path
+given (nothing of it is copied here; its imports need ``pillow``).
+
+Each side runs in a TQ of its own (the sampler is configured per side: one row per group for
+py_wire, ``n_samples_per_prompt`` rows per group for NeMo-RL). After the timed rounds every
+sample's train tensors on every DP rank are compared, py_wire's against NeMo-RL's, bit for bit
+(rows cut to their lengths; NeMo-RL's padded widths differ by rank).
+
+    .venv/bin/python benchmarks/grpo_step.py /work/ext/nemo_rl_tq_vlm --rows 64 --reps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import machine
+import ray
+import torch
+import transfer_queue as tq
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+
+import py_wire
+from py_wire.interop import transfer_queue as ptq
+from py_wire.synth.registry import generate
+
+SCHEMA = "nemo_rl/qwen2_5_vl"
+GROUP = 4
+RANKS = 4
+MICRO = 2
+LATER = ("prev_logprobs", "reference_policy_logprobs", "advantages")
+PER_TOKEN = ("input_ids", "mm_token_type_ids", "token_mask", "generation_logprobs", *LATER)
+MEDIA = ("pixel_values", "image_grid_thw")
+SCALAR = ("input_lengths", "sample_mask")
+
+
+def start(sampler: Any) -> None:
+    """Ray and a fresh TQ whose controller samples with ``sampler`` (an instance)."""
+    if ray.is_initialized():
+        tq.close()
+        ray.shutdown()
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    logging.getLogger("transfer_queue").setLevel(logging.ERROR)
+    conf = OmegaConf.create({"controller": {"sampler": sampler}}, flags={"allow_objects": True})
+    tq.init(conf)
+
+
+def rank_shares(partition: str, total_rows: int, fields: list[str]) -> list[Any]:
+    """Each DP rank's BatchMeta, chosen by TQ's SeqlenBalancedSampler (``get_meta``)."""
+    client = tq.get_client()
+    return [
+        client.get_meta(
+            data_fields=fields,
+            batch_size=total_rows // RANKS,
+            partition_id=partition,
+            task_name="train",
+            sampling_config={"dp_rank": r, "batch_index": 0},
+        )
+        for r in range(RANKS)
+    ]
+
+
+def micro_batches(padded: dict[str, Any]) -> list[dict[str, Any]]:
+    n = len(padded["input_lengths"])
+    return [
+        {k: v[i : i + MICRO] if isinstance(v, torch.Tensor) else v for k, v in padded.items()}
+        for i in range(0, n, MICRO)
+    ]
+
+
+# -- py_wire -----------------------------------------------------------------------------------
+
+
+def pywire_step(batch: dict[str, Any], logp: dict[str, torch.Tensor]) -> list[list[Any]]:
+    keys = [f"g{i}" for i in range(len(batch["input_ids"]) // GROUP)]
+    rollout = {k: v for k, v in batch.items() if k not in LATER}
+    ptq.put(rollout, SCHEMA, keys, "grpo", group_size=GROUP, stage="logprob")
+    ptq.get(keys, "grpo", stage="logprob", layout="padded")
+    ptq.write_back(keys, "grpo", {"prev_logprobs": logp["prev_logprobs"]})
+    ptq.get(keys, "grpo", stage="ref_logprob", layout="padded")
+    ptq.write_back(keys, "grpo", {"reference_policy_logprobs": logp["reference_policy_logprobs"]})
+    ptq.write_back(keys, "grpo", {"advantages": logp["advantages"]})
+    out = []
+    for meta in rank_shares("grpo", len(keys), [ptq.TEXT]):
+        got = ptq.get_by_meta(meta, stage="train", layout="padded")
+        got["__samples__"] = [
+            int(k[1:]) * GROUP + j for k in meta_keys(meta, "grpo") for j in range(GROUP)
+        ]
+        out.append(micro_batches(got))
+    return out
+
+
+def meta_keys(meta: Any, partition: str) -> list[str]:
+    return list(
+        tq.get_client().kv_retrieve_keys(
+            global_indexes=list(meta.global_indexes), partition_id=partition
+        )
+    )
+
+
+# -- NeMo-RL's wire ----------------------------------------------------------------------------
+
+
+class NemoWire:
+    """NeMo-RL's own wire functions, imported from its checkout."""
+
+    def __init__(self, path: str) -> None:
+        sys.path.insert(0, path)
+        from nemo_rl.data.multimodal_utils import PackedTensor
+        from nemo_rl.data_plane.codec import materialize, pack_jagged_fields
+
+        self.PackedTensor = PackedTensor
+        self.materialize = materialize
+        self.pack = pack_jagged_fields
+
+    def wire_fields(self, fields: dict[str, Any], lengths: torch.Tensor) -> TensorDict:
+        """NeMo-RL's producer side: per-token fields jagged by ``lengths``
+        (``pack_jagged_fields``), packed media as nested + ``__lengths`` (``to_nested_wire``)."""
+        tensors: dict[str, Any] = {}
+        media: dict[str, Any] = {}
+        for k, v in fields.items():
+            if k in MEDIA:
+                nested, lens = self.PackedTensor(list(v), dim_to_pack=0).to_nested_wire()
+                media[k], media[self.PackedTensor.lengths_key(k)] = nested, lens
+            elif k in PER_TOKEN:
+                tensors[k] = v if isinstance(v, torch.Tensor) else pad_rows(v)
+            else:
+                tensors[k] = v
+        td = self.pack(tensors, lengths=lengths, token_aligned_fields=set(PER_TOKEN))
+        for k, v in media.items():
+            td[k] = v
+        return td
+
+    def fetch(self, keys: list[str], fields: list[str]) -> dict[str, Any]:
+        select = [*fields, *(self.PackedTensor.lengths_key(k) for k in fields if k in MEDIA)]
+        td = tq.kv_batch_get(keys=keys, partition_id="grpo", select_fields=select)
+        data = dict(self.materialize(td, layout="padded"))
+        for k in MEDIA:
+            if k in data:
+                lk = self.PackedTensor.lengths_key(k)
+                data[k] = self.PackedTensor.from_nested_wire(data[k], data.pop(lk))
+        return data
+
+    def step(self, batch: dict[str, Any], logp: dict[str, torch.Tensor]) -> list[list[Any]]:
+        n = len(batch["input_ids"])
+        keys = [f"s{i}" for i in range(n)]
+        lengths = batch["input_lengths"].to(torch.int64)
+        rollout = {k: v for k, v in batch.items() if k not in LATER}
+        tags = [{"total_lengths": int(x)} for x in lengths]
+        tq.kv_batch_put(
+            keys=keys, partition_id="grpo", fields=self.wire_fields(rollout, lengths), tags=tags
+        )
+        schema = py_wire.load_schema(SCHEMA)
+        self.fetch(keys, schema.fields_for("logprob"))
+        self.write(keys, {"prev_logprobs": logp["prev_logprobs"]}, lengths)
+        self.fetch(keys, schema.fields_for("ref_logprob"))
+        self.write(keys, {"reference_policy_logprobs": logp["reference_policy_logprobs"]}, lengths)
+        self.write(keys, {"advantages": logp["advantages"]}, lengths)
+        out = []
+        for meta in rank_shares("grpo", n, ["input_ids"]):
+            ks = meta_keys(meta, "grpo")
+            got = self.fetch(ks, schema.fields_for("train"))
+            got["__samples__"] = [int(k[1:]) for k in ks]
+            out.append(micro_batches(got))
+        return out
+
+    def write(self, keys: list[str], fields: dict[str, Any], lengths: torch.Tensor) -> None:
+        td = self.pack(fields, lengths=lengths, token_aligned_fields=set(PER_TOKEN))
+        tq.kv_batch_put(keys=keys, partition_id="grpo", fields=td)
+
+
+def pad_rows(rows: list[torch.Tensor]) -> torch.Tensor:
+    return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True)
+
+
+# -- comparison ---------------------------------------------------------------------------------
+
+
+def by_sample(ranks: list[list[dict[str, Any]]]) -> dict[int, dict[str, Any]]:
+    """Each sample's train tensors (rows cut to their lengths; media as the row's images)."""
+    out: dict[int, dict[str, Any]] = {}
+    for micro in ranks:
+        samples = micro[0]["__samples__"] if micro else []
+        i = 0
+        for mb in micro:
+            lengths = mb["input_lengths"]
+            for j in range(len(lengths)):
+                row: dict[str, Any] = {}
+                for k, v in mb.items():
+                    if k == "__samples__" or k == "attention_mask":
+                        continue
+                    if k in MEDIA:
+                        segs = v.rows()[j] if hasattr(v, "rows") else v.slice([j]).tensors
+                        row[k] = [s for s in (segs or []) if s is not None]
+                    elif k in PER_TOKEN:
+                        row[k] = v[j, : int(lengths[j])]
+                    else:
+                        row[k] = v[j]
+                out[samples[i]] = row
+                i += 1
+    return out
+
+
+def compare(a: list[list[Any]], b: list[list[Any]]) -> tuple[list[str], int]:
+    """Where py_wire's samples (``a``) differ from NeMo-RL's (``b``), and how many (sample,
+    field) pairs were compared."""
+    sa, sb = by_sample(a), by_sample(b)
+    problems = [] if set(sa) == set(sb) else [f"samples {sorted(set(sa) ^ set(sb))[:4]}"]
+    compared = 0
+    for s in sorted(set(sa) & set(sb)):
+        if set(sa[s]) != set(sb[s]):
+            problems.append(f"sample {s}: fields {sorted(set(sa[s]) ^ set(sb[s]))}")
+        for k, x in sa[s].items():
+            compared += 1
+            y = sb[s].get(k)
+            if isinstance(x, list):
+                xs = torch.cat(x) if x else None
+                ys = torch.cat(y) if y else None
+                same = (xs is None and ys is None) or (
+                    xs is not None and ys is not None and torch.equal(xs, ys)
+                )
+            else:
+                same = y is not None and x.dtype == y.dtype and torch.equal(x, y)
+            if not same:
+                problems.append(f"sample {s} field {k}")
+    return problems, compared
+
+
+def stored_bytes(partition: str) -> int:
+    """Payload bytes TQ holds for the partition (every field, every key)."""
+    keys = list(tq.kv_list(partition).get(partition, {}))
+    td = tq.kv_batch_get(keys=keys, partition_id=partition)
+    total = 0
+    for _, v in td.items(include_nested=True, leaves_only=True):
+        if isinstance(v, torch.Tensor):
+            total += (v.values() if v.is_nested else v).numel() * v.element_size()
+        else:
+            total += sum(len(f) for f in v.tolist())
+    return total
+
+
+def timed(fn: Callable[[], Any], reps: int, clear: Callable[[], None]) -> tuple[float, Any]:
+    times, out = [], None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+        if _ < reps - 1:
+            clear()
+    return statistics.median(times) * 1e3, out
+
+
+def clear_partition() -> None:
+    keys = list(tq.kv_list("grpo").get("grpo", {}))
+    if keys:
+        tq.kv_clear(keys=keys, partition_id="grpo")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("nemo_rl", help="a checkout of NVIDIA-NeMo/RL's branch zhiyul/tq_vlm")
+    parser.add_argument("--rows", type=int, default=64)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    from transfer_queue.sampler.seqlen_balanced_sampler import SeqlenBalancedSampler
+
+    nemo = NemoWire(args.nemo_rl)
+    batch = generate(SCHEMA, args.rows)
+    logp = {k: pad_rows(batch[k]) for k in LATER}  # worker outputs: padded [B, W]
+    rows_bytes = sum(r.numel() * r.element_size() for r in batch["pixel_values"] if r is not None)
+    print(machine.describe() if hasattr(machine, "describe") else "")
+    print(
+        f"batch: {SCHEMA}, {args.rows} rows in groups of {GROUP}, pixel_values "
+        f"{rows_bytes / 1e6:.1f} MB as the rows hold them; {RANKS} DP ranks, micro-batches "
+        f"of {MICRO}; median of {args.reps}"
+    )
+
+    start(SeqlenBalancedSampler(n_samples_per_prompt=1, dp_size=RANKS))
+    ours_ms, ours = timed(lambda: pywire_step(batch, logp), args.reps, clear_partition)
+    ours_bytes = stored_bytes("grpo")
+    start(SeqlenBalancedSampler(n_samples_per_prompt=GROUP, dp_size=RANKS))
+    theirs_ms, theirs = timed(lambda: nemo.step(batch, logp), args.reps, clear_partition)
+    theirs_bytes = stored_bytes("grpo")
+    tq.close()
+    ray.shutdown()
+
+    print(f"{'path':<28}{'step ms':>10}{'stored MB':>12}")
+    print(f"{'py_wire (groups)':<28}{ours_ms:>10.0f}{ours_bytes / 1e6:>12.1f}")
+    print(f"{'NeMo-RL __lengths wire':<28}{theirs_ms:>10.0f}{theirs_bytes / 1e6:>12.1f}")
+    print(
+        f"py_wire: {theirs_ms / ours_ms:.1f}x faster end to end, "
+        f"{ours_bytes / theirs_bytes:.3f} of the stored bytes"
+    )
+    problems, compared = compare(ours, theirs)
+    fields = sorted(by_sample(ours)[0])
+    print(
+        f"every DP rank's train tensors bit-equal to NeMo-RL's: {compared} (sample, field) "
+        f"pairs over {args.rows} samples, fields {fields}"
+        if not problems
+        else f"DIFFER: {problems[:8]} ({len(problems)} in all)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""The trainer's end, side by side in one run with NeMo-RL's real ``BatchedDataDict`` (issue 29).
+
+    .venv/bin/python benchmarks/trainer_feed.py --nemo-rl /path/to/NeMo-RL/checkout --reps 20
+
+NeMo-RL is not on PyPI: pass a checkout (``git clone https://github.com/NVIDIA-NeMo/RL``); its
+``nemo_rl.distributed.batched_data_dict`` is imported from there, unmodified. That module's
+imports reach ``nemo_rl.data.multimodal_utils``, which imports Pillow and transformers at module
+level for image and audio loading; when one is not installed, an empty stand-in module is put in
+``sys.modules`` (nothing measured calls into it) and the run says so.
+
+On a GRPO batch of Qwen2.5-VL (``grpo_shard.build``: ``--prompts`` x ``--group`` rows,
+``--images`` images a prompt, every row its own pixels as NeMo-RL holds them with deduplication
+off; per-token ``generation_logprobs``, ``prev_logprobs`` and ``advantages``, NeMo-RL's
+advantages ``expand``ed over ``[B, L]``):
+
+1. micro-batches of ``--micro`` rows: ``BatchedDataDict.make_microbatch_iterator`` over the batch
+   already in memory against ``py_wire.trainer.iter_micro_batches`` over one decoded frame
+   (default jagged layout, and padded), pre-decoded and including the decode; and
+   ``py_wire.interop.nemo_rl.iter_micro_batches`` (NeMo-RL's shapes, decode included), with and
+   without ``per_micro_batch_width`` (the padded cells it saves);
+2. what NeMo-RL's shapes look like: ``nemo_rl.from_frame`` against the original dict, bit for
+   bit on valid and padded cells;
+3. pickled bytes of a micro-batch, a row window and a packed row against their own bytes;
+4. ``decode`` of a 1-row and a 1k-row frame (``compact_frames.batch``), warm, beside the wrap
+   and a memcpy of the same bytes;
+5. the first default decode in a fresh process (``import py_wire`` not counted).
+
+One thread (``torch.set_num_threads(1)``, ``PY_WIRE_THREADS=1``). "torch's floor" is the jagged
+constructors a jagged micro-batch needs (one per per-token field), timed alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pickle
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import machine
+import torch
+from compact_frames import batch as small_batch
+from grpo_shard import build
+from second_hop import cold_section
+from timing import medians_ms_interleaved
+
+import py_wire
+from py_wire._jagged import jagged as jagged_tensor
+from py_wire.interop import nemo_rl as nemo_interop
+
+SCHEMA = "nemo_rl/qwen2_5_vl"
+STUBBED: list[str] = []
+
+
+def import_batched_data_dict(checkout: Path) -> Any:
+    """NeMo-RL's ``BatchedDataDict`` from ``checkout``, unmodified."""
+    sys.path.insert(0, str(checkout))
+    for module, attrs in (
+        ("PIL", {"Image": types.SimpleNamespace(Image=object)}),
+        ("requests", {}),
+        ("transformers", {"PreTrainedTokenizerBase": object}),
+        ("transformers.audio_utils", {"load_audio": None}),
+        ("transformers.video_utils", {"load_video": None}),
+    ):
+        try:
+            importlib.import_module(module)
+        except Exception:  # any import failure: stand in for it
+            stub = types.ModuleType(module)
+            stub.__dict__.update(attrs)
+            sys.modules[module] = stub
+            STUBBED.append(module)
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+    return BatchedDataDict
+
+
+def train_batch(prompts: int, group: int, images: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(py_wire's rows, NeMo-RL's padded dict) with the per-token floats a train step holds."""
+    _, own, nemo = build(prompts, group, images)
+    gen = torch.Generator().manual_seed(2)
+    rows, width = nemo["input_ids"].shape
+    lengths = own["input_lengths"].tolist()
+    for name in ("generation_logprobs", "prev_logprobs"):
+        own[name] = [torch.randn(n, generator=gen) for n in lengths]
+        nemo[name] = torch.zeros((rows, width))
+        for i, row in enumerate(own[name]):
+            nemo[name][i, : len(row)] = row
+    per_sample = torch.randn(rows, generator=gen)
+    nemo["advantages"] = per_sample.unsqueeze(-1).expand(rows, width)  # GRPO's estimators
+    own["advantages"] = [per_sample[i].expand(n).clone() for i, n in enumerate(lengths)]
+    return own, nemo
+
+
+def nemo_packed(nemo: dict[str, Any]) -> dict[str, Any]:
+    from nemo_rl.data.multimodal_utils import PackedTensor
+
+    out = dict(nemo)
+    for k in ("pixel_values", "image_grid_thw"):
+        out[k] = PackedTensor(nemo[k], dim_to_pack=0)
+    return out
+
+
+def micro_section(bdd: Any, frame: py_wire.Frame, micro: int, reps: int) -> None:
+    rows = frame.num_rows
+    print(f"1. micro-batches of {micro} rows over a {rows}-row batch ({frame.nbytes / 1e6:.0f} MB)")
+    trainer = py_wire.trainer
+    jagged = trainer.iter_micro_batches(frame, micro)
+    padded = trainer.iter_micro_batches(frame, micro, layout="padded")
+
+    def consume(batches: Any) -> None:
+        for mb in batches:
+            for _ in mb.values():
+                pass
+
+    # torch's floor for jagged micro-batches: only the jagged constructors a micro-batch needs
+    # (one per per-token field, over tensors that already exist), nothing else.
+    first = next(iter(jagged))
+    fields = [v for v in first.values() if isinstance(v, torch.Tensor) and v.is_nested]
+    values = [v.values() for v in fields]
+    offsets = fields[0].offsets()
+    constructors = len(values) * len(jagged)
+
+    def floor() -> None:
+        for _ in range(len(jagged)):
+            own = offsets.clone()  # each micro-batch's own offsets: a new ragged dim
+            for v in values:
+                jagged_tensor(v, own)
+
+    fns = {
+        "nemo": lambda: consume(bdd.make_microbatch_iterator(micro)),
+        "floor": floor,
+        "jagged": lambda: consume(jagged),
+        "jagged+decode": lambda: consume(trainer.iter_micro_batches(frame, micro)),
+        "padded": lambda: consume(padded),
+        "padded+decode": lambda: consume(trainer.iter_micro_batches(frame, micro, layout="padded")),
+        "nemo_rl": lambda: consume(nemo_interop.iter_micro_batches(frame, micro)),
+        "nemo_rl narrow": lambda: consume(
+            nemo_interop.iter_micro_batches(frame, micro, per_micro_batch_width=True)
+        ),
+    }
+    t = medians_ms_interleaved(fns, reps)
+    base = t["nemo"]
+    print(f"   NeMo-RL make_microbatch_iterator({micro}), in memory: {base:.3f} ms")
+    for name, label in (
+        ("floor", f"torch's floor: {constructors} jagged constructors alone"),
+        ("jagged", "py_wire jagged (default layout), pre-decoded"),
+        ("jagged+decode", "py_wire jagged, including the decode"),
+        ("padded", "py_wire padded, pre-decoded"),
+        ("padded+decode", "py_wire padded, including the decode"),
+        ("nemo_rl", "nemo_rl.iter_micro_batches (NeMo-RL shapes), with decode"),
+        ("nemo_rl narrow", "  ... per_micro_batch_width=True"),
+    ):
+        print(f"   {label:58} {t[name]:8.3f} ms  {t[name] / base:6.2f}x")
+    full = sum(mb["input_ids"].numel() for mb in nemo_interop.iter_micro_batches(frame, micro))
+    narrow = sum(
+        mb["input_ids"].numel()
+        for mb in nemo_interop.iter_micro_batches(frame, micro, per_micro_batch_width=True)
+    )
+    print(
+        f"   per_micro_batch_width=True: {narrow:,} padded cells per field against {full:,} "
+        f"at the batch's width ({1 - narrow / full:.1%} fewer)"
+    )
+
+
+def shapes_section(frame: py_wire.Frame, original: dict[str, Any]) -> None:
+    out = nemo_interop.from_frame(frame)
+    same = []
+    for k, v in original.items():
+        if isinstance(v, torch.Tensor):
+            same.append(
+                f"{k} {tuple(out[k].shape)} {'equal' if torch.equal(out[k], v) else 'DIFFER'}"
+            )
+    print("\n2. nemo_rl.from_frame against the original dict (valid and padded cells):")
+    print("   " + "; ".join(same))
+
+
+def pickle_section(frame: py_wire.Frame, micro: int) -> None:
+    print("\n3. pickled bytes against their own bytes (pickle protocol 5)")
+    mb = next(iter(py_wire.trainer.iter_micro_batches(frame, micro)))
+    window = py_wire.decode(frame, rows=range(0, micro))
+    row = py_wire.decode(frame)["pixel_values"][0]
+
+    def own_bytes(value: Any) -> int:
+        if isinstance(value, torch.Tensor):
+            return own_bytes([value.values(), value.offsets()]) if value.is_nested else value.nbytes
+        if isinstance(value, py_wire.PackedTensor):
+            return sum(t.nbytes for t in value.tensors if t is not None)
+        if isinstance(value, dict):
+            return sum(own_bytes(v) for v in value.values())
+        if isinstance(value, list | tuple):
+            return sum(own_bytes(v) for v in value)
+        return 0
+
+    for name, value in (
+        (f"micro-batch of {micro} rows", mb),
+        (f"decode(rows=range(0, {micro}))", window),
+        ("pixel_values row 0", row),
+    ):
+        size, own = len(pickle.dumps(value, protocol=5)), own_bytes(value)
+        print(
+            f"   {name:30} {size / 1e6:9.3f} MB pickled, {own / 1e6:9.3f} MB own "
+            f"({size / own:.3f}x)"
+        )
+
+
+def small_section(reps: int) -> None:
+    print("\n4. decode of small frames, warm (text_grpo, 16 tokens a row), medians in us")
+    for rows in (1, 1000):
+        frame = py_wire.encode(small_batch(rows), "text_grpo")
+        raw = bytes(frame)
+        dst = bytearray(len(raw))
+        t = medians_ms_interleaved(
+            {
+                "decode": lambda f=frame: py_wire.decode(f),
+                "decode(bytes)": lambda r=raw: py_wire.decode(r),
+                "wrap": lambda r=raw: py_wire.Frame.from_buffer(r),
+                "memcpy": lambda r=raw, d=dst: d.__setitem__(slice(None), r),
+            },
+            reps * 50,
+        )
+        print(
+            f"   {rows:5} rows ({len(raw):7} B): decode {t['decode'] * 1e3:7.1f}, "
+            f"decode of bytes {t['decode(bytes)'] * 1e3:7.1f}, wrap {t['wrap'] * 1e3:6.1f}, "
+            f"memcpy {t['memcpy'] * 1e3:6.1f}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nemo-rl", type=Path, required=True, help="a NeMo-RL checkout")
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--group", type=int, default=16)
+    parser.add_argument("--images", type=int, default=1)
+    parser.add_argument("--micro", type=int, default=8)
+    args = parser.parse_args()
+    # One thread, as the other side-by-side scripts: on a loaded machine torch's intra-op pool
+    # turns a 0.3 ms elementwise pass into 12 ms.
+    os.environ.setdefault("PY_WIRE_THREADS", "1")
+    torch.set_num_threads(1)
+    bdd_class = import_batched_data_dict(args.nemo_rl)
+    commit = subprocess.run(
+        ["git", "-C", str(args.nemo_rl), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    print(machine.describe())
+    print(
+        f"NeMo-RL {args.nemo_rl} ({commit or 'not a git checkout'}); stand-ins for modules "
+        f"not installed: {', '.join(STUBBED) or 'none'}\n"
+    )
+    own, nemo = train_batch(args.prompts, args.group, args.images)
+    frame = nemo_interop.to_frame(nemo_packed(nemo), SCHEMA)
+    original = nemo_packed(nemo)
+    bdd = bdd_class(original)
+    del own
+    micro_section(bdd, frame, args.micro, args.reps)
+    shapes_section(frame, original)
+    pickle_section(frame, args.micro)
+    small_section(args.reps)
+    cold_section()
+
+
+if __name__ == "__main__":
+    main()

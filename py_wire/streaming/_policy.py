@@ -1,0 +1,207 @@
+"""The rules of a fully-async buffer, one copy for every backend (TransferQueue's sampler and
+the Ray-only buffer actor both call these): which groups a trainer step takes, which wait, which
+are stale, when a producer may add another group, when a lease has run out.
+
+Versions: the trainer is at version ``t`` after ``t`` weight updates; a group generated with
+weights ``v`` trained at step ``t`` is ``t - v`` versions stale, and the bound ``k`` allows
+``t - v <= k``.
+
+Producers reserve a slot before they generate a group (:func:`admits`): at most ``(k + 1) *
+batch_groups`` groups are reserved, in flight or stored beyond those the trainer consumed, and
+stored bytes stay under the budget. A trainer step (:func:`choose`) takes the oldest ready
+groups first. A group that would go stale after this step (``t - v == k``) and is still being
+generated holds the step back (policy ``"pace"``: the trainer waits for it, so nothing is
+dropped and long rollouts are not discarded in favour of short ones), or is left to go stale
+(``"drop"``: stale groups are dropped when they arrive, and counted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal
+
+from py_wire._native import WireError
+
+Policy = Literal["pace", "drop"]
+
+
+class StreamError(WireError):
+    """A fully-async buffer refused or could not finish an operation."""
+
+
+class AdmissionTimeout(StreamError):
+    """A producer waited longer than its timeout for a slot (the trainer is more than the
+    staleness bound behind, or the buffer is over its byte budget)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamConfig:
+    """What the caller chooses: the staleness bound ``max_staleness`` (k), the groups per
+    trainer step, the policy for groups that would go stale, the buffer's byte budget, how long
+    a consumer holds groups before they return (``lease_s``), how long a producer's reservation
+    lasts before an unfinished group is given up (``reservation_s``), and how long a producer
+    waits for a slot before :class:`AdmissionTimeout`."""
+
+    max_staleness: int
+    batch_groups: int
+    policy: Policy = "pace"
+    max_bytes: int | None = None
+    lease_s: float = 60.0
+    reservation_s: float = 600.0
+    admission_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int):
+            raise TypeError(f"max_staleness must be an int, not {self.max_staleness!r}")
+        if self.max_staleness < 0:
+            raise StreamError(f"max_staleness must be >= 0, got {self.max_staleness}")
+        if isinstance(self.batch_groups, bool) or not isinstance(self.batch_groups, int):
+            raise TypeError(f"batch_groups must be an int, not {self.batch_groups!r}")
+        if self.batch_groups < 1:
+            raise StreamError(f"batch_groups must be >= 1, got {self.batch_groups}")
+        if self.policy not in ("pace", "drop"):
+            raise StreamError(f"policy must be 'pace' or 'drop', not {self.policy!r}")
+        if self.max_bytes is not None and self.max_bytes < 1:
+            raise StreamError(f"max_bytes must be positive, got {self.max_bytes}")
+        for name in ("lease_s", "reservation_s", "admission_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise StreamError(f"{name} must be positive, got {getattr(self, name)}")
+
+    @property
+    def window(self) -> int:
+        """The most groups reserved, in flight or stored at once."""
+        return (self.max_staleness + 1) * self.batch_groups
+
+
+@dataclasses.dataclass
+class Group:
+    """One group as the rules see it: its id, the policy version that generated it, its
+    arrival order, its rows' token count (for balancing ranks) and stored bytes; ``ready``
+    once its frame is stored whole."""
+
+    gid: str
+    version: int
+    seq: int
+    ready: bool = False
+    tokens: int = 0
+    nbytes: int = 0
+
+
+@dataclasses.dataclass
+class Counts:
+    """What happened to the groups, reported to the caller (nothing is dropped silently)."""
+
+    reserved: int = 0
+    stored: int = 0
+    delivered: int = 0
+    acked: int = 0
+    dropped_stale: int = 0
+    lease_returns: int = 0
+    abandoned: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Choice:
+    """A step's decision: the groups to take (oldest first), the stale ones to drop, and
+    whether the step must wait (too few ready groups, or, under ``"pace"``, a group that must
+    train now is still being generated)."""
+
+    take: list[str]
+    drop: list[str]
+    wait: bool
+
+
+def is_stale(version: int, trainer_version: int, k: int) -> bool:
+    return trainer_version - version > k
+
+
+def choose(groups: Iterable[Group], trainer_version: int, config: StreamConfig) -> Choice:
+    """The groups a trainer step at ``trainer_version`` takes: ``batch_groups`` whole groups,
+    the oldest (lowest version, then first stored) first."""
+    k = config.max_staleness
+    groups = list(groups)
+    ready = sorted((g for g in groups if g.ready), key=lambda g: (g.version, g.seq))
+    pending = [g for g in groups if not g.ready]
+    drop: list[str] = []
+    if config.policy == "drop":
+        drop = [g.gid for g in ready if is_stale(g.version, trainer_version, k)]
+        ready = [g for g in ready if not is_stale(g.version, trainer_version, k)]
+    if len(ready) < config.batch_groups:
+        return Choice([], drop, True)
+    take = ready[: config.batch_groups]
+    if config.policy == "pace":
+        # A group still being generated that must train at this step at the latest: wait for
+        # it rather than train younger groups past it.
+        due = [g for g in pending if trainer_version - g.version >= k]
+        if due:
+            return Choice([], drop, True)
+    return Choice([g.gid for g in take], drop, False)
+
+
+def admits(
+    open_groups: int,
+    stored_bytes: int,
+    incoming_bytes: int,
+    config: StreamConfig,
+) -> str | None:
+    """Why a producer may not reserve (``incoming_bytes == 0``) or store a group now, or None
+    when it may. ``open_groups``: groups reserved, in flight or stored and not yet acked."""
+    if incoming_bytes == 0 and open_groups >= config.window:
+        return (
+            f"{open_groups} groups are open, the most the staleness bound allows "
+            f"((k + 1) * batch_groups = {config.window}): the trainer is "
+            f"{config.max_staleness} versions behind"
+        )
+    if (
+        config.max_bytes is not None
+        and incoming_bytes
+        and (stored_bytes + incoming_bytes > config.max_bytes and stored_bytes > 0)
+    ):
+        return (
+            f"the buffer holds {stored_bytes} bytes; {incoming_bytes} more would pass its "
+            f"budget of {config.max_bytes}"
+        )
+    return None
+
+
+def balance(groups: Sequence[Group], ranks: int) -> list[list[str]]:
+    """Whole groups shared among ``ranks`` data-parallel ranks with near-equal token counts
+    (longest first onto the least loaded rank, as ``SeqlenBalancedSampler`` balances rows), the
+    same number of groups on every rank when the count divides; each rank's groups oldest
+    first."""
+    if ranks < 1:
+        raise StreamError(f"ranks must be >= 1, got {ranks}")
+    per_rank = -(-len(groups) // ranks)
+    loads = [0] * ranks
+    out: list[list[Group]] = [[] for _ in range(ranks)]
+    for g in sorted(groups, key=lambda g: -g.tokens):
+        open_ranks = [r for r in range(ranks) if len(out[r]) < per_rank]
+        r = min(open_ranks, key=lambda r: (loads[r], r))
+        out[r].append(g)
+        loads[r] += g.tokens
+    return [[g.gid for g in sorted(part, key=lambda g: (g.version, g.seq))] for part in out]
+
+
+def wait_until(
+    check: Callable[[], str | None],
+    timeout_s: float,
+    what: str,
+    poll_s: float = 0.002,
+) -> None:
+    """Calls ``check()`` until it returns None; :class:`AdmissionTimeout` after ``timeout_s``
+    with the last reason it gave."""
+    deadline = time.monotonic() + timeout_s
+    delay = poll_s
+    while True:
+        reason = check()
+        if reason is None:
+            return
+        if time.monotonic() >= deadline:
+            raise AdmissionTimeout(f"{what}: waited {timeout_s:g} s and still {reason}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)

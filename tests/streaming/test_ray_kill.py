@@ -1,0 +1,112 @@
+"""Kill a consumer and a producer mid-step on a real Ray: nothing lost, nothing doubled.
+
+A consumer (a Ray actor) takes a step's groups and dies before it acks: after the lease they
+come back, and the trainer trains each exactly once. A producer dies between reserving its slot
+and committing its frame: no partial group is ever visible, its reservation
+lapses, and every committed group is trained once."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import ray
+import torch
+
+import py_wire
+from py_wire.streaming import RayBuffer, StreamConfig
+from tests.helpers import small_text_batch
+
+pytestmark = pytest.mark.slow  # spawned processes (see pyproject's markers)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session() -> Iterator[None]:
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def group_frame(group: int, version: int) -> py_wire.Frame:
+    """A 2-row group whose rows carry the group id in ``reward`` (to find doubles)."""
+    batch = small_text_batch((3, 4))
+    batch["reward"] = torch.full((2,), float(group))
+    return py_wire.encode(batch, "text_grpo", metadata={"policy_version": str(version)})
+
+
+@ray.remote(max_restarts=0)
+class Producer:
+    def __init__(self, buffer: RayBuffer) -> None:
+        self.buffer = buffer
+
+    def produce(self, group: int, version: int) -> None:
+        gid = self.buffer.reserve(version, timeout_s=30)
+        self.buffer.put(gid, group_frame(group, version))
+
+    def die_mid_put(self, group: int, version: int) -> None:
+        self.buffer.reserve(version, timeout_s=30)
+        group_frame(group, version)  # generated, never committed
+        os._exit(1)
+
+
+@ray.remote(max_restarts=0)
+class Consumer:
+    def __init__(self, buffer: RayBuffer) -> None:
+        self.buffer = buffer
+
+    def take_and_die(self) -> None:
+        step = self.buffer.take(ranks=1, timeout_s=30)
+        assert step.frames[0] is not None
+        os._exit(1)  # dies mid-step: no ack
+
+
+def trained_groups(step: py_wire.streaming.Step) -> list[int]:
+    out: list[int] = []
+    for frame in step.frames:
+        if frame is not None:
+            out.extend(int(r) for r in py_wire.decode(frame)["reward"].tolist()[::2])
+    return out
+
+
+def test_a_dying_consumer_loses_nothing_and_doubles_nothing() -> None:
+    buffer = RayBuffer(StreamConfig(max_staleness=1, batch_groups=2, lease_s=1.0))
+    producers = [Producer.remote(buffer) for _ in range(2)]
+    ray.get([producers[i % 2].produce.remote(i, 0) for i in range(4)])
+    consumer = Consumer.remote(buffer)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(consumer.take_and_die.remote())
+    trained: list[int] = []
+    for version in range(2):
+        step = buffer.take(ranks=2, timeout_s=30, lease_s=60)
+        trained.extend(trained_groups(step))
+        assert buffer.ack(step)
+        buffer.set_trainer_version(version + 1)
+    assert sorted(trained) == [0, 1, 2, 3]
+    stats = buffer.stats()
+    assert stats["lease_returns"] == 2
+    assert stats["acked"] == 4 and stats["open_groups"] == 0 and stats["stored_bytes"] == 0
+
+
+def test_a_producer_dying_mid_put_leaves_no_partial_group() -> None:
+    buffer = RayBuffer(StreamConfig(max_staleness=1, batch_groups=1, reservation_s=1.0))
+    doomed = Producer.remote(buffer)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(doomed.die_mid_put.remote(99, 0))
+    survivor = Producer.remote(buffer)
+    ray.get([survivor.produce.remote(i, 0) for i in range(2)])  # waits for the lapsed slot
+    trained: list[int] = []
+    for version in range(2):
+        step = buffer.take(timeout_s=30)
+        trained.extend(trained_groups(step))
+        versions = py_wire.decode(step.frames[0])["policy_version"].tolist()  # type: ignore[arg-type]
+        assert versions == [0, 0]
+        assert buffer.ack(step)
+        buffer.set_trainer_version(version + 1)
+    assert sorted(trained) == [0, 1]
+    stats = buffer.stats()
+    assert stats["abandoned"] == 1 and stats["acked"] == 2 and stats["open_groups"] == 0
