@@ -12,7 +12,7 @@ import operator
 from collections.abc import Mapping
 from typing import Any
 
-from py_wire._native import WireError
+from py_wire._native import WireError, reserved_metadata_key
 
 #: The largest count any argument takes: what fits an int64 (and so a usize) everywhere.
 MAX_COUNT = 2**63 - 1
@@ -68,8 +68,10 @@ def frame_metadata(value: object) -> dict[str, str] | None:
                 f"metadata must map str to str, not {type(key).__name__} to "
                 f"{type(item).__name__} ({key!r})"
             )
-        if not key or key.startswith("py_wire.") or key == "__metadata__":
-            raise WireError(f"metadata key {key!r} is reserved (py_wire.*) or empty")
+        if not key or key == "__metadata__" or reserved_metadata_key(key):
+            raise WireError(
+                f"metadata key {key!r} is reserved (py_wire.*, or a bit away from it) or empty"
+            )
         size += len(key.encode()) + len(item.encode())
         out[key] = item
     if size > MAX_METADATA_BYTES:
@@ -96,7 +98,7 @@ def fill_value(name: str, value: object, dtype: Any) -> int | float | bool:
             return bool(value)
         raise WireError(f"{name}: {value!r} is not a bool, and the field is bool")
     if dtype.is_floating_point or dtype.is_complex:
-        return value
+        return _float_fill(name, value, dtype)
     info = torch.iinfo(dtype)
     if isinstance(value, float):
         if not math.isfinite(value) or not value.is_integer():
@@ -104,4 +106,116 @@ def fill_value(name: str, value: object, dtype: Any) -> int | float | bool:
         value = int(value)
     if not info.min <= value <= info.max:
         raise WireError(f"{name}: {value} is outside {dtype}'s range [{info.min}, {info.max}]")
+    return value
+
+
+def _float_fill(name: str, value: int | float, dtype: Any) -> float:
+    """A fill value for a floating ``dtype``: a float it holds (``inf`` and ``nan`` as given;
+    a finite value that would round to ``inf``, such as ``1e39`` for float32, is refused)."""
+    import torch
+
+    try:
+        as_float = float(value)
+    except OverflowError:
+        raise WireError(f"{name}: {value} is outside {dtype}'s range") from None
+    if math.isfinite(as_float):
+        real = torch.float32 if dtype == torch.complex64 else torch.float64
+        real = real if dtype.is_complex else dtype
+        if not math.isfinite(torch.tensor(as_float, dtype=torch.float64).to(real).item()):
+            limit = torch.finfo(real).max
+            raise WireError(
+                f"{name}: {value!r} is outside {dtype}'s range [{-limit}, {limit}] (it would "
+                "become inf)"
+            )
+    return as_float
+
+
+def device(name: str, value: object) -> Any:
+    """A ``device`` argument: a str, ``torch.device`` or device index, which torch parses
+    and which exists here; the ``torch.device``."""
+    import torch
+
+    if not isinstance(value, str | torch.device | int) or isinstance(value, bool):
+        raise TypeError(
+            f"{name} must be a str, torch.device or int, not {type(value).__name__} {value!r}"
+        )
+    try:
+        parsed = torch.device(value)
+    except (RuntimeError, ValueError, OverflowError) as e:
+        raise WireError(f"{name}: {value!r} is not a torch device ({e})") from None
+    try:
+        torch.empty(0, device=parsed)  # an unavailable device fails here, not mid-batch
+    except (RuntimeError, AssertionError) as e:
+        raise WireError(f"{name} {parsed} is not available here: {e}") from None
+    return parsed
+
+
+#: What a padded output (rows x width cells, or segments padded to their max shape) may hold
+#: beyond the input that justifies it: at least this many cells ...
+MIN_PADDED_CELLS = 1 << 24
+#: ... or this many per unit of input (a frame's byte, a segment's element).
+PADDED_PER_BACKED = 64
+
+
+def padded_cells_backed(cells: int, backed: int) -> bool:
+    """Whether a padded output of ``cells`` cells is justified by ``backed`` units of input
+    (see :data:`MIN_PADDED_CELLS`): a width or shape read from hostile input never sizes an
+    allocation the input does not back."""
+    return cells <= max(MIN_PADDED_CELLS, PADDED_PER_BACKED * backed)
+
+
+#: The most items a sequence argument may hold (rows, segments, tensors): 2**32.
+MAX_ITEMS = 1 << 32
+
+
+def items(name: str, value: object, *, limit: int = MAX_ITEMS) -> list[Any]:
+    """A sequence or iterable argument as a list, never presized from its ``len()`` (which any
+    object may answer with 2**62): a ``TypeError`` naming ``name`` for a value that is not
+    iterable (or is a str or bytes), a :class:`WireError` for more than ``limit`` items."""
+    iterable = hasattr(value, "__iter__") or hasattr(value, "__getitem__")
+    if isinstance(value, str | bytes) or not iterable:
+        raise TypeError(f"{name} must be a sequence, not {type(value).__name__} {value!r:.80}")
+    try:
+        claimed = len(value)  # type: ignore[arg-type]
+    except TypeError:
+        claimed = None
+    except OverflowError:
+        claimed = limit + 1
+    if claimed is not None and claimed > limit:
+        raise WireError(f"{name}: a sequence of {claimed} items (its len()) is more than {limit}")
+    out: list[Any] = []
+    try:
+        iterator = iter(value)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence, not {type(value).__name__}") from None
+    for item in iterator:
+        if len(out) == limit:
+            raise WireError(f"{name}: more than {limit} items")
+        out.append(item)
+    return out
+
+
+def path(name: str, value: object) -> str:
+    """A file path argument (a str or ``os.PathLike``) as a str; a ``TypeError`` naming
+    ``name`` otherwise, and a :class:`WireError` for a path with a NUL byte."""
+    import os
+
+    if isinstance(value, bool) or not isinstance(value, str | os.PathLike):
+        raise TypeError(
+            f"{name} must be a str or os.PathLike, not {type(value).__name__} {value!r:.80}"
+        )
+    text = os.fspath(value)
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str path, not {type(text).__name__} {text!r:.80}")
+    if "\0" in text:
+        raise WireError(f"{name}: {text!r:.80} holds a NUL byte")
+    return text
+
+
+def batch_mapping(name: str, value: object) -> Mapping[str, Any]:
+    """A batch argument: a mapping of field names to values."""
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"{name} must be a mapping of field name to value, not {type(value).__name__}"
+        )
     return value

@@ -310,7 +310,9 @@ def decode_selected(
 
 
 def _check_layout(layout: object) -> None:
-    if layout not in (None, "nested", "padded", "list"):
+    if layout is not None and (
+        not isinstance(layout, str) or layout not in ("nested", "padded", "list")
+    ):
         raise _native.WireError(f"layout must be 'nested', 'padded' or 'list', not {layout!r}")
 
 

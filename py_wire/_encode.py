@@ -13,10 +13,10 @@ import numpy as np
 import torch
 
 from py_wire import _native
-from py_wire._args import count, flag, frame_metadata, optional_count
+from py_wire._args import batch_mapping, count, flag, frame_metadata, items, optional_count
 from py_wire._dtypes import DTYPES
 from py_wire._errors import with_context
-from py_wire._native import BatchError, Frame
+from py_wire._native import BatchError, Frame, WireError
 from py_wire._packed import PackedTensor
 from py_wire._schema import FieldDef, Schema, load_schema
 from py_wire._typing import as_jagged
@@ -138,6 +138,7 @@ plain_tensors = torch._C.DisableTorchFunction
 def _fields(
     batch: Mapping[str, Any], schema: Schema, stage: str | None, *, required: bool = True
 ) -> list[tuple[str, str, Any, Any]]:
+    batch = batch_mapping("batch", batch)
     unknown = [k for k in batch if k not in schema.fields]
     if unknown:
         raise with_context(
@@ -321,4 +322,8 @@ def placeholder_runs(input_ids: Any, token_id: int) -> list[list[int]]:
     if isinstance(input_ids, torch.Tensor):
         input_ids = list(input_ids.unbind()) if input_ids.is_nested else [input_ids]
     token_id = count("token_id", token_id, minimum=-(2**63), maximum=2**63 - 1)
-    return _native.placeholder_runs(list(input_ids), token_id)
+    rows = items("input_ids", input_ids)
+    try:
+        return _native.placeholder_runs(rows, token_id)
+    except WireError as e:
+        raise type(e)(f"input_ids: {e}") from None

@@ -13,6 +13,7 @@ from typing import Any
 
 from py_wire import _native
 from py_wire._args import flag
+from py_wire._args import path as path_arg
 from py_wire._encode import _fields, plain_tensors
 from py_wire._native import Frame, FrameError
 from py_wire._schema import Schema, load_schema
@@ -72,7 +73,7 @@ def save(frame: Any, path: str | os.PathLike[str], *, fsync: bool = True) -> Non
         from py_wire._ops import concat
 
         frame = concat([frame], compact=False)
-    path = Path(path)
+    path = Path(path_arg("path", path))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -110,7 +111,7 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Frame:
     :class:`FrameError` naming the field. ``False`` keeps the load lazy.
     """
     flag("verify", verify)
-    name = os.fspath(path)
+    name = path = path_arg("path", path)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)

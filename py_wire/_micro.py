@@ -16,7 +16,7 @@ from py_wire._jagged import jagged, jagged_values
 from py_wire._native import WireError
 from py_wire._ops import take_rows
 from py_wire._packed import PackedTensor
-from py_wire._rows import row_range
+from py_wire._rows import row_index_error, row_range
 from py_wire._source import as_frame
 from py_wire._staging import Stager, staged
 from py_wire._storage import RowCutter
@@ -232,5 +232,5 @@ def _row(r: Any, num_rows: int, group: int) -> int:
     if isinstance(r, bool) or not isinstance(r, int):
         raise TypeError(f"groups[{group}]: a row must be an int, not {r!r}")
     if not -num_rows <= r < num_rows:
-        raise WireError(f"groups[{group}]: row {r} out of range for {num_rows} rows")
+        raise row_index_error(f"groups[{group}]", r, num_rows)
     return r % num_rows

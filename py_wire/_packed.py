@@ -8,16 +8,37 @@ a row holds any number of segments, and decoded rows are lazy views into the fra
 from __future__ import annotations
 
 import itertools
+import math
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
-from py_wire._native import BatchError, FrameError
+from py_wire._args import count, flag, integer, padded_cells_backed
+from py_wire._args import device as device_arg
+from py_wire._args import items as items_arg
+from py_wire._native import BatchError, FrameError, RowIndexError, WireError
+from py_wire._rows import resolve_slice
 from py_wire._storage import RowCutter, StorageSlicer
 
 Row = list[torch.Tensor] | None
+
+
+#: The most rows ``empty_rows_like`` makes: each costs a list entry, and nothing backs them.
+MAX_EMPTY_ROWS = 1 << 24
+
+
+class PackedRowIndexError(RowIndexError, IndexError):
+    """A row of a :class:`PackedTensor` out of range: the ``IndexError`` NeMo-RL's raises, and
+    py_wire's :class:`RowIndexError`."""
+
+
+def _row_error(argument: str, row: int, num_rows: int) -> PackedRowIndexError:
+    return PackedRowIndexError(
+        f"{argument}: PackedTensor row {row} is out of range for {num_rows} rows"
+    )
 
 
 class PackDimError(BatchError, IndexError):
@@ -54,46 +75,53 @@ class PackedTensor:
         _segment_provenance: list[bytes] | None = None,
     ) -> None:
         if tensors is None:
-            raise ValueError("Input tensors to PackedTensor cannot be None")
+            raise WireError("Input tensors to PackedTensor cannot be None")
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         elif not isinstance(tensors, list):
-            tensors = list(tensors)
+            tensors = items_arg("tensors", tensors)
         if _row_offsets is None and any(
             r is not None and not isinstance(r, torch.Tensor) for r in tensors
         ):
             # py_wire's rows of several segments: the CSR form over physical segments.
             flat: list[torch.Tensor | None] = []
             offsets, indices = [0], []
-            for r in tensors:
-                segs = [] if r is None else [r] if isinstance(r, torch.Tensor) else list(r)
+            for i, r in enumerate(tensors):
+                segs = [] if r is None else [r] if isinstance(r, torch.Tensor) else None
+                if segs is None:
+                    segs = items_arg(f"tensors[{i}]", r)
+                    for j, seg in enumerate(segs):
+                        if not isinstance(seg, torch.Tensor):
+                            raise TypeError(
+                                f"tensors[{i}][{j}] must be a tensor, not {type(seg).__name__}"
+                            )
                 for seg in segs:
                     indices.append(len(flat))
                     flat.append(seg)
                 offsets.append(len(indices))
             tensors, _row_offsets, _segment_indices = flat, offsets, indices
         if (_row_offsets is None) != (_segment_indices is None):
-            raise ValueError(
+            raise WireError(
                 "_row_offsets and _segment_indices must either both be set or both be None"
             )
         if _row_offsets is not None:
             assert _segment_indices is not None
             if not _row_offsets or _row_offsets[0] != 0:
-                raise ValueError("_row_offsets must start with 0")
+                raise WireError("_row_offsets must start with 0")
             if any(a > b for a, b in itertools.pairwise(_row_offsets)):
-                raise ValueError("_row_offsets must be non-decreasing")
+                raise WireError("_row_offsets must be non-decreasing")
             if _row_offsets[-1] != len(_segment_indices):
-                raise ValueError(
-                    "_row_offsets must end at the number of logical segment references"
-                )
+                raise WireError("_row_offsets must end at the number of logical segment references")
             if _segment_indices and (
                 min(_segment_indices) < 0 or max(_segment_indices) >= len(tensors)
             ):
-                raise ValueError(
+                raise WireError(
                     "_segment_indices cannot reference an out-of-range physical segment"
                 )
         if _segment_provenance is not None and len(_segment_provenance) != len(tensors):
-            raise ValueError("_segment_provenance must have one entry per physical segment")
+            raise WireError("_segment_provenance must have one entry per physical segment")
+        dim_to_pack = integer("dim_to_pack", dim_to_pack)
+        flag("pad_to_max_shape", pad_to_max_shape)
         self._frame: _FrameRows | None = None
         self._built: list[Any] | None = None  # what the frame's tensors list was built as
         self._tensors: list[torch.Tensor | None] | None = tensors
@@ -257,15 +285,18 @@ class PackedTensor:
         return [self._row(r) for r in range(len(self))]
 
     def __getitem__(self, index: int | slice) -> Any:
-        """``pt[i]``: row ``i``'s segments or ``None``; ``pt[a:b]``: :meth:`slice` of the rows."""
-        if isinstance(index, slice):
+        """``pt[i]``: row ``i``'s segments or ``None``; ``pt[a:b]``: :meth:`slice` of the rows
+        (a ``slice`` clamps as Python's; a row out of range is a :class:`PackedRowIndexError`,
+        an ``IndexError`` too). Lists, tensors and arrays of rows go to :meth:`slice`."""
+        if isinstance(index, slice | list | tuple | range) or (
+            isinstance(index, torch.Tensor | np.ndarray) and index.ndim > 0
+        ):
             return self.slice(index)
         n = len(self)
-        if index < 0:
-            index += n
-        if not 0 <= index < n:
-            raise IndexError(f"row {index} out of range for {n} rows")
-        return self._row(index)
+        row = integer("index", index)
+        if not -n <= row < n:
+            raise _row_error("index", row, n)
+        return self._row(row % n)
 
     def __iter__(self) -> Iterator[Row]:
         return (self._row(r) for r in range(len(self)))
@@ -329,7 +360,11 @@ class PackedTensor:
         Decoded data stored in row order is returned as a view without copying (then moved to
         ``device`` if one is given).
         """
+        if pad_to_max_shape is not None:
+            flag("pad_to_max_shape", pad_to_max_shape)
         pad = self.pad_to_max_shape if pad_to_max_shape is None else pad_to_max_shape
+        if device is not None:
+            device = device_arg("device", device)
         f = self._frame_intact()
         if f is not None and not pad:
             whole = f.contiguous_values()
@@ -356,12 +391,15 @@ class PackedTensor:
 
     def to(self, device: str | torch.device) -> PackedTensor:
         """Move physical segments in place, keeping provenance (a value-preserving move)."""
+        device = device_arg("device", device)
         self.tensors = [t.to(device) if t is not None else None for t in self.tensors]
         return self
 
     def to_dtype(self, dtype: torch.dtype) -> PackedTensor:
         """An independent wrapper with floating segments cast to ``dtype`` (integer geometry
         untouched); a real conversion mints new provenance, as NeMo-RL's does."""
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, not {type(dtype).__name__} {dtype!r}")
         tensors = self.tensors
         convert = any(t is not None and t.is_floating_point() and t.dtype != dtype for t in tensors)
         new = (
@@ -390,14 +428,22 @@ class PackedTensor:
         legacy values stay legacy, CSR values keep their sharing. Views, no copy; a row range
         of decoded in-order data stays a view of the frame."""
         if isinstance(indices, slice):
-            start, stop, step = indices.indices(len(self))
+            picked = resolve_slice(indices, len(self), "indices")
+            start, stop, step = picked.start, picked.stop, picked.step
             f = self._frame_intact()
             if step == 1 and f is not None and self._tensors is None:
                 return type(self)._from_frame(
                     f.row_range(start, max(start, stop)), self.dim_to_pack
                 )
             indices = range(start, stop, step)
-        idx = indices.tolist() if isinstance(indices, torch.Tensor) else list(indices)
+        if isinstance(indices, torch.Tensor | np.ndarray):
+            indices = indices.tolist()
+        idx = [integer(f"indices[{i}]", r) for i, r in enumerate(items_arg("indices", indices))]
+        n = len(self)
+        for i, row in enumerate(idx):
+            if not -n <= row < n:
+                raise _row_error(f"indices[{i}]", row, n)
+            idx[i] = row % n
         if not self.deduplication_enabled and self._row_offsets is None:
             return type(self)(
                 [self.tensors[i] for i in idx],
@@ -409,12 +455,7 @@ class PackedTensor:
         provenances: list[bytes] = []
         indices_out: list[int] = []
         offsets = [0]
-        n = len(self)
         for row in idx:
-            if row < 0:
-                row += n
-            if not 0 <= row < n:
-                raise IndexError(f"PackedTensor row index {row} is out of range")
             for p in self._row_segment_indices(row):
                 if p not in remap:
                     remap[p] = len(tensors)
@@ -435,13 +476,14 @@ class PackedTensor:
     @classmethod
     def empty_like(cls, other: Any) -> PackedTensor:
         """Empty logical rows matching ``other``."""
+        _packed_items([other], "other")
         return cls.empty_rows_like(other, len(other))
 
     @classmethod
     def empty_rows_like(cls, other: Any, num_rows: int) -> PackedTensor:
         """``num_rows`` logical rows without media, in ``other``'s form (NeMo-RL's rules)."""
-        if num_rows < 0:
-            raise ValueError("num_rows must be non-negative")
+        _packed_items([other], "other")
+        num_rows = count("num_rows", num_rows, maximum=MAX_EMPTY_ROWS)
         pad = getattr(other, "pad_to_max_shape", False)
         if _has_csr(other):
             return cls([], other.dim_to_pack, pad_to_max_shape=pad,
@@ -456,15 +498,19 @@ class PackedTensor:
     def concat(cls, from_packed_tensors: Sequence[Any]) -> PackedTensor:
         """Rows of every item in order (items may be NeMo-RL's own ``PackedTensor``). With any
         CSR or dedup item the result is CSR and re-interns segments by provenance."""
-        items = list(from_packed_tensors)
+        items = _packed_items(from_packed_tensors)
         if not items:
-            raise ValueError("concat needs at least one PackedTensor")
+            raise WireError("concat: from_packed_tensors needs at least one PackedTensor")
         dims = {p.dim_to_pack for p in items}
         if len(dims) != 1:
-            raise ValueError(f"All packed tensors must have the same dim_to_pack, got {dims}")
+            raise WireError(
+                f"from_packed_tensors: all packed tensors must have one dim_to_pack, got {dims}"
+            )
         pads = {getattr(p, "pad_to_max_shape", False) for p in items}
         if len(pads) != 1:
-            raise ValueError("All packed tensors must have the same pad_to_max_shape setting")
+            raise WireError(
+                "from_packed_tensors: all packed tensors must have one pad_to_max_shape setting"
+            )
         dim, pad = dims.pop(), pads.pop()
         if not any(_has_csr(p) for p in items):
             return cls([t for p in items for t in p.tensors], dim, pad_to_max_shape=pad)
@@ -498,7 +544,7 @@ class PackedTensor:
     def merge_segments(cls, from_packed_tensors: Sequence[Any]) -> PackedTensor:
         """Message turns merged: legacy inputs concatenate; CSR / dedup ones collapse into one
         logical row."""
-        items = list(from_packed_tensors)
+        items = _packed_items(from_packed_tensors)
         if not any(_has_csr(p) for p in items):
             return cls.concat(items)
         c = cls.concat(items)
@@ -511,16 +557,24 @@ class PackedTensor:
     def flattened_concat(cls, from_packed_tensors: Sequence[Any]) -> PackedTensor:
         """Each item packed into one tensor (``as_tensor()``), then one row per item; CSR /
         dedup items (one logical row each) concatenate instead."""
-        items = list(from_packed_tensors)
+        items = _packed_items(from_packed_tensors)
+        if not items:
+            raise WireError("from_packed_tensors needs at least one PackedTensor")
         dims = {p.dim_to_pack for p in items}
         if len(dims) != 1:
-            raise ValueError("All packed tensors must have the same dim_to_pack")
+            raise WireError(
+                "from_packed_tensors: all packed tensors must have the same dim_to_pack"
+            )
         pads = {getattr(p, "pad_to_max_shape", False) for p in items}
         if len(pads) != 1:
-            raise ValueError("All packed tensors must have the same pad_to_max_shape setting")
+            raise WireError(
+                "from_packed_tensors: all packed tensors must have one pad_to_max_shape setting"
+            )
         if any(_has_csr(p) for p in items):
             if not all(len(p) == 1 for p in items):
-                raise ValueError("flattened_concat requires one logical row per input")
+                raise WireError(
+                    "from_packed_tensors: flattened_concat requires one logical row per input"
+                )
             return cls.concat(items)
         return cls([p.as_tensor() for p in items], dims.pop(), pad_to_max_shape=pads.pop())
 
@@ -529,6 +583,17 @@ class PackedTensor:
             f"PackedTensor(rows={len(self)}, segments={self.num_segments}, "
             f"dim_to_pack={self.dim_to_pack})"
         )
+
+
+def _packed_items(values: Any, name: str = "from_packed_tensors") -> list[Any]:
+    """A list of packed tensors (py_wire's or NeMo-RL's: anything with ``tensors`` and
+    ``dim_to_pack``), else a ``TypeError`` naming ``name``."""
+    out = items_arg(name, values)
+    for i, p in enumerate(out):
+        if not (hasattr(p, "tensors") and hasattr(p, "dim_to_pack")):
+            where = name if name == "other" else f"{name}[{i}]"
+            raise TypeError(f"{where} must be a PackedTensor, not {type(p).__name__}")
+    return out
 
 
 def _copy(x: list[Any] | None) -> list[Any] | None:
@@ -581,6 +646,16 @@ def _pad_to_max(segments: list[torch.Tensor], dim: int) -> list[torch.Tensor]:
         raise PackDimError(f"dim_to_pack {dim} is out of range for rank {rank}")
     dim %= rank
     target = [max(s.shape[d] for s in segments) for d in range(rank)]
+    # The padded size in Python ints, before torch allocates (or overflows on) it: segment
+    # shapes of a hostile frame ([2**40, 0] beside [0, 2**40]) must not size the output.
+    inner = math.prod(n for d, n in enumerate(target) if d != dim)
+    cells = sum(s.shape[dim] for s in segments) * inner
+    held = sum(s.numel() for s in segments)
+    if not padded_cells_backed(cells, held):
+        raise WireError(
+            f"pad_to_max_shape: padding the segments to their max shape {target} (pack dim "
+            f"{dim}) makes {cells} elements from {held}: more than the segments justify"
+        )
     out = []
     for s in segments:
         want = list(target)

@@ -1,12 +1,14 @@
 """One rule for every argument that selects rows, and row windows: rows ``[start, stop)`` of a
 decoded frame as views.
 
-A ``slice`` is resolved against the row count as Python resolves it (its parts must be ints or
-``None``; step 0 is an error). A ``range`` with non-negative bounds is clamped to the rows like
-the equal slice. Functions that copy rows (:func:`py_wire.take_rows`) take any order; functions
-that return views (``decode(rows=)``, micro-batch views) take contiguous, ascending rows only
-and refuse any other selection with a :class:`WireError` naming the argument, never an empty
-batch.
+A ``slice`` is resolved against the row count as Python resolves it, clamped to the rows (its
+parts must be ints or ``None``; step 0 is an error). A ``range``, like a list of ints, names
+rows: each must exist, else :class:`RowIndexError` naming the argument, the row and the row
+count (``decode(rows=)``, micro-batch groups and :func:`py_wire.take_rows` alike; a range is
+never clamped into fewer rows). Functions that copy rows (:func:`py_wire.take_rows`) take any
+order; functions that return views (``decode(rows=)``, micro-batch views) take contiguous,
+ascending rows only and refuse any other selection with a :class:`WireError` naming the
+argument, never an empty batch.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 
 import torch
 
-from py_wire._native import WireError
+from py_wire._errors import with_context
+from py_wire._native import RowIndexError, WireError
 
 
 def resolve_slice(rows: slice, num_rows: int, argument: str = "rows") -> range:
@@ -47,12 +50,11 @@ def row_range(rows: Any, num_rows: int, argument: str = "rows") -> range:
         # No len(): a range past 2**63 rows has one, but Python cannot return it.
         if not rows:
             picked = range(0)
-        elif rows[0] < 0 or rows[-1] < 0:
-            raise WireError(f"{argument}: a range of rows cannot be negative, got {rows}")
-        elif rows.step != 1 and rows[0] != rows[-1]:
-            picked = rows  # refused below, as a slice in that order would be
         else:
-            picked = range(num_rows)[min(rows[0], num_rows) : min(rows[-1] + 1, num_rows)]
+            for row in (rows[0], rows[-1]):  # the range's extremes
+                if not 0 <= row < num_rows:
+                    raise row_index_error(argument, row, num_rows, rows)
+            picked = rows
     else:
         raise TypeError(f"{argument} must be a range or a slice, not {type(rows).__name__}")
     if picked.step != 1 and picked and picked[0] != picked[-1]:
@@ -63,6 +65,17 @@ def row_range(rows: Any, num_rows: int, argument: str = "rows") -> range:
         )
     start = picked.start if len(picked) else 0
     return range(start, start + len(picked))
+
+
+def row_index_error(argument: str, row: int, num_rows: int, given: object = None) -> RowIndexError:
+    """The one error for a row that is not in the frame (see the module docstring)."""
+    shown = "" if given is None else f"={given!r}"
+    return with_context(
+        RowIndexError(f"{argument}{shown}: row {row} is out of range for {num_rows} rows"),
+        row=row,
+        expected=num_rows,
+        found=row,
+    )
 
 
 class RowWindow:

@@ -837,7 +837,11 @@ def load_schema(name_or_path: str | Path | Schema) -> Schema:
                 f"bundled: {bundled_schemas()}"
             )
         path = _SCHEMA_DIR / f"{text}.toml"
-        if not path.is_file():
+        try:
+            bundled = path.is_file()
+        except (OSError, ValueError):  # a name too long for the file system, say
+            bundled = False
+        if not bundled:
             raise SchemaError(f"no bundled schema {text!r}; bundled: {bundled_schemas()}")
     try:
         resolved = path.resolve()

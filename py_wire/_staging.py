@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from py_wire._args import device as device_arg
 from py_wire._args import flag
 from py_wire._jagged import jagged
 from py_wire._native import WireError
@@ -29,16 +30,7 @@ ALIGN = 64
 def checked_device(device: object) -> torch.device:
     """``device`` as a torch device this process can allocate on (a :class:`WireError` naming
     it otherwise; a ``TypeError`` for a value that is not a device at all)."""
-    if not isinstance(device, str | torch.device | int) or isinstance(device, bool):
-        raise TypeError(f"device must be a str or torch.device, not {type(device).__name__}")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError) as e:
-        raise WireError(f"device: {device!r} is not a torch device ({e})") from None
-    try:
-        torch.empty(0, device=dev)  # an unavailable device fails here, not mid-batch
-    except (RuntimeError, AssertionError) as e:
-        raise WireError(f"device {dev} is not available here: {e}") from None
+    dev: torch.device = device_arg("device", device)
     return dev
 
 

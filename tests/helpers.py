@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -68,6 +69,25 @@ def mapping_of(address: int) -> str:
         if lo <= address < hi:
             return line
     raise AssertionError(f"{address:#x} is not mapped")
+
+
+class HugeLen(Sequence[int]):
+    """Claims 2**62 items, yields three."""
+
+    def __len__(self) -> int:
+        return 2**62
+
+    def __getitem__(self, i: Any) -> Any:
+        if i >= 3:
+            raise IndexError(i)
+        return i
+
+
+class HugeLenPlain:
+    """The same, not a registered Sequence."""
+
+    __len__ = HugeLen.__len__
+    __getitem__ = HugeLen.__getitem__
 
 
 @contextmanager

@@ -24,11 +24,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from py_wire._args import flag, optional_count
+from py_wire._args import batch_mapping, flag, optional_count, padded_cells_backed
 from py_wire._decode import MAX_PAD_MULTIPLE, Writable, decode
 from py_wire._encode import encode
+from py_wire._errors import with_context
 from py_wire._micro import Groups, MicroBatches
-from py_wire._native import Frame, WireError
+from py_wire._native import Frame, FrameError, WireError
 from py_wire._packed import PackedTensor
 from py_wire._schema import Schema, load_schema
 from py_wire._source import as_frame
@@ -56,7 +57,7 @@ def to_frame(
     ``[B, L]`` per-token tensors (``L``, often a multiple NeMo-RL chose) goes into the frame's
     metadata, so that :func:`from_frame` gives back ``[B, L]``, not ``[B, longest row]``."""
     schema = load_schema(schema)
-    batch = dict(batched_data_dict)
+    batch = dict(batch_mapping("batched_data_dict", batched_data_dict))
     width = _padded_width(batch, schema)
     metadata = None if width is None else {PADDED_WIDTH_KEY: str(width)}
     return encode(batch, schema, stage=stage, metadata=metadata)
@@ -200,8 +201,21 @@ def _recorded_width(frame: Frame) -> int | None:
     if width < 1 or width > MAX_PAD_MULTIPLE or seq is None:
         return None
     longest = _longest_row(frame)
+    if longest > width:
+        return None
+    # A recorded width is hostile input: it may not size more cells than the frame backs.
+    if not padded_cells_backed(frame.num_rows * width, len(frame)):
+        raise with_context(
+            FrameError(
+                f"frame metadata {PADDED_WIDTH_KEY!r} is {width}: padding {frame.num_rows} rows "
+                f"to it makes {frame.num_rows * width} cells, more than the frame's "
+                f"{len(frame)} bytes justify (damaged or hostile metadata?)"
+            ),
+            field=PADDED_WIDTH_KEY,
+            found=width,
+        )
     # Every row fits the recorded width, so rounding up to a multiple of it gives exactly it.
-    return width if longest <= width else None
+    return width
 
 
 def _longest_row(frame: Frame) -> int:

@@ -82,6 +82,7 @@ import numpy as np
 import torch
 
 from py_wire import _native
+from py_wire._args import batch_mapping, count, items
 from py_wire._decode import (
     FrameViews,
     Writable,
@@ -209,7 +210,9 @@ def _group_spans(num_rows: int, group_size: int | Sequence[int]) -> list[tuple[i
             )
         sizes = [size] * (num_rows // size)
     else:
-        sizes = [int(s) for s in group_size]
+        sizes = [
+            count(f"group_size[{i}]", s) for i, s in enumerate(items("group_size", group_size))
+        ]
         if any(s < 1 for s in sizes) or sum(sizes) != num_rows:
             raise with_field(
                 BatchError(
@@ -231,7 +234,12 @@ def with_field(err: BatchError, field: str) -> BatchError:
 def _value_rows(value: Any) -> int:
     if isinstance(value, torch.Tensor) and value.is_nested:
         return int(value.size(0))
-    return len(value)
+    try:
+        return len(value)
+    except TypeError:
+        raise TypeError(
+            f"a batch field must hold rows (a list, a tensor), not {type(value).__name__}"
+        ) from None
 
 
 def _num_rows(batch: Mapping[str, Any], sch: Schema) -> int:
@@ -276,6 +284,7 @@ def _group_plans(
 ) -> tuple[dict[str, list[Raw]], tuple[str, ...]]:
     """Per column, each group's checked fields (as :func:`py_wire.encode` checks a batch, for
     ``stage``), and the columns the schema has. The sequence field travels in every column."""
+    batch = batch_mapping("batch", batch)
     seq = sch.sequence_field
     spans = _group_spans(_num_rows(batch, sch), group_size)
     plans: dict[str, list[Raw]] = {c: [] for c in COLUMNS}

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from py_wire._args import count, fill_value, optional_count
+from py_wire._args import count, fill_value, optional_count, padded_cells_backed
 from py_wire._decode import Writable, checked_schema, decode
 from py_wire._dtypes import DTYPES
 from py_wire._encode import encode
@@ -414,10 +414,12 @@ class _Record:
         self.pads: dict[str, int | float | bool] = {}
         self.meta_info: dict[str, Any] = {}
         self.non_tensor: set[str] = set()
+        self.frame_nbytes = 0
 
     @classmethod
     def read(cls, frame: Frame, sch: Schema) -> _Record:
         record = cls()
+        record.frame_nbytes = len(frame)
         meta = frame.metadata
         for attr in ("prompt_length", "response_length"):
             key = META_KEYS[attr]
@@ -432,7 +434,9 @@ class _Record:
             if field is None or isinstance(value, (dict, list, str)) or value is None:
                 raise _bad_record(META_KEYS["pad_values"], meta[META_KEYS["pad_values"]], "")
             try:
-                record.pads[name] = fill_value(name, value, DTYPES[field.dtype])
+                # Checked against the dtype the values decode as (the wire dtype) too.
+                for dtype in (field.stored_dtype, field.dtype):
+                    record.pads[name] = fill_value(name, value, DTYPES[dtype])
             except WireError as e:
                 raise _bad_record(META_KEYS["pad_values"], repr(value), str(e)) from None
         record.meta_info = _json_record(meta, META_KEYS["meta_info"], dict)
@@ -503,6 +507,19 @@ def _to_verl(
         )
     big_p = _width(p, p_len, "prompt_length", strict[0])
     big_r = _width(r, r_len, "response_length", strict[1])
+    if not all(strict) and not padded_cells_backed(b * (big_p + big_r), record.frame_nbytes):
+        # A recorded width is hostile input: it may not size more than the frame backs.
+        key = META_KEYS["prompt_length" if not strict[0] else "response_length"]
+        raise with_context(
+            FrameError(
+                f"frame metadata {META_KEYS['prompt_length']!r} / "
+                f"{META_KEYS['response_length']!r} give widths {big_p} + {big_r}: {b} rows "
+                f"padded to them make {b * (big_p + big_r)} cells, more than the frame's "
+                f"{record.frame_nbytes} bytes justify (damaged or hostile metadata?)"
+            ),
+            field=key,
+            found=[big_p, big_r],
+        )
     cols = torch.arange(big_p + big_r)
     mask = (cols >= big_p - p[:, None]) & (cols < big_p + r[:, None])
     resp_mask = mask[:, big_p:]

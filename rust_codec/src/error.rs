@@ -44,6 +44,8 @@ pub enum Code {
     UnknownSchema,
     /// More rows than the frame's bytes could back (fields that store nothing per row).
     RowsUnbacked,
+    /// A row selection names a row the frame does not have (Python: `RowIndexError`).
+    RowIndex,
 }
 
 impl Code {
@@ -66,6 +68,7 @@ impl Code {
             Code::Checksum => "checksum",
             Code::UnknownSchema => "unknown_schema",
             Code::RowsUnbacked => "rows_unbacked",
+            Code::RowIndex => "row_index",
         }
     }
 }

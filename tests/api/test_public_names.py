@@ -13,6 +13,7 @@ import py_wire.trainer
 PUBLIC = {
     # errors
     "WireError", "BatchError", "ContractError", "FrameError", "InternalError", "SchemaError",
+    "RowIndexError",
     "SchemaEvolutionWarning",
     # schemas
     "Schema", "FieldDef", "PlaceholderContract", "load_schema", "bundled_schemas",

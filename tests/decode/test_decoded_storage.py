@@ -254,7 +254,7 @@ def test_row_selection_arguments(vlm: py_wire.Frame) -> None:
         py_wire.decode(vlm, rows=slice("a", "b"))  # type: ignore[arg-type]
     with pytest.raises(py_wire.WireError, match="step cannot be zero"):
         py_wire.take_rows(vlm, slice(None, None, 0))
-    with pytest.raises(py_wire.WireError, match="negative"):
+    with pytest.raises(py_wire.RowIndexError, match="row -3 is out of range for 12 rows"):
         py_wire.decode(vlm, rows=range(-3, 2))
     reversed_frame = py_wire.take_rows(vlm, slice(None, None, -1))
     assert py_wire.decode(reversed_frame)["reward"].tolist() == (
@@ -262,7 +262,9 @@ def test_row_selection_arguments(vlm: py_wire.Frame) -> None:
     )
     # One row, any step: a window of that row.
     assert py_wire.decode(vlm, rows=slice(4, 3, -1))["reward"].shape == (1,)
-    assert py_wire.decode(vlm, rows=range(12, 40))["reward"].shape == (0,)
+    assert py_wire.decode(vlm, rows=slice(12, 40))["reward"].shape == (0,)
+    with pytest.raises(py_wire.RowIndexError, match="row 12 is out of range for 12 rows"):
+        py_wire.decode(vlm, rows=range(12, 40))  # a range names rows: one row rule (issue 27)
 
 
 # -- micro-batches ---------------------------------------------------------------------------
@@ -314,7 +316,7 @@ def test_token_budget_groups_and_bins(vlm: py_wire.Frame) -> None:
         assert _same(mb["reward"], py_wire.decode(py_wire.take_rows(vlm, b.rows))["reward"])
     with pytest.raises(py_wire.WireError, match="groups"):
         py_wire.trainer.iter_micro_batches(vlm, 0)
-    with pytest.raises(py_wire.WireError, match="row 40 out of range"):
+    with pytest.raises(py_wire.WireError, match="row 40 is out of range"):
         py_wire.trainer.iter_micro_batches(vlm, [[1, 40]])
     with pytest.raises(TypeError, match="groups"):
         py_wire.trainer.iter_micro_batches(vlm, "4")  # type: ignore[arg-type]

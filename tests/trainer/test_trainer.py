@@ -108,7 +108,10 @@ def test_row_window_errors(vlm: py_wire.Frame) -> None:
         py_wire.decode(vlm, rows=range(0, 6, 2))
     with pytest.raises(TypeError, match="rows must be a range or a slice"):
         py_wire.decode(vlm, rows=[1, 2])  # type: ignore[arg-type]
-    assert py_wire.decode(vlm, rows=range(10, 99))["reward"].shape == (2,)
+    # One row rule (issue 27): a range names rows, which must exist; a slice clamps.
+    with pytest.raises(py_wire.RowIndexError, match="row 98 is out of range for 12 rows"):
+        py_wire.decode(vlm, rows=range(10, 99))
+    assert py_wire.decode(vlm, rows=slice(10, 99))["reward"].shape == (2,)
 
 
 def test_padded_options() -> None:

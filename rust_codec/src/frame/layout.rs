@@ -322,6 +322,15 @@ fn checked_layout(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayou
         .get(..header.frame_len)
         .ok_or_else(|| frame_err!("frame length {} exceeds the buffer", header.frame_len))?;
     let format = format_version(&header.metadata)?;
+    if let Some(key) = header.metadata.keys().find(|k| meta::reserved_unknown(k)) {
+        let shown: String = key.chars().take(80).collect();
+        return Err(frame_err!(
+            "__metadata__ key {shown:?} is reserved ({:?}) but not one this build reads: a \
+             damaged header, or a frame of a newer format",
+            meta::PREFIX
+        )
+        .found(shown));
+    }
     let num_rows = row_count(&header.metadata, buf.len())?;
     let (specs, sequence_field) = match trust {
         Trust::Hostile => field_table(&header, format)?,

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::encode::RowSpan;
-use crate::error::Result;
+use crate::error::{Code, Result};
 use crate::frame::buffer::AlignedBuf;
 use crate::frame::layout::FrameLayout;
 use crate::schema::spec::meta;
@@ -45,7 +45,9 @@ impl Rows {
     /// `total` rows: O(spans) for ranges of step 1 and spans, O(selected rows) otherwise.
     fn spans(&self, total: u64) -> Result<Vec<(u64, u64)>> {
         let n = i64::try_from(total).map_err(|_| frame_err!("row count {total} overflows"))?;
-        let out_of_range = |r: i64| argument_err!("row {r} is out of range for {total} rows");
+        let out_of_range = |r: i64| {
+            argument_err!("rows: row {r} is out of range for {total} rows").code(Code::RowIndex)
+        };
         let mut spans = Spans::default();
         match self {
             Rows::All => spans.push(0, total),
@@ -81,8 +83,9 @@ impl Rows {
                 for &(start, stop) in given {
                     if start > stop || stop > total {
                         return Err(argument_err!(
-                            "row span {start}..{stop} is out of range for {total} rows"
-                        ));
+                            "rows: row span {start}..{stop} is out of range for {total} rows"
+                        )
+                        .code(Code::RowIndex));
                     }
                     spans.push(start, stop);
                 }

@@ -6,7 +6,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::PyErr;
 
-use crate::error::Error;
+use crate::error::{Code, Error};
 use crate::{frame_err, internal_err};
 
 create_exception!(
@@ -39,6 +39,12 @@ create_exception!(
     WireError,
     "Bytes that are not a valid py_wire frame."
 );
+create_exception!(
+    py_wire,
+    RowIndexError,
+    WireError,
+    "A row selection names a row the frame does not have (`rows` out of range)."
+);
 
 create_exception!(
     py_wire,
@@ -59,6 +65,7 @@ pub fn init_classes(py: Python<'_>) -> PyResult<()> {
         (py.get_type::<BatchError>(), "batch"),
         (py.get_type::<ContractError>(), "contract"),
         (py.get_type::<FrameError>(), "frame"),
+        (py.get_type::<RowIndexError>(), "row_index"),
         (py.get_type::<InternalError>(), "internal"),
     ];
     for (class, kind) in classes {
@@ -120,6 +127,9 @@ pub fn to_py(err: Error) -> PyErr {
         Error::Batch(_) => BatchError::new_err(message),
         Error::Contract(_) => ContractError::new_err(message),
         Error::Frame(_) => FrameError::new_err(message),
+        Error::Argument(_) if err.kind() == Code::RowIndex.as_str() => {
+            RowIndexError::new_err(message)
+        }
         Error::Argument(_) => WireError::new_err(message),
         Error::Internal(_) => InternalError::new_err(message),
     };

@@ -381,44 +381,69 @@ fn row_selection(rows: Option<&Bound<'_, PyAny>>) -> PyResult<crate::ops::Rows> 
         }
         return Ok(Rows::List(buffer.to_vec(rows.py())?));
     }
-    if let Ok(ranges) = rows.extract::<Vec<Bound<'_, PyRange>>>() {
-        if !ranges.is_empty() {
-            let mut spans = Vec::with_capacity(ranges.len());
-            for r in &ranges {
-                let bounds = (|| -> PyResult<(u64, u64, i64)> {
-                    Ok((
-                        r.getattr("start")?.extract()?,
-                        r.getattr("stop")?.extract()?,
-                        r.getattr("step")?.extract()?,
-                    ))
-                })();
-                let (start, stop, step) = bounds.map_err(|_| {
-                    errors::WireError::new_err(format!(
-                        "rows: row spans must be ranges of non-negative rows, not {r}"
-                    ))
-                })?;
-                if step != 1 {
-                    return Err(errors::WireError::new_err(format!(
-                        "rows: row span {r} must have step 1"
-                    )));
-                }
-                if start < stop {
-                    spans.push((start, stop)); // an empty range, as in Python, takes no rows
-                }
-            }
-            return Ok(Rows::Spans(spans));
-        }
-    }
-    // Sequences only: a set or a dict has no order to take rows in.
+    // Sequences only: a set or a dict has no order to take rows in. Nothing is sized from
+    // `len()`, which any object may answer (2**62): a selection longer than `MAX_SELECTED` is
+    // refused before a row is read, and one that yields more items than it claims stops there.
     let sequence = rows
         .cast::<pyo3::types::PySequence>()
         .map_err(|_| not_rows())?;
+    let claimed = sequence.len().ok().filter(|&n| n <= MAX_SELECTED);
+    let Some(claimed) = claimed else {
+        let shown = rows
+            .len()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|_| "more than 2**63".to_string());
+        return Err(errors::WireError::new_err(format!(
+            "rows: a selection of {shown} rows (its len()) is more than {MAX_SELECTED}"
+        )));
+    };
     let items = sequence.try_iter().map_err(|_| not_rows())?;
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(claimed.min(1 << 16));
+    let mut spans: Option<Vec<(u64, u64)>> = None; // a list of ranges: its first item is one
     for (i, item) in items.enumerate() {
-        out.push(int(i, &item.map_err(|_| not_rows())?)?);
+        let item = item.map_err(|_| not_rows())?;
+        if i >= claimed {
+            return Err(errors::WireError::new_err(format!(
+                "rows: the sequence yields more than the {claimed} rows its len() gives"
+            )));
+        }
+        if i == 0 && item.is_instance_of::<PyRange>() {
+            spans = Some(Vec::new());
+        }
+        match spans.as_mut() {
+            Some(spans) => spans.extend(row_span(&item)?),
+            None => out.push(int(i, &item)?),
+        }
     }
-    Ok(Rows::List(out))
+    Ok(spans.map_or(Rows::List(out), Rows::Spans))
+}
+
+/// The most rows one selection lists (a list of ints or of row spans): 2**32.
+const MAX_SELECTED: usize = 1 << 32;
+
+/// One row span of a list of ranges: `start..stop`, step 1, non-negative bounds; `None` for an
+/// empty range, which (as in Python) takes no rows.
+fn row_span(r: &Bound<'_, PyAny>) -> PyResult<Option<(u64, u64)>> {
+    let not_span = || {
+        errors::WireError::new_err(format!(
+            "rows: row spans must be ranges of non-negative rows, not {r}"
+        ))
+    };
+    let r = r.cast::<pyo3::types::PyRange>().map_err(|_| not_span())?;
+    let bounds = (|| -> PyResult<(u64, u64, i64)> {
+        Ok((
+            r.getattr("start")?.extract()?,
+            r.getattr("stop")?.extract()?,
+            r.getattr("step")?.extract()?,
+        ))
+    })();
+    let (start, stop, step) = bounds.map_err(|_| not_span())?;
+    if step != 1 {
+        return Err(errors::WireError::new_err(format!(
+            "rows: row span {r} must have step 1"
+        )));
+    }
+    Ok((start < stop).then_some((start, stop)))
 }
 
 /// A new frame holding `rows` (see `row_selection`) of the concatenation of `frames`' rows.
@@ -565,6 +590,14 @@ fn check_schema_text(text: &str, fingerprint: &str) -> PyResult<()> {
         .map_err(to_py)
 }
 
+/// Whether a caller's `__metadata__` key is reserved for py_wire (see
+/// `meta::reserved_unknown`; the known `py_wire.*` keys are reserved too): `encode` refuses it.
+#[pyfunction]
+fn reserved_metadata_key(key: &str) -> bool {
+    key.starts_with(crate::schema::spec::meta::PREFIX)
+        || crate::schema::spec::meta::reserved_unknown(key)
+}
+
 #[pymodule]
 mod _native {
     use pyo3::prelude::*;
@@ -604,9 +637,9 @@ mod _native {
     #[pymodule_export]
     use super::codec::Codec;
     #[pymodule_export]
-    use super::errors::InternalError;
-    #[pymodule_export]
     use super::errors::{BatchError, ContractError, FrameError, SchemaError, WireError};
+    #[pymodule_export]
+    use super::errors::{InternalError, RowIndexError};
     #[pymodule_export]
     use super::extract::register_torch;
     #[pymodule_export]
@@ -627,5 +660,5 @@ mod _native {
     #[pymodule_export]
     use super::{encode, encode_parts};
     #[pymodule_export]
-    use super::{gather, hold_schema, split_rows};
+    use super::{gather, hold_schema, reserved_metadata_key, split_rows};
 }

@@ -331,6 +331,35 @@ pub mod meta {
         ("schema_ref", SCHEMA_REF),
         ("tensors", TENSORS),
     ];
+    /// The TransferQueue column a frame was encoded for (written and checked by
+    /// `py_wire/interop/transfer_queue.py`).
+    pub const TQ_COLUMN: &str = "py_wire.transfer_queue.column";
+    /// What every reserved key starts with: a frame's `__metadata__` holds no key of this
+    /// prefix but [`ALL`]'s and [`CHECKSUM`], and no caller key a bit away from it.
+    pub const PREFIX: &str = "py_wire.";
+
+    /// Whether `key` is reserved and not one this build reads: a `py_wire.*` key it does not
+    /// know, or a key whose first bytes are one bit away from [`PREFIX`] (a damaged reserved
+    /// key: `py_wire.checksum` with one bit flipped must not pass as a caller's key, which
+    /// would turn the verification off). A reader refuses such a key; so does `encode`.
+    pub fn reserved_unknown(key: &str) -> bool {
+        if let Some(rest) = key.strip_prefix(PREFIX) {
+            let known = ALL
+                .iter()
+                .any(|(_, k)| k.strip_prefix(PREFIX) == Some(rest));
+            let other = [CHECKSUM, TQ_COLUMN].map(|k| k.strip_prefix(PREFIX));
+            return !(known || other.contains(&Some(rest)));
+        }
+        let bits = |head: &[u8]| -> u32 {
+            head.iter()
+                .zip(PREFIX.as_bytes())
+                .map(|(a, b)| (a ^ b).count_ones())
+                .sum()
+        };
+        key.as_bytes()
+            .get(..PREFIX.len())
+            .is_some_and(|head| bits(head) == 1)
+    }
 }
 
 #[cfg(test)]
@@ -339,6 +368,31 @@ mod tests {
 
     fn decl(json: &str) -> Result<FieldSpec> {
         serde_json::from_str::<FieldDecl>(json).unwrap().resolve()
+    }
+
+    #[test]
+    fn reserved_keys() {
+        for key in [
+            meta::CHECKSUM,
+            meta::FORMAT,
+            meta::SCHEMA,
+            "verl.prompt_length",
+            "py_wir",
+        ] {
+            assert!(!meta::reserved_unknown(key), "{key}");
+        }
+        // Unknown names under the prefix, and keys one bit from it (the flipped checksum key).
+        for key in [
+            "py_wire.checksun",
+            "py_wire.",
+            "py_wird.checksum",
+            "py_wirE.x",
+            "qy_wire.",
+        ] {
+            assert!(meta::reserved_unknown(key), "{key}");
+        }
+        // Two bits away is a caller's key.
+        assert!(!meta::reserved_unknown("py_wirf.checksum"));
     }
 
     #[test]
