@@ -84,9 +84,10 @@ def test_a_small_fieldless_frame_still_works():
     assert py_wire.decode(data) == {}
     assert py_wire.concat([data, data]).num_rows == 6
     assert [f.num_rows for f in py_wire.chunk(data, 2)] == [2, 1]
-    # Rows the schema's stage needs come back as "no media", in O(1) Python work.
-    out = py_wire.decode(data, stage="train")
-    assert out["pixel_values"].segment_counts() == [0, 0, 0]
+    # A stage needing media whose rows' tokens are absent too: nothing shows the rows hold no
+    # placeholders, so decode refuses to make up empty media (issue 28) rather than guess.
+    with pytest.raises(py_wire.ContractError, match="pixel_values"):
+        py_wire.decode(data, stage="train")
 
 
 def _writable_frame():

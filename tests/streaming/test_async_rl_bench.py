@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # spawns Ray (see pyproject's markers)
+# Ray start-up (and the benchmark) on a loaded 2-core machine can take minutes.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # spawns Ray (see pyproject's markers)
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "async_rl.py"
 

@@ -18,7 +18,8 @@ import py_wire
 from py_wire.streaming import RayBuffer, StreamConfig
 from tests.helpers import small_text_batch
 
-pytestmark = pytest.mark.slow  # spawned processes (see pyproject's markers)
+# Ray start-up (and the benchmark) on a loaded 2-core machine can take minutes.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]  # spawned processes: see markers
 
 
 @pytest.fixture(scope="module", autouse=True)

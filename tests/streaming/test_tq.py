@@ -21,7 +21,8 @@ from py_wire.streaming import StreamConfig
 from py_wire.streaming.tq import TQStream, tq_config, versions_of
 from tests.helpers import small_text_batch
 
-pytestmark = pytest.mark.slow  # spawned processes (see pyproject's markers)
+# Ray start-up (and the benchmark) on a loaded 2-core machine can take minutes.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]  # spawned processes: see markers
 
 CONFIG = StreamConfig(max_staleness=1, batch_groups=2, lease_s=2.0, reservation_s=2.0)
 
