@@ -192,16 +192,21 @@ class TQStream:
 
     # -- producers ----------------------------------------------------------------------------
 
-    def _open(self) -> tuple[int, int]:
+    def _open(self, before: tuple[float, str] | None = None) -> tuple[int, int]:
         """Groups open (reserved within their time, or stored) and bytes stored, from TQ's
-        tags in one controller round trip."""
+        tags in one controller round trip. ``before``: count only the reservations made
+        before this one (``(time, key)`` order), so racing producers agree who came first."""
         listed = _tq().kv_list(partition_id=self.partition_id).get(self.partition_id, {})
         now = time.time()
         open_groups = stored = 0
-        for tags in listed.values():
+        for key, tags in listed.items():
             if tags.get("state") == "reserved":
-                if now - float(tags.get("at", 0)) <= self.config.reservation_s:
-                    open_groups += 1
+                at = float(tags.get("at", 0))
+                if now - at > self.config.reservation_s:
+                    continue
+                if before is not None and (at, str(key)) >= before:
+                    continue
+                open_groups += 1
             elif VERSION_KEY in tags:
                 open_groups += 1
                 stored += int(tags.get("nbytes", 0))
@@ -211,24 +216,37 @@ class TQStream:
         self, key: str, version: int | Callable[[], int], timeout_s: float | None = None
     ) -> int:
         """Waits for a slot (admission: at most ``(k + 1) * batch_groups`` groups open), then
-        adds ``key`` to the partition with its tags only. Producers check and reserve in two
-        controller calls, so concurrent producers may pass the window by up to their number;
-        the sampler's bound does not depend on it. ``version`` may be a callable, read once
-        admitted (the weights a producer syncs to after waiting). Returns the version."""
+        adds ``key`` to the partition with its tags only. Checking and reserving are two
+        controller calls, so after reserving a producer counts again the groups open before
+        its reservation (``(time, key)`` order, the same for every producer) and, where those
+        fill the window, withdraws it and waits again: racing producers never pass the
+        window together. ``version`` may be a callable, read once admitted (the weights a
+        producer syncs to after waiting). Returns the version."""
+        admitted: list[int] = []
 
         def check() -> str | None:
             open_groups, stored = self._open()
-            return admits(open_groups, stored, 0, self.config)
+            reason = admits(open_groups, stored, 0, self.config)
+            if reason is not None:
+                return reason
+            at = time.time()
+            v = int(version() if callable(version) else version)
+            _tq().kv_put(
+                key=key,
+                partition_id=self.partition_id,
+                tag={"state": "reserved", VERSION_KEY: v, "at": at},
+            )
+            earlier, stored = self._open(before=(at, key))
+            reason = admits(earlier, stored, 0, self.config)
+            if reason is not None:  # another producer reserved first: withdraw, wait again
+                _tq().kv_clear(keys=[key], partition_id=self.partition_id)
+                return reason
+            admitted.append(v)
+            return None
 
         wait_until(check, timeout_s or self.config.admission_timeout_s, f"reserve {key}")
         self._seq += 1
-        v = int(version() if callable(version) else version)
-        _tq().kv_put(
-            key=key,
-            partition_id=self.partition_id,
-            tag={"state": "reserved", VERSION_KEY: v, "at": time.time()},
-        )
-        return v
+        return admitted[0]
 
     def put(
         self,

@@ -88,6 +88,10 @@ def test_frame_errors_and_argument_errors_have_kinds():
     frame = py_wire.encode(small_text_batch(), "text_grpo")
     with pytest.raises(py_wire.WireError) as caught:
         py_wire.take_rows(frame, [7])
+    # A row outside the frame has its own class and kind (issue 27's one row rule).
+    assert type(caught.value) is py_wire.RowIndexError and caught.value.kind == "row_index"
+    with pytest.raises(py_wire.WireError) as caught:
+        py_wire.decode(frame, writable="sometimes")  # type: ignore[arg-type]
     assert type(caught.value) is py_wire.WireError and caught.value.kind == "argument"
 
 
