@@ -2,7 +2,9 @@
 
 Generates the batch (a few dozen samples, 0-4 images each at varied resolutions, some text-only,
 placeholder runs consistent with ``image_grid_thw``), encodes it, decodes it, checks the round
-trip bit for bit, and prints per-field sizes and throughput beside a plain memcpy.
+trip bit for bit, shows the silent failures hand-rolled pipelines train on (an image dropped,
+a placeholder token overwritten, a per-token field one short, a wrong dtype) refused with the
+field, row and values, and prints per-field sizes and throughput beside a plain memcpy.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -45,6 +48,45 @@ def _payload_bytes(batch: dict[str, object]) -> int:
     return sum(seen.values())
 
 
+PLACEHOLDER_TOKEN, OTHER_TOKEN = 151655, 151643  # Qwen2.5-VL's <|image_pad|>, <|endoftext|>
+
+
+def _show_refusals(batch: dict[str, Any], schema: py_wire.Schema) -> None:
+    """Breaks one row of the batch four ways and prints what ``encode`` says of each."""
+    row = next((i for i, grid in enumerate(batch["image_grid_thw"]) if grid.shape[0] > 0), None)
+    if row is None:
+        print("\n(no row has an image: run with more --samples to see what encode refuses)")
+        return
+    grid = batch["image_grid_thw"][row]
+    ids = batch["input_ids"][row].clone()
+    ids[int((ids == PLACEHOLDER_TOKEN).nonzero()[0])] = OTHER_TOKEN
+    patches = int(grid[-1].prod())
+    breaks: dict[str, dict[str, Any]] = {
+        f"row {row}'s last image dropped": {
+            "pixel_values": batch["pixel_values"][row][:-patches],
+            "image_grid_thw": grid[:-1],
+        },
+        f"row {row}: one placeholder token overwritten": {"input_ids": ids},
+        f"row {row}: advantages one token short": {"advantages": batch["advantages"][row][:-1]},
+    }
+    print("\nwhat encode refuses (each a silent failure in a hand-rolled pipeline):")
+    for what, changes in [*breaks.items(), ("reward as float64", {})]:
+        broken = dict(batch)
+        for name, value in changes.items():
+            rows = list(batch[name])
+            rows[row] = value
+            broken[name] = rows
+        if not changes:
+            broken["reward"] = batch["reward"].double()
+        try:
+            py_wire.encode(broken, schema)
+        except py_wire.WireError as err:
+            message = str(err)
+            print(f"  {what:<44} {type(err).__name__}: {message[:110]}{'…' * (len(message) > 110)}")
+        else:
+            raise SystemExit(f"demo: encode accepted a batch with {what}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--samples", type=int, default=32)
@@ -68,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{f.name:<22}{f.tier:<11}{f.stored_dtype:<10}{frame.num_rows:>6}"
             f"{segments!s:>10}{f.values.nbytes:>14,}"
         )
+
+    _show_refusals(batch, schema)
 
     payload = _payload_bytes(batch)
     src = torch.empty(payload, dtype=torch.uint8).fill_(1)
