@@ -219,9 +219,9 @@ class TQStream:
         adds ``key`` to the partition with its tags only. Checking and reserving are two
         controller calls, so after reserving a producer counts again the groups open before
         its reservation (``(time, key)`` order, the same for every producer) and, where those
-        fill the window, withdraws it and waits again: racing producers never pass the
-        window together. ``version`` may be a callable, read once admitted (the weights a
-        producer syncs to after waiting). Returns the version."""
+        fill the window, withdraws it and waits again (a few groups still pass the bound on TQ:
+        a known bug, see docs/streaming.md). ``version`` may be a callable, read once admitted
+        (the weights a producer syncs to after waiting). Returns the version."""
         admitted: list[int] = []
 
         def check() -> str | None:
