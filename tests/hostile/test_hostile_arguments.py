@@ -38,6 +38,14 @@ VLM_FRAME = py_wire.encode(VLM, "qwen2_5_vl")
 DECODED = py_wire.decode(FRAME)
 TMP = Path(tempfile.mkdtemp(prefix="py_wire_hostile_args_"))
 SAVED = TMP / "frame"
+
+
+def _save_scratch(fsync: object) -> None:
+    # test_hostile_sweep reuses these targets after this module's teardown removed TMP.
+    TMP.mkdir(exist_ok=True)
+    py_wire.save(FRAME, TMP / "scratch", fsync=fsync)  # type: ignore[arg-type]
+
+
 py_wire.save(FRAME, SAVED)
 
 #: Hostile values of every kind: integers far outside any range, non-finite floats, wrong
@@ -135,7 +143,7 @@ CALLS: list[tuple[str, Callable[..., Any], list[str]]] = [
         ["token_id"],
     ),
     ("load", lambda verify: py_wire.load(SAVED, verify=verify), ["verify"]),
-    ("save", lambda fsync: py_wire.save(FRAME, TMP / "scratch", fsync=fsync), ["fsync"]),
+    ("save", lambda fsync: _save_scratch(fsync), ["fsync"]),
     ("ReceiveBuffer", lambda nbytes: py_wire.ReceiveBuffer(nbytes), ["nbytes"]),
     (
         "trainer.micro_batches",
