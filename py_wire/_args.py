@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from py_wire._native import WireError, reserved_metadata_key
@@ -164,14 +164,24 @@ def padded_cells_backed(cells: int, backed: int) -> bool:
     return cells <= max(MIN_PADDED_CELLS, PADDED_PER_BACKED * backed)
 
 
-#: The most items a sequence argument may hold (rows, segments, tensors): 2**32.
-MAX_ITEMS = 1 << 32
+#: The most items a sequence argument may hold (rows, segments, tensors, frames): 2**24. A list
+#: of that many is 128 MiB of pointers before the items themselves; a batch of more rows than
+#: that is split long before it reaches one call.
+MAX_ITEMS = 1 << 24
 
 
-def items(name: str, value: object, *, limit: int = MAX_ITEMS) -> list[Any]:
+def items(
+    name: str,
+    value: object,
+    *,
+    limit: int = MAX_ITEMS,
+    each: Callable[[Any], Any] | None = None,
+) -> list[Any]:
     """A sequence or iterable argument as a list, never presized from its ``len()`` (which any
     object may answer with 2**62): a ``TypeError`` naming ``name`` for a value that is not
-    iterable (or is a str or bytes), a :class:`WireError` for more than ``limit`` items."""
+    iterable (or is a str or bytes), a :class:`WireError` for more than ``limit`` items.
+    ``each`` converts every item as it arrives, so the first bad item of a long (or endless)
+    iterable is refused before the rest is drawn into memory."""
     iterable = hasattr(value, "__iter__") or hasattr(value, "__getitem__")
     if isinstance(value, str | bytes) or not iterable:
         raise TypeError(f"{name} must be a sequence, not {type(value).__name__} {value!r:.80}")
@@ -191,7 +201,7 @@ def items(name: str, value: object, *, limit: int = MAX_ITEMS) -> list[Any]:
     for item in iterator:
         if len(out) == limit:
             raise WireError(f"{name}: more than {limit} items")
-        out.append(item)
+        out.append(item if each is None else each(item))
     return out
 
 

@@ -20,3 +20,13 @@ def with_context(error: E, *, kind: str | None = None, **context: Any) -> E:
     for name, value in context.items():
         setattr(error, name, value)
     return error
+
+
+def prefixed(error: E, prefix: str) -> E:
+    """A copy of ``error`` whose message starts with ``prefix`` (the argument it is about), with
+    the same class and structured context."""
+    out = type(error)(f"{prefix}: {error}")
+    for name in ("kind", *ERROR_CONTEXT):
+        if hasattr(error, name):
+            setattr(out, name, getattr(error, name))
+    return out

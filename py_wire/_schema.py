@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SerializationInfo,
@@ -73,6 +74,31 @@ Int64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
 UInt64 = Annotated[StrictInt, Field(ge=0, le=2**64 - 1)]
 Dim = Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] | Literal["*"]
 
+#: The most items a declared list (a shape, stages, accepted dtypes, contracts) or table of
+#: fields may hold: a schema file is at most MAX_SCHEMA_BYTES, which bounds any real one far below.
+MAX_DECLARED_ITEMS = 4096
+
+
+def _declared_list(value: Any) -> Any:
+    """Only a list or tuple of at most MAX_DECLARED_ITEMS: pydantic would otherwise iterate any
+    iterable (``range(2**62)``, a generator) into memory before a rule could refuse it."""
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"must be a list, not {type(value).__name__}")
+    if len(value) > MAX_DECLARED_ITEMS:
+        raise ValueError(f"{len(value)} items; at most {MAX_DECLARED_ITEMS}")
+    return value
+
+
+def _declared_table(value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a table (dict), not {type(value).__name__}")
+    if len(value) > MAX_DECLARED_ITEMS:
+        raise ValueError(f"{len(value)} entries; at most {MAX_DECLARED_ITEMS}")
+    return value
+
+
+Listed = BeforeValidator(_declared_list)
+
 #: Input dtype → the dtypes it converts into exactly (every value representable, no rounding):
 #: what a field's ``accept`` may list. The table is the codec's (``cast.rs``
 #: ``widens_exactly``), which also decides whether a wire cast is lossy.
@@ -100,13 +126,13 @@ class FieldDef(BaseModel):
 
     tier: Tier
     dtype: DTypeName
-    shape: tuple[Dim, ...] = Field(
+    shape: Annotated[tuple[Dim, ...], Listed] = Field(
         default=(),
         description="packed: the whole segment shape; per_token: the dims after the sequence "
         'dim; scalar: the static dims of one row ([] for 0-d). "*" marks a ragged dim.',
     )
     required: StrictBool = True
-    stages: tuple[StrictStr, ...] | None = Field(
+    stages: Annotated[tuple[StrictStr, ...], Listed] | None = Field(
         default=None, description="Stages that need this field; default: every stage."
     )
     pack_dim: Int64 = Field(
@@ -119,7 +145,7 @@ class FieldDef(BaseModel):
         default=None, description="dtype stored on the wire (a cast at encode)."
     )
     lossy: StrictBool = Field(default=False, description="Must be true when wire_dtype narrows.")
-    accept: tuple[DTypeName, ...] = Field(
+    accept: Annotated[tuple[DTypeName, ...], Listed] = Field(
         default=(),
         description="Input dtypes encode also takes, each widened losslessly into dtype "
         '(e.g. accept = ["int32"] on an int64 field). Never implicit for other dtypes.',
@@ -243,9 +269,9 @@ class Schema(BaseModel):
     lengths_field: StrictStr | None = Field(
         default=None, description="A scalar integer field equal to each row's sequence length."
     )
-    stages: tuple[StrictStr, ...] = DEFAULT_STAGES
-    fields: dict[StrictStr, FieldDef]
-    contracts: tuple[Contract, ...] = ()
+    stages: Annotated[tuple[StrictStr, ...], Listed] = DEFAULT_STAGES
+    fields: Annotated[dict[StrictStr, FieldDef], BeforeValidator(_declared_table)]
+    contracts: Annotated[tuple[Contract, ...], Listed] = ()
 
     @model_validator(mode="after")
     def _check(self) -> Schema:

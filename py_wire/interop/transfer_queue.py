@@ -210,9 +210,9 @@ def _group_spans(num_rows: int, group_size: int | Sequence[int]) -> list[tuple[i
             )
         sizes = [size] * (num_rows // size)
     else:
-        sizes = [
-            count(f"group_size[{i}]", s) for i, s in enumerate(items("group_size", group_size))
-        ]
+        # Each size is at least 1 and they add up to the rows: no more sizes than rows.
+        listed = items("group_size", group_size, limit=max(num_rows, 1))
+        sizes = [count(f"group_size[{i}]", s) for i, s in enumerate(listed)]
         if any(s < 1 for s in sizes) or sum(sizes) != num_rows:
             raise with_field(
                 BatchError(
@@ -251,8 +251,9 @@ def _num_rows(batch: Mapping[str, Any], sch: Schema) -> int:
     return _value_rows(value)
 
 
-def _rows(value: Any, start: int, stop: int) -> Any:
-    """Rows ``start:stop`` of one input value, in a form ``encode`` accepts, without copying."""
+def _rows(name: str, value: Any, start: int, stop: int) -> Any:
+    """Rows ``start:stop`` of field ``name``'s input value, in a form ``encode`` accepts,
+    without copying."""
     if value is None:
         return None
     if isinstance(value, torch.Tensor) and value.is_nested and value.layout == torch.jagged:
@@ -263,13 +264,15 @@ def _rows(value: Any, start: int, stop: int) -> Any:
         )
     if isinstance(value, torch.Tensor) and value.is_nested:  # strided nested
         return list(value.unbind())[start:stop]
+    if isinstance(value, torch.Tensor | np.ndarray) and value.ndim == 0:
+        raise TypeError(f"field {name!r}: a 0-d {type(value).__name__} has no rows")
     if isinstance(value, torch.Tensor | np.ndarray | list | tuple):
         return value[start:stop]
     if hasattr(value, "tensors") and hasattr(value, "slice"):  # PackedTensor, NeMo-RL's too
         return value.slice(range(start, stop))
     raise TypeError(
-        f"cannot take rows of a {type(value).__name__} (give lists, tensors, numpy arrays, "
-        "jagged nested tensors or PackedTensors)"
+        f"field {name!r}: cannot take rows of a {type(value).__name__} (give lists, tensors, "
+        "numpy arrays, jagged nested tensors or PackedTensors)"
     )
 
 
@@ -289,7 +292,7 @@ def _group_plans(
     spans = _group_spans(_num_rows(batch, sch), group_size)
     plans: dict[str, list[Raw]] = {c: [] for c in COLUMNS}
     for start, stop in spans:
-        group = {k: _rows(v, start, stop) for k, v in batch.items()}
+        group = {k: _rows(k, v, start, stop) for k, v in batch.items()}
         raw = _fields(group, sch, stage)
         for column in COLUMNS:
             plans[column].append([r for r in raw if _column_of(sch, r[0]) == column or r[0] == seq])
@@ -932,7 +935,7 @@ def write_back(
     start = 0
     for frame in text:
         stop = start + frame.num_rows
-        group = {k: _rows(v, start, stop) for k, v in batch.items()}
+        group = {k: _rows(k, v, start, stop) for k, v in batch.items()}
         plans[column].append(_fields(group, sch, None, required=False))
         start = stop
     as_objects = stores_frames_as_objects()

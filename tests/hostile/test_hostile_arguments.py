@@ -12,8 +12,10 @@ The ``ci`` hypothesis profile makes a few hundred calls; ``PY_WIRE_HYPOTHESIS_PR
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
+import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Callable
@@ -38,11 +40,12 @@ VLM_FRAME = py_wire.encode(VLM, "qwen2_5_vl")
 DECODED = py_wire.decode(FRAME)
 TMP = Path(tempfile.mkdtemp(prefix="py_wire_hostile_args_"))
 SAVED = TMP / "frame"
+# Removed when the interpreter exits, not at this module's teardown: test_hostile_sweep imports
+# these targets and runs them after this module is done.
+atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 
 
 def _save_scratch(fsync: object) -> None:
-    # test_hostile_sweep reuses these targets after this module's teardown removed TMP.
-    TMP.mkdir(exist_ok=True)
     py_wire.save(FRAME, TMP / "scratch", fsync=fsync)  # type: ignore[arg-type]
 
 
@@ -281,6 +284,3 @@ def teardown_module() -> None:
         for (name, kind), n in sorted(OUTCOMES.items()):
             lines.append(f"{name:28} {kind:10} {n}")
         Path(report).write_text("\n".join(lines) + "\n")
-    for p in TMP.iterdir():
-        p.unlink()
-    os.rmdir(TMP)

@@ -60,7 +60,7 @@ pub fn micro_batches(
         let len = round_up(lengths[row], multiple)?;
         if len > max_tokens {
             return Err(argument_err!(
-                "row {row} has {} tokens ({len} rounded to pad_to_multiple_of = {multiple}), more than \
+                "the frame's row {row} has {} tokens ({len} rounded to pad_to_multiple_of = {multiple}), more than \
                  max_tokens = {max_tokens}",
                 lengths[row]
             ));
@@ -99,7 +99,7 @@ pub fn pack_first_fit_decreasing(
         let r = round_up(len, multiple)?;
         if r > max_tokens {
             return Err(argument_err!(
-                "row {row} has {len} tokens ({r} rounded to pad_to_multiple_of = {multiple}), more than \
+                "the frame's row {row} has {len} tokens ({r} rounded to pad_to_multiple_of = {multiple}), more than \
                  max_tokens = {max_tokens}"
             ));
         }

@@ -208,13 +208,13 @@ impl Frame {
             // Copy the frame only, not bytes after it; `copied` validates the copy in full.
             let frame_len = py
                 .detach(|| guarded(OnPanic::Frame, || parse_header(bytes)))
-                .map_err(to_py)?
+                .map_err(|e| to_py(e.context("frame")))?
                 .frame_len;
             return copied(py, bytes.get(..frame_len).unwrap_or(bytes));
         }
         let layout = py
             .detach(|| guarded(OnPanic::Frame, || parse_frame(bytes)))
-            .map_err(to_py)?;
+            .map_err(|e| to_py(e.context("frame")))?;
         // A frame inside a larger buffer is its own prefix: bytes after it are not exported.
         let len = layout.header.frame_len.min(len);
         Ok(Frame {
@@ -535,7 +535,7 @@ fn copied(py: Python<'_>, bytes: &[u8]) -> PyResult<Frame> {
                 Ok((owned, layout))
             })
         })
-        .map_err(to_py)?;
+        .map_err(|e| to_py(e.context("frame")))?;
     Ok(Frame::from_owned(owned, layout))
 }
 

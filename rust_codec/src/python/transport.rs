@@ -48,7 +48,7 @@ fn read_prefix<T: Send>(
     };
     let out = py
         .detach(|| guarded(OnPanic::Frame, || read(bytes)))
-        .map_err(to_py);
+        .map_err(|e| to_py(e.context("frame prefix")));
     drop(buffer);
     out
 }
