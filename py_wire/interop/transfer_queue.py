@@ -422,15 +422,23 @@ def put(
     rows (nothing is stored). Raises :class:`~py_wire.BatchError` for anything
     :func:`py_wire.encode` refuses, before TQ sees a byte."""
     sch = load_schema(schema)
+    _partition(partition_id)
     as_objects = stores_frames_as_objects()
     plans, names = _group_plans(batch, sch, group_size, stage)
     columns = _encode_columns(_stored_codecs(sch, stage, names), plans, as_objects)
     n = len(plans[TEXT])
-    keys = list(keys)
+    keys = _names("keys", keys)
     if len(keys) != n:
-        raise with_field(BatchError(f"{len(keys)} keys for {n} groups (one key per group)"), "keys")
-    if tags is not None and len(tags) != n:
-        raise with_field(BatchError(f"{len(tags)} tags for {n} groups"), "tags")
+        raise with_field(
+            BatchError(f"{len(keys)} keys for the batch's {n} groups (one key per group)"), "keys"
+        )
+    if tags is not None:
+        tags = items("tags", tags)
+        for i, tag in enumerate(tags):
+            if not isinstance(tag, Mapping):
+                raise TypeError(f"tags[{i}] must be a mapping, not {type(tag).__name__}")
+        if len(tags) != n:
+            raise with_field(BatchError(f"{len(tags)} tags for {n} groups"), "tags")
     if n == 0:
         return None
     return _tq_put(keys, partition_id, columns, as_objects, _group_tags(plans, sch, tags))
@@ -513,11 +521,30 @@ def _written_fields(column: str) -> list[str]:
 
 
 def _key_list(keys: Sequence[str] | str) -> list[str]:
-    keys = [keys] if isinstance(keys, str) else list(keys)
+    keys = [keys] if isinstance(keys, str) else _names("keys", keys)
     if not keys:
         raise with_field(BatchError("keys is empty: nothing to get"), "keys")
     _refuse_repeats(keys, "keys")
     return keys
+
+
+def _names(what: str, value: object) -> list[str]:
+    """A sequence of strings (TQ keys, column or field names), checked before TQ sees it."""
+    if isinstance(value, str | bytes):
+        raise TypeError(f"{what} must be a sequence of str, not one {type(value).__name__}")
+    out = items(what, value)
+    for i, name in enumerate(out):
+        if not isinstance(name, str):
+            raise TypeError(f"{what}[{i}] must be a str, not {type(name).__name__} {name!r:.60}")
+    return out
+
+
+def _partition(partition_id: object) -> str:
+    if not isinstance(partition_id, str):
+        raise TypeError(
+            f"partition_id must be a str, not {type(partition_id).__name__} {partition_id!r:.60}"
+        )
+    return partition_id
 
 
 def _refuse_repeats(items: Sequence[Any], what: str) -> None:
@@ -537,6 +564,7 @@ def _refuse_repeats(items: Sequence[Any], what: str) -> None:
 
 def _meta(keys: list[str], partition_id: str) -> Any:
     """TQ's metadata of ``keys`` (no data moved): the columns every key holds."""
+    _partition(partition_id)
     meta = _tq().get_client().kv_retrieve_meta(keys=keys, partition_id=partition_id, create=False)
     if meta.size != len(keys):
         held = set(_tq().kv_list(partition_id).get(partition_id, {}))
@@ -563,7 +591,10 @@ def get_frames(
     in that order: views of the one buffer TQ's get returns (no further copy). A column the
     keys do not hold is a :class:`~py_wire.FrameError`."""
     keys = _key_list(keys)
-    if isinstance(columns, str) or not columns or not all(_is_ours(c) for c in columns):
+    if isinstance(columns, str):
+        raise TypeError(f"columns must be a sequence of str, not one str {columns!r:.60}")
+    columns = _names("columns", columns)
+    if not columns or not all(_is_ours(c) for c in columns):
         raise with_field(
             BatchError(
                 f"columns {columns!r} must be some of {list(COLUMNS)} or write-back columns "
@@ -583,6 +614,14 @@ def _check_groups(frames: Mapping[str, Sequence[Frame]], keys: Sequence[str]) ->
     (here), one sequence, offsets and tokens (:func:`_check_sequences`). A text frame merged
     with another group's media would pair rows with the wrong images."""
     text = frames[TEXT]
+    for column, group in frames.items():
+        if isinstance(group, str | bytes) or not isinstance(group, Sequence):
+            raise TypeError(f"frames[{column!r}] must be a list of frames, one per key")
+        if len(group) != len(keys):
+            raise with_field(
+                BatchError(f"frames[{column!r}] holds {len(group)} frames for {len(keys)} keys"),
+                "keys",
+            )
     sch = checked_schema(text[0])
     for column, group in frames.items():
         for key, t, f in zip(keys, text, group, strict=True):
@@ -660,8 +699,14 @@ def decode_columns(
     rows without segments for an optional packed field (a :class:`~py_wire.ContractError`
     when rows hold its placeholder tokens) and a :class:`~py_wire.FrameError` when the stage
     requires it."""
+    if not isinstance(frames, Mapping):
+        raise TypeError(
+            f"frames must map each column to its frames (get_frames), not {type(frames).__name__}"
+        )
+    keys = _key_list(keys)
+    fields = None if fields is None else _names("fields", fields)
     if TEXT not in frames:
-        raise FrameError(f"no {TEXT!r} column for keys {list(keys)[:4]}")
+        raise FrameError(f"frames holds no {TEXT!r} column for keys {keys[:4]}")
     _check_groups(frames, keys)
     sch = checked_schema(frames[TEXT][0])
     wanted = _wanted(sch, stage, fields)
@@ -760,6 +805,7 @@ def get(
     columns (``(TEXT,)``: the text column alone). Several keys are joined with
     :func:`py_wire.concat` (one copy); a single key decodes as views of TQ's buffer."""
     keys = _key_list(keys)
+    fields = None if fields is None else _names("fields", fields)
     meta = _meta(keys, partition_id)
     held = list(meta.field_names)
     if TEXT not in held:
@@ -828,6 +874,7 @@ def get_samples(
         ):
             raise TypeError(f"samples[{i}] must be a (key, row) pair, not {sample!r}")
     _refuse_repeats(samples, "samples")
+    fields = None if fields is None else _names("fields", fields)
     keys = list(dict.fromkeys(k for k, _ in samples))
     meta = _meta(keys, partition_id)
     if TEXT not in meta.field_names:
@@ -866,6 +913,11 @@ def get_by_meta(
     :class:`~py_wire.BatchError` naming it."""
     keys = getattr(meta, "keys", None)
     partition_id = getattr(meta, "partition_id", None)
+    if keys is None and not hasattr(meta, "partition_ids"):
+        raise TypeError(
+            f"meta must be TQ's KVBatchMeta (keys, partition_id) or BatchMeta, not "
+            f"{type(meta).__name__}"
+        )
     if keys is None:  # a BatchMeta: global indexes of one partition
         parts = set(meta.partition_ids)
         if len(parts) != 1:
@@ -878,9 +930,9 @@ def get_by_meta(
             .get_client()
             .kv_retrieve_keys(global_indexes=list(meta.global_indexes), partition_id=partition_id)
         )
-    keys = list(keys)
     if not isinstance(partition_id, str):
         raise TypeError(f"meta has no partition_id: {type(meta).__name__}")
+    keys = _names("meta.keys", keys)
     return get(keys, partition_id, stage=stage, fields=fields, writable=writable, **decode_options)
 
 
