@@ -152,7 +152,11 @@ def _fields(
     needed = schema.required_for(stage) if required else []
     missing = [name for name in needed if batch.get(name) is None]
     if missing:
-        why = f"stage {stage!r} needs {needed}" if stage is not None else f"required: {needed}"
+        why = (
+            f"stage {stage!r} needs {needed}"
+            if stage is not None
+            else f"required with no stage given: {needed}"
+        )
         raise BatchError(f"schema {schema.name!r}: missing fields {missing} ({why})")
     lengths = batch.get(schema.lengths_field) if schema.lengths_field else None
     fields = []

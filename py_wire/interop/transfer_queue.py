@@ -428,9 +428,14 @@ def put(
     columns = _encode_columns(_stored_codecs(sch, stage, names), plans, as_objects)
     n = len(plans[TEXT])
     keys = _names("keys", keys)
+    _refuse_repeats(keys, "keys")
     if len(keys) != n:
         raise with_field(
-            BatchError(f"{len(keys)} keys for the batch's {n} groups (one key per group)"), "keys"
+            BatchError(
+                f"{len(keys)} keys for the batch's {n} groups of group_size={group_size!r:.60} "
+                "(one key per group)"
+            ),
+            "keys",
         )
     if tags is not None:
         tags = items("tags", tags)
@@ -1010,9 +1015,9 @@ def _check_written(
         elif sch.fields[name].column != "text":
             problem = 'is declared column = "media": media are stored at put'
         elif name in stored:
-            problem = "is stored already (put holds it)"
+            problem = "is stored already for these keys (put holds it)"
         elif name in written:
-            problem = "was written back already"
+            problem = "was written back already for these keys"
         if problem is not None:
             raise with_field(BatchError(f"write_back: field {name!r} {problem}"), str(name))
     return [n for n in sch.fields if n in fields]
@@ -1028,7 +1033,8 @@ def _aligned(sch: Schema, name: str, value: Any, total: int, lengths: torch.Tens
     if rows != total:
         raise with_field(
             BatchError(
-                f"write_back: field {name!r} has {rows} rows, the stored groups hold {total}"
+                f"write_back: field {name!r} has {rows} rows, the stored groups of the keys "
+                f"hold {total}"
             ),
             name,
         )

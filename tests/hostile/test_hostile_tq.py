@@ -12,8 +12,11 @@ groups. ``PY_WIRE_HOSTILE_EXAMPLES`` sets the examples per target, as in the swe
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,7 +28,7 @@ from omegaconf import OmegaConf
 
 from py_wire.interop import transfer_queue as ptq
 from py_wire.synth.registry import generate
-from tests.hostile.test_hostile_sweep import EXAMPLES, VALUES, Target, _targets, check
+from tests.hostile.test_hostile_sweep import EXAMPLES, OUTCOMES, VALUES, Target, _targets, check
 
 NEMO = "nemo_rl/qwen2_5_vl"
 LATER = ("prev_logprobs", "reference_policy_logprobs")
@@ -169,3 +172,9 @@ def test_the_sweep_excludes_only_what_is_swept_here() -> None:
 
     left_here = {n for n, why in EXCLUDED.items() if "test_hostile_tq" in why}
     assert left_here == {t.name for t in TARGETS}
+
+
+def teardown_module() -> None:
+    report = os.environ.get("PY_WIRE_HOSTILE_REPORT")
+    if report:  # the outcome counts of this module's calls (a campaign reads them)
+        Path(report).write_text(json.dumps(dict(OUTCOMES), sort_keys=True) + "\n")
