@@ -132,8 +132,7 @@ def _wanted(sch: Schema, stage: str | None, fields: Sequence[str] | None) -> set
     wanted = set(sch.fields_for(stage)) if stage is not None else None
     if fields is None:
         return wanted
-    if isinstance(fields, str) or not isinstance(fields, Sequence):
-        raise TypeError(f"fields must be a sequence of field names, not {type(fields).__name__}")
+    fields = _names("fields", fields)
     for name in fields:
         if name not in sch.fields:
             raise with_context(
@@ -596,8 +595,6 @@ def get_frames(
     in that order: views of the one buffer TQ's get returns (no further copy). A column the
     keys do not hold is a :class:`~py_wire.FrameError`."""
     keys = _key_list(keys)
-    if isinstance(columns, str):
-        raise TypeError(f"columns must be a sequence of str, not one str {columns!r:.60}")
     columns = _names("columns", columns)
     if not columns or not all(_is_ours(c) for c in columns):
         raise with_field(

@@ -312,14 +312,18 @@ def check(target: Target, value: Any) -> str:
     return "ok"
 
 
-@pytest.mark.parametrize("target", TARGETS, ids=[t.id for t in TARGETS])
-@settings(
+#: The sweep's hypothesis settings (test_hostile_tq.py uses them too).
+SWEEP_SETTINGS = settings(
     phases=[Phase.explicit, Phase.generate],  # no shrinking: the failing value is printed
     max_examples=EXAMPLES,
     database=None,
     deadline=None,
     suppress_health_check=list(HealthCheck),
 )
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=[t.id for t in TARGETS])
+@SWEEP_SETTINGS
 @given(value=VALUES)
 def test_sweep(target: Target, value: Any) -> None:
     check(target, value)

@@ -23,12 +23,19 @@ from typing import Any
 import pytest
 import ray
 import transfer_queue as tq
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from omegaconf import OmegaConf
 
 from py_wire.interop import transfer_queue as ptq
 from py_wire.synth.registry import generate
-from tests.hostile.test_hostile_sweep import EXAMPLES, OUTCOMES, VALUES, Target, _targets, check
+from tests.hostile.test_hostile_sweep import (
+    OUTCOMES,
+    SWEEP_SETTINGS,
+    VALUES,
+    Target,
+    _targets,
+    check,
+)
 
 NEMO = "nemo_rl/qwen2_5_vl"
 LATER = ("prev_logprobs", "reference_policy_logprobs")
@@ -154,13 +161,7 @@ def test_the_valid_calls_pass() -> None:
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=[t.id for t in TARGETS])
-@settings(
-    phases=[Phase.explicit, Phase.generate],
-    max_examples=EXAMPLES,
-    database=None,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-)
+@SWEEP_SETTINGS
 @given(value=VALUES)
 def test_tq_sweep(target: Target, value: Any) -> None:
     check(target, value)
