@@ -156,6 +156,14 @@ class FieldDef(BaseModel):
         '("utf8") or a JSON value ("json"), for per-row Python objects (ids, tags, dicts) that '
         "travel beside the tensors; adapters turn them back into str / JSON values.",
     )
+    gather: Annotated[tuple[StrictStr, ...], Listed] | None = Field(
+        default=None,
+        description='encoding = "json" only: glob patterns (fnmatch, case-sensitive) of a '
+        "source's per-row keys that no other field declares (a verl reward function's "
+        "non_tensor_batch keys, such as acc or pred), gathered into this field as one JSON "
+        "object per row and spread back by the adapter (py_wire.interop.verl), each key with "
+        "its numpy dtype. A key no field declares and no pattern matches is refused.",
+    )
     column: Literal["text", "media"] = Field(
         default="text",
         description="Which stored column the field travels in where a batch is kept as columns "
@@ -174,6 +182,11 @@ class FieldDef(BaseModel):
                 f'encoding = "{self.encoding}" needs tier = "packed", dtype = "uint8" and '
                 f'shape = ["*"], not tier = "{self.tier}", dtype = "{self.dtype}", shape = '
                 f"{list(self.shape)}"
+            )
+        if self.gather is not None and self.encoding != "json":
+            raise ValueError(
+                f'gather needs encoding = "json" (one JSON object per row), not encoding = '
+                f"{self.encoding!r}"
             )
         # Only Python reads pad_value (the codec never sees it), so this rule lives here.
         for dtype in dict.fromkeys((self.dtype, self.stored_dtype)):
@@ -198,8 +211,9 @@ class FieldDef(BaseModel):
         # Likewise the default column.
         out = handler(self)
         if isinstance(out, dict):
-            if out.get("encoding") is None:
-                out.pop("encoding", None)
+            for key in ("encoding", "gather"):
+                if out.get(key) is None:
+                    out.pop(key, None)
             if out.get("column") == "text":
                 out.pop("column", None)
         return out
@@ -302,6 +316,12 @@ class Schema(BaseModel):
                 f"sequence_field {seq!r}: column = {self.fields[seq].column!r}, but the sequence "
                 'field travels in every column (leave it "text")'
             )
+        gathering = [n for n, f in self.fields.items() if f.gather is not None]
+        if len(gathering) > 1:
+            raise ValueError(
+                f"fields {gathering} all declare gather: one field gathers a source's "
+                "undeclared keys (list every pattern in it)"
+            )
         spec_json = [json.dumps(s) for s in specs.values()]
         names = [c.name for c in self.contracts]
         for c in self.contracts:
@@ -326,6 +346,13 @@ class Schema(BaseModel):
                 f"schema {self.name!r} has no stage {stage!r}; stages: {list(self.stages)}"
             )
         return [n for n in self.fields if stage in self.field_stages(n)]
+
+    def gathering_field(self) -> tuple[str, tuple[str, ...]] | None:
+        """The field that gathers undeclared per-row keys, and its patterns (None: none)."""
+        for name, field in self.fields.items():
+            if field.gather is not None:
+                return name, field.gather
+        return None
 
     def column_fields(self, column: str) -> list[str]:
         """The fields declared in ``column`` (``"text"`` or ``"media"``), in schema order."""

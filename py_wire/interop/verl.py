@@ -51,8 +51,10 @@ padding as ``get_rope_index`` does (1). A mask with holes inside a row comes bac
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -154,6 +156,7 @@ META_KEYS = {
     "pad_values": "verl.pad_values",  # JSON {key: value} of batch tensors padded uniformly
     "meta_info": "verl.meta_info",  # JSON of DataProto.meta_info
     "non_tensor": "verl.non_tensor",  # JSON list: fields that were non_tensor_batch arrays
+    "gathered": "verl.gathered",  # JSON {key: [numpy dtype, row shape]} of gathered keys
 }
 
 
@@ -174,15 +177,17 @@ def to_frame(
     unknown = [
         f"batch[{k!r}]" for k in _keys(batch) if k not in sch.fields and k not in DERIVED_KEYS
     ]
+    gathered = _gathered_keys(non_tensor, sch)
     unknown += [
         f"non_tensor_batch[{k!r}]"
         for k in non_tensor
-        if KEY_TO_FIELD.get(k, k) not in sch.fields and k != MM_KEY
+        if KEY_TO_FIELD.get(k, k) not in sch.fields and k != MM_KEY and k not in gathered
     ]
     if unknown:
         raise _err(
             f"{unknown} are not in schema {sch.name!r} (declare them, e.g. a field with "
-            'encoding = "json" in a schema that extends this one; py_wire never drops a field '
+            'encoding = "json" in a schema that extends this one, or list a pattern that '
+            "matches them in the gather of its reward_extras field; py_wire never drops a field "
             f"silently). Schema fields: {list(sch.fields)}",
             field=unknown[0],
         )
@@ -191,7 +196,14 @@ def to_frame(
     if _keys(batch):
         out.update(_tensor_fields(batch, sch, metadata))
     carried: list[str] = []
+    if gathered:
+        name, rows, record = _gather(gathered, sch)
+        out[name] = rows
+        carried.append(name)
+        metadata[META_KEYS["gathered"]] = json.dumps(record, separators=(",", ":"))
     for key, value in non_tensor.items():
+        if key in gathered:
+            continue
         if key == MM_KEY:
             out.update(_media_fields(value, sch))
             carried.append(key)  # so that a batch whose rows hold no media keeps the column
@@ -213,6 +225,120 @@ def to_frame(
     if meta and not drop_meta_info:
         metadata[META_KEYS["meta_info"]] = _meta_json(meta)
     return encode(out, sch, stage=stage, metadata=metadata)
+
+
+def _gathered_keys(non_tensor: Mapping[str, Any], sch: Schema) -> dict[str, Any]:
+    """The ``non_tensor_batch`` columns no field declares that the schema's gathering field
+    (``gather = [patterns]``) takes, in the batch's order."""
+    gathering = sch.gathering_field()
+    if gathering is None:
+        return {}
+    name, patterns = gathering
+    out = {
+        k: v
+        for k, v in non_tensor.items()
+        if KEY_TO_FIELD.get(k, k) not in sch.fields
+        and k != MM_KEY
+        and any(fnmatch.fnmatchcase(k, p) for p in patterns)
+    }
+    if out and name in non_tensor:
+        raise _err(
+            f"non_tensor_batch[{name!r}] is the field that gathers {sorted(out)} (gather = "
+            f"{list(patterns)}): rename the column or narrow the patterns",
+            field=name,
+        )
+    return out
+
+
+#: numpy dtypes a gathered column may have (``np.dtype.str``): bool, integers, floats,
+#: unicode strings and objects; their values must come back equal from JSON.
+_GATHERED_DTYPE = re.compile(r"^[<>|=]?(b1|[iu][1248]|f[248]|U\d{1,6}|O)$")
+
+
+def _gather(columns: Mapping[str, Any], sch: Schema) -> tuple[str, Any, dict[str, Any]]:
+    """One JSON object per row holding each gathered column's value (numpy values as the
+    Python values ``tolist`` gives), and the record that spreads them back (each column's
+    dtype and row shape)."""
+    gathering = sch.gathering_field()
+    assert gathering is not None
+    name = gathering[0]
+    rows: list[dict[str, Any]] | None = None
+    record: dict[str, Any] = {}
+    for key, column in columns.items():
+        if not isinstance(column, np.ndarray) or column.ndim < 1:
+            raise _err(
+                f"non_tensor_batch[{key!r}] is a {type(column).__name__}, not a numpy array of "
+                "one value per row",
+                field=key,
+            )
+        if not _GATHERED_DTYPE.match(column.dtype.str):
+            raise _err(
+                f"non_tensor_batch[{key!r}] has dtype {column.dtype}: a gathered column holds "
+                "bools, ints, floats, str or objects (JSON values)",
+                field=key,
+                found=str(column.dtype),
+            )
+        if column.dtype == object and column.ndim != 1:
+            raise _err(
+                f"non_tensor_batch[{key!r}] is a {list(column.shape)} object array: a gathered "
+                "object column holds one value per row (build it with np.fromiter, as verl's "
+                "collate_fn does)",
+                field=key,
+            )
+        values = list(column) if column.dtype == object else column.tolist()
+        if rows is None:
+            rows = [{} for _ in values]
+        if len(values) != len(rows):
+            raise _err(
+                f"non_tensor_batch[{key!r}] has {len(values)} rows, "
+                f"non_tensor_batch[{next(iter(columns))!r}] {len(rows)}",
+                field=key,
+            )
+        for row, value in zip(rows, values, strict=True):
+            row[key] = value
+        record[key] = [column.dtype.str, list(column.shape[1:])]
+    return name, encode_rows(name, rows or [], "json"), record
+
+
+def _spread(
+    name: str, value: PackedTensor, record: Mapping[str, Any], b: int
+) -> dict[str, np.ndarray]:
+    """The gathered columns back, each with its recorded dtype and row shape: the inverse of
+    :func:`_gather`. Rows that are not JSON objects holding every recorded key are a
+    :class:`BatchError` naming the field, row and key."""
+    rows = decode_rows(name, value, "json")
+    out: dict[str, np.ndarray] = {}
+    for key, (dtype, tail) in record.items():
+        values = []
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict) or key not in row:
+                raise _err(
+                    f"field {name!r}, row {i}: {row!r:.80} holds no {key!r}, which the frame "
+                    f"metadata {META_KEYS['gathered']!r} records",
+                    field=name,
+                    row=i,
+                )
+            values.append(row[key])
+        if dtype.endswith("O"):
+            column = np.empty(len(values), dtype=object)
+            for i, v in enumerate(values):
+                column[i] = v
+        else:
+            try:
+                column = np.array(values, dtype=np.dtype(dtype))
+            except (TypeError, ValueError, OverflowError) as e:
+                raise _err(
+                    f"field {name!r}: the values of {key!r} do not make a {dtype} array ({e})",
+                    field=name,
+                ) from None
+            if column.shape != (b, *tail):
+                raise _err(
+                    f"field {name!r}: the values of {key!r} make shape {list(column.shape)}, "
+                    f"not {[b, *tail]} as recorded",
+                    field=name,
+                )
+        out[key] = column
+    return out
 
 
 def _meta_json(meta: Mapping[str, Any]) -> str:
@@ -414,6 +540,7 @@ class _Record:
         self.pads: dict[str, int | float | bool] = {}
         self.meta_info: dict[str, Any] = {}
         self.non_tensor: set[str] = set()
+        self.gathered: dict[str, tuple[str, list[int]]] = {}
         self.frame_nbytes = 0
 
     @classmethod
@@ -444,6 +571,21 @@ class _Record:
         if not all(isinstance(n, str) and (n in sch.fields or n == MM_KEY) for n in names):
             raise _bad_record(META_KEYS["non_tensor"], meta[META_KEYS["non_tensor"]], "")
         record.non_tensor = set(names)
+        gathered = _json_record(meta, META_KEYS["gathered"], dict)
+        for key, entry in gathered.items():
+            if not (
+                isinstance(entry, list)
+                and len(entry) == 2
+                and isinstance(entry[0], str)
+                and _GATHERED_DTYPE.match(entry[0])
+                and isinstance(entry[1], list)
+                and len(entry[1]) <= 8
+                and all(isinstance(d, int) and 0 <= d <= MAX_SEQUENCE for d in entry[1])
+            ):
+                raise _bad_record(
+                    META_KEYS["gathered"], f"{key}: {entry!r:.80}", "[numpy dtype, row shape]"
+                )
+            record.gathered[key] = (entry[0], entry[1])
         return record
 
 
@@ -529,7 +671,9 @@ def _to_verl(
     for name, value in fields.items():
         field = sch.fields[name]
         pad = record.pads.get(name, 0)
-        if field.encoding is not None:
+        if field.gather is not None and isinstance(value, PackedTensor) and record.gathered:
+            non_tensor.update(_spread(name, value, record.gathered, b))
+        elif field.encoding is not None:
             non_tensor[FIELD_TO_KEY.get(name, name)] = decode_rows(name, value, field.encoding)
         elif name in record.non_tensor and isinstance(value, torch.Tensor):
             non_tensor[FIELD_TO_KEY.get(name, name)] = value.numpy()
