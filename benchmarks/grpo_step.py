@@ -7,7 +7,9 @@ logprob worker fetches its stage (images included) and writes back ``prev_logpro
 reference worker fetches its stage and writes back ``reference_policy_logprobs``; the driver
 writes back ``advantages``; 4 DP ranks each take their share through TQ's
 ``SeqlenBalancedSampler`` (``get_meta``), fetch it and cut it into micro-batches of padded
-tensors. py_wire stores one TQ row per GRPO group (a group's images once); NeMo-RL one row
+tensors (py_wire's side fetches with ``py_wire.interop.nemo_rl.get``, which returns NeMo-RL's
+own ``BatchedDataDict`` and ``PackedTensor``). py_wire stores one TQ row per GRPO group (a
+group's images once); NeMo-RL one row
 per sample (the images ``n`` times), its per-token fields as jagged nested tensors and its
 packed media as nested tensors plus ``<key>__lengths`` companions, decoded by its own
 ``materialize`` and ``PackedTensor.from_nested_wire``. NeMo-RL's code is imported from the path
@@ -45,6 +47,7 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict
 
 import py_wire
+from py_wire.interop import nemo_rl
 from py_wire.interop import transfer_queue as ptq
 from py_wire.synth.frameworks import nemo_rl_qwen2_5_vl_batch
 
@@ -105,14 +108,14 @@ def pywire_step(batch: dict[str, Any], logp: dict[str, torch.Tensor]) -> list[li
     keys = [f"g{i}" for i in range(len(batch["input_ids"]) // GROUP)]
     rollout = {k: v for k, v in batch.items() if k not in LATER}
     ptq.put(rollout, SCHEMA, keys, "grpo", group_size=GROUP, stage="logprob")
-    ptq.get(keys, "grpo", stage="logprob", layout="padded")
+    nemo_rl.get(keys, "grpo", stage="logprob")
     ptq.write_back(keys, "grpo", {"prev_logprobs": logp["prev_logprobs"]})
-    ptq.get(keys, "grpo", stage="ref_logprob", layout="padded")
+    nemo_rl.get(keys, "grpo", stage="ref_logprob")
     ptq.write_back(keys, "grpo", {"reference_policy_logprobs": logp["reference_policy_logprobs"]})
     ptq.write_back(keys, "grpo", {"advantages": logp["advantages"]})
     out = []
     for meta in rank_shares("grpo", len(keys), [ptq.TEXT]):
-        got = ptq.get_by_meta(meta, stage="train", layout="padded")
+        got = nemo_rl.get_by_meta(meta, stage="train")
         got["__samples__"] = [
             int(k[1:]) * GROUP + j for k in meta_keys(meta, "grpo") for j in range(GROUP)
         ]

@@ -12,7 +12,10 @@ row's value, read from its first token), ``input_lengths``, and packed fields as
 dedup CSR when rows share segments), py_wire's otherwise. ``iter_micro_batches(frame, n)``
 gives ``BatchedDataDict.make_microbatch_iterator(n)``'s micro-batches, in the same shapes
 (``per_micro_batch_width=True``: each narrowed to its own longest row, as NeMo-RL's dynamic
-batching does).
+batching does). ``get(keys, partition_id, stage=...)`` and ``get_by_meta(meta, ...)`` are
+NeMo-RL's TransferQueue fetch (its ``materialize``) over groups or samples that
+:func:`py_wire.interop.transfer_queue.put` stored: padded to the longest row fetched (or
+``pad_to_seqlen``), in NeMo-RL's classes.
 """
 
 from __future__ import annotations
@@ -33,6 +36,17 @@ from py_wire._native import Frame, FrameError, WireError
 from py_wire._packed import PackedTensor
 from py_wire._schema import Schema, load_schema
 from py_wire._source import as_frame
+
+
+def batched_data_dict_class() -> type | None:
+    """NeMo-RL's ``BatchedDataDict`` class, or None when ``nemo_rl`` is not importable."""
+    try:
+        from nemo_rl.distributed.batched_data_dict import (  # type: ignore[import-not-found]
+            BatchedDataDict,
+        )
+    except ImportError:
+        return None
+    return BatchedDataDict  # type: ignore[no-any-return]  # untyped without nemo_rl installed
 
 
 def nemo_packed_class() -> type | None:
@@ -74,6 +88,9 @@ def _padded_width(batch: Mapping[str, Any], schema: Schema) -> int | None:
     return None
 
 
+#: Each row's token count in every ``nemo_rl/*`` schema (its ``lengths_field``; NeMo-RL's name).
+LENGTHS_KEY = "input_lengths"
+
 #: The per-token field NeMo-RL fills on padding with each row's value (GRPO's advantage
 #: estimators return ``advantages.unsqueeze(-1).expand(mask.shape)``), not with a pad value.
 BROADCAST_FIELDS = ("advantages",)
@@ -86,11 +103,11 @@ def from_frame(
     pad_to_multiple_of: int | None = None,
     pad_to_seqlen: int | None = None,
     writable: Writable = "auto",
-) -> dict[str, Any]:
-    """The frame's fields as NeMo-RL holds them (see the module docstring). Wrap the result
-    in ``BatchedDataDict(...)`` on the NeMo-RL side. Padded per-token fields are new tensors;
-    packed and scalar fields are views, under :func:`py_wire.decode`'s ``writable`` policy
-    (the default copies a read-only source, such as a Ray object, once).
+) -> Any:
+    """The frame's fields as NeMo-RL holds them (see the module docstring): NeMo-RL's
+    ``BatchedDataDict`` where ``nemo_rl`` is importable, a dict otherwise. Padded per-token
+    fields are new tensors; packed and scalar fields are views, under :func:`py_wire.decode`'s
+    ``writable`` policy (the default copies a read-only source, such as a Ray object, once).
 
     The padded width is the source's (recorded by :func:`to_frame`, kept by frame operations:
     a shard keeps the batch's width, as ``shard_by_batch_size`` does), else the longest row;
@@ -106,12 +123,110 @@ def from_frame(
         pad_to_multiple_of=_batch_width(frame, pad_to_multiple_of, pad_to_seqlen),
         writable=writable,
     )
-    _broadcast_into_padding(out, frame)
+    _broadcast_into_padding(out, _row_lengths(frame))
+    return _as_nemo_batch(out)
+
+
+def get(
+    keys: Any,
+    partition_id: str,
+    *,
+    stage: str | None = None,
+    fields: Any = None,
+    pad_to_multiple_of: int | None = None,
+    pad_to_seqlen: int | None = None,
+    writable: Writable = "auto",
+) -> Any:
+    """NeMo-RL's fetch from TransferQueue in one call: the rows of ``keys`` stored by
+    :func:`py_wire.interop.transfer_queue.put` (and written back), as NeMo-RL's ``materialize``
+    gives them: per-token fields padded to the longest row fetched (``pad_to_seqlen``: exactly
+    that width, as the workers' ``_fetch`` asks; ``pad_to_multiple_of``: the longest rounded
+    up), NeMo-RL's pad values and ``advantages`` broadcast into the padding, packed fields as
+    NeMo-RL's ``PackedTensor`` and the whole a ``BatchedDataDict`` where ``nemo_rl`` is
+    importable (a dict of py_wire's otherwise). The media column is read only when the stage
+    or ``fields`` want media."""
+    from py_wire.interop import transfer_queue as ptq
+
+    multiple = _fetch_width(pad_to_multiple_of, pad_to_seqlen)
+    wanted = None if fields is None else list(fields)
+    extra: list[str] = []
+    if (
+        wanted is not None
+        and LENGTHS_KEY not in wanted
+        and any(f in wanted for f in BROADCAST_FIELDS)  # broadcast by each row's length
+    ):
+        extra = [LENGTHS_KEY]
+    out = ptq.get(
+        keys,
+        partition_id,
+        stage=stage,
+        fields=None if wanted is None else wanted + extra,
+        layout="padded",
+        pad_to_multiple_of=multiple,
+        writable=writable,
+    )
+    return _nemo_fetch(out, extra, pad_to_seqlen)
+
+
+def get_by_meta(
+    meta: Any,
+    *,
+    stage: str | None = None,
+    fields: Any = None,
+    pad_to_multiple_of: int | None = None,
+    pad_to_seqlen: int | None = None,
+    writable: Writable = "auto",
+) -> Any:
+    """:func:`get` for the samples of a meta: NeMo-RL's ``KVBatchMeta`` (``sample_ids``,
+    ``partition_id``), or TQ's ``KVBatchMeta`` / ``BatchMeta`` as its samplers hand out."""
+    from py_wire.interop import transfer_queue as ptq
+
+    keys, partition_id = ptq.meta_keys(meta)
+    return get(
+        keys,
+        partition_id,
+        stage=stage,
+        fields=fields,
+        pad_to_multiple_of=pad_to_multiple_of,
+        pad_to_seqlen=pad_to_seqlen,
+        writable=writable,
+    )
+
+
+def _fetch_width(pad_to_multiple_of: int | None, pad_to_seqlen: int | None) -> int | None:
+    pad_to_seqlen = optional_count(
+        "pad_to_seqlen", pad_to_seqlen, minimum=1, maximum=MAX_PAD_MULTIPLE
+    )
+    if pad_to_seqlen is not None and pad_to_multiple_of is not None:
+        raise WireError("pass pad_to_seqlen or pad_to_multiple_of, not both")
+    return pad_to_seqlen if pad_to_seqlen is not None else pad_to_multiple_of
+
+
+def _nemo_fetch(out: dict[str, Any], extra: list[str], pad_to_seqlen: int | None) -> Any:
+    """A padded fetch made NeMo-RL's: the width checked against ``pad_to_seqlen``,
+    ``advantages`` broadcast by the lengths field, the fields fetched only for that dropped."""
+    value = out.get(LENGTHS_KEY)
+    lengths = value.to(torch.int64) if isinstance(value, torch.Tensor) else None
+    longest = int(lengths.max()) if lengths is not None and lengths.numel() else 0
+    if pad_to_seqlen is not None and longest > pad_to_seqlen:
+        raise WireError(f"pad_to_seqlen={pad_to_seqlen}: the longest row has {longest} tokens")
+    if lengths is not None:
+        _broadcast_into_padding(out, lengths)
+    for name in extra:
+        out.pop(name, None)
+    return _as_nemo_batch(out)
+
+
+def _as_nemo_batch(out: dict[str, Any]) -> Any:
+    """Packed fields as NeMo-RL's ``PackedTensor``, the whole as its ``BatchedDataDict``, where
+    ``nemo_rl`` is importable; ``out`` as it is otherwise."""
     nemo = nemo_packed_class()
-    for name, value in out.items():
-        if isinstance(value, PackedTensor) and nemo is not None:
-            out[name] = _as_nemo(value, nemo)
-    return out
+    if nemo is not None:
+        for name, value in out.items():
+            if isinstance(value, PackedTensor):
+                out[name] = _as_nemo(value, nemo)
+    cls = batched_data_dict_class()
+    return out if cls is None else cls(out)
 
 
 def iter_micro_batches(
@@ -123,7 +238,7 @@ def iter_micro_batches(
     pad_to_multiple_of: int | None = None,
     pad_to_seqlen: int | None = None,
     writable: Writable = "auto",
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[Any]:
     """NeMo-RL's micro-batches of the frame: ``BatchedDataDict.make_microbatch_iterator(n)``
     for ``groups=n`` (or row groups, as :func:`py_wire.trainer.iter_micro_batches` takes),
     each a dict as :func:`from_frame` gives for those rows: by default every micro-batch is
@@ -145,14 +260,9 @@ def iter_micro_batches(
         narrow=per_micro_batch_width,
         narrow_multiple=1 if pad_to_multiple_of is None else pad_to_multiple_of,
     )
-    _broadcast_into_padding(batches.decoded, frame)
-    nemo = nemo_packed_class()
+    _broadcast_into_padding(batches.decoded, _row_lengths(frame))
     for mb in batches:
-        if nemo is not None:
-            for name, value in mb.items():
-                if isinstance(value, PackedTensor):
-                    mb[name] = _as_nemo(value, nemo)
-        yield mb
+        yield _as_nemo_batch(mb)
 
 
 def _batch_width(
@@ -173,18 +283,25 @@ def _batch_width(
     return pad_to_seqlen
 
 
-def _broadcast_into_padding(out: dict[str, Any], frame: Frame) -> None:
-    """Each :data:`BROADCAST_FIELDS` field's padded cells set to its row's first value, in
-    place (the tensors are the padded layout's own copies). A row without tokens keeps 0."""
+def _row_lengths(frame: Frame) -> torch.Tensor | None:
+    """Each row's tokens, from the frame's sequence offsets (None: no sequence field)."""
     seq = frame.layout.seq_offsets
     if seq is None:
+        return None
+    offsets = np.frombuffer(memoryview(frame), np.int64, seq.nbytes // 8, seq.offset)
+    return torch.from_numpy(np.diff(offsets))
+
+
+def _broadcast_into_padding(out: dict[str, Any], row_lengths: torch.Tensor | None) -> None:
+    """Each :data:`BROADCAST_FIELDS` field's padded cells set to its row's first value, in
+    place (the tensors are the padded layout's own copies). A row without tokens keeps 0."""
+    if row_lengths is None:
         return
     for name in BROADCAST_FIELDS:
         value = out.get(name)
         if not isinstance(value, torch.Tensor) or value.dim() != 2 or value.shape[1] == 0:
             continue
-        offsets = np.frombuffer(memoryview(frame), np.int64, seq.nbytes // 8, seq.offset)
-        lengths = torch.from_numpy(np.diff(offsets)).to(value.device)
+        lengths = row_lengths.to(value.device)
         # One elementwise pass over the cells, in place (where reads each cell before it writes).
         padding = torch.arange(value.shape[1], device=value.device) >= lengths[:, None]
         padding &= (lengths > 0)[:, None]

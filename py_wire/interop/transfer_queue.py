@@ -82,7 +82,7 @@ import numpy as np
 import torch
 
 from py_wire import _native
-from py_wire._args import batch_mapping, count, items
+from py_wire._args import batch_mapping, count, flag, items
 from py_wire._decode import (
     FrameViews,
     Writable,
@@ -520,6 +520,10 @@ def _is_ours(column: str) -> bool:
     return column in COLUMNS or column.startswith(WRITE_BACK)
 
 
+def _is_write_back(column: str) -> bool:
+    return column.startswith(WRITE_BACK)
+
+
 def _written_fields(column: str) -> list[str]:
     return column[len(WRITE_BACK) :].split(",") if column.startswith(WRITE_BACK) else []
 
@@ -714,6 +718,7 @@ def decode_columns(
     wanted = _wanted(sch, stage, fields)
     seq = sch.sequence_field
     merged: dict[str, Any] = {}
+    source: dict[str, str] = {}
     joined = {c: g[0] if len(g) == 1 else concat(list(g)) for c, g in frames.items()}
     _check_sequences(frames, joined, keys, seq)
     for column, frame in joined.items():
@@ -725,11 +730,19 @@ def decode_columns(
             frame, keep, writable=writable, **decode_options
         ).items():
             if name in keep and name in merged:
+                # A write-back with replace=True holds a field the text column holds too:
+                # the write-back's is the field now. Any other pair is two answers.
+                if source[name] == TEXT and _is_write_back(column):
+                    merged[name], source[name] = value, column
+                    continue
+                if column == TEXT and _is_write_back(source[name]):
+                    continue
                 raise with_context(
                     FrameError(f"field {name!r} is held by two TQ columns of keys {keys[:4]}"),
                     field=name,
                 )
             merged.setdefault(name, value)
+            source.setdefault(name, column)
     if wanted is not None:
         _check_required(sch, stage, wanted, merged, keys)
         rows = decode_options.get("rows")
@@ -911,14 +924,25 @@ def get_by_meta(
     **decode_options: Any,
 ) -> dict[str, Any]:
     """What :func:`get` returns, for the samples of a TQ ``BatchMeta`` or ``KVBatchMeta`` (what
-    ``get_meta`` and TQ's samplers hand out) instead of keys. A sample named twice is a
-    :class:`~py_wire.BatchError` naming it."""
+    ``get_meta`` and TQ's samplers hand out), or NeMo-RL's ``KVBatchMeta`` (``sample_ids``,
+    ``partition_id``), instead of keys. A sample named twice is a :class:`~py_wire.BatchError`
+    naming it."""
+    keys, partition_id = meta_keys(meta)
+    return get(keys, partition_id, stage=stage, fields=fields, writable=writable, **decode_options)
+
+
+def meta_keys(meta: Any) -> tuple[list[str], str]:
+    """The keys and partition a meta addresses: TQ's ``KVBatchMeta`` (``keys``) or
+    ``BatchMeta`` (global indexes of one partition, resolved by TQ), or NeMo-RL's
+    ``KVBatchMeta`` (``sample_ids``)."""
     keys = getattr(meta, "keys", None)
+    if keys is None:
+        keys = getattr(meta, "sample_ids", None)
     partition_id = getattr(meta, "partition_id", None)
     if keys is None and not hasattr(meta, "partition_ids"):
         raise TypeError(
-            f"meta must be TQ's KVBatchMeta (keys, partition_id) or BatchMeta, not "
-            f"{type(meta).__name__}"
+            f"meta must be TQ's KVBatchMeta (keys, partition_id) or BatchMeta, or NeMo-RL's "
+            f"KVBatchMeta (sample_ids, partition_id), not {type(meta).__name__}"
         )
     if keys is None:  # a BatchMeta: global indexes of one partition
         parts = set(meta.partition_ids)
@@ -934,8 +958,7 @@ def get_by_meta(
         )
     if not isinstance(partition_id, str):
         raise TypeError(f"meta has no partition_id: {type(meta).__name__}")
-    keys = _names("meta.keys", keys)
-    return get(keys, partition_id, stage=stage, fields=fields, writable=writable, **decode_options)
+    return _names("meta.keys", keys), partition_id
 
 
 # -- write-backs ------------------------------------------------------------------------------
@@ -945,6 +968,8 @@ def write_back(
     keys: Sequence[str] | str,
     partition_id: str,
     fields: Mapping[str, Any],
+    *,
+    replace: bool = False,
 ) -> Any:
     """Add ``fields`` (name → value over the rows of ``keys``' groups, in that order: what a
     logprob, reference or driver step computes) to the groups stored under ``keys``, as one
@@ -955,7 +980,13 @@ def write_back(
     as the groups hold; a per-token field's row ``i`` has exactly as many tokens as stored row
     ``i`` (a padded ``[B, W, ...]`` tensor is cut to the stored lengths, ``W`` at least the
     longest); dtypes and shapes as :func:`py_wire.encode` checks them. Any mismatch is a
-    :class:`~py_wire.BatchError` naming the field (and row). Returns TQ's ``KVBatchMeta``."""
+    :class:`~py_wire.BatchError` naming the field (and row). Returns TQ's ``KVBatchMeta``.
+
+    ``replace=True`` also takes fields the groups hold already (NeMo-RL's driver rewrites
+    ``sample_mask`` after filtering): stored at put, or written back before in a write-back of
+    exactly these fields (which TQ then overwrites). :func:`get` returns the replacement; the
+    sequence field and media are never replaced."""
+    flag("replace", replace)
     keys = _key_list(keys)
     if not isinstance(fields, Mapping) or not fields:
         raise TypeError("fields must be a non-empty mapping of field name to value")
@@ -974,7 +1005,7 @@ def write_back(
                 ),
                 "keys",
             )
-    names = _check_written(sch, fields, held, text)
+    names = _check_written(sch, fields, held, text, replace)
     seq = sch.sequence_field
     joined = text[0] if len(text) == 1 else concat(text)
     stored_seq = decode_selected(joined, {seq}, writable="view")[seq] if seq else None
@@ -998,11 +1029,16 @@ def write_back(
 
 
 def _check_written(
-    sch: Schema, fields: Mapping[str, Any], held: Sequence[str], text: Sequence[Frame]
+    sch: Schema,
+    fields: Mapping[str, Any],
+    held: Sequence[str],
+    text: Sequence[Frame],
+    replace: bool,
 ) -> list[str]:
     """The written fields in schema order, each one the stored groups may take."""
     stored = {f.name for frame in text[:1] for f in frame.layout.fields}
     written = {n for c in held for n in _written_fields(c)}
+    column = WRITE_BACK + ",".join(n for n in sch.fields if n in fields)
     for name in fields:
         problem = None
         if name not in sch.fields:
@@ -1011,10 +1047,16 @@ def _check_written(
             problem = "is the sequence field, stored at put"
         elif sch.fields[name].column != "text":
             problem = 'is declared column = "media": media are stored at put'
-        elif name in stored:
-            problem = "is stored already for these keys (put holds it)"
-        elif name in written:
-            problem = "was written back already for these keys"
+        elif name in stored and not replace:
+            problem = "is stored already for these keys (put holds it; replace=True replaces it)"
+        elif name in written and not replace:
+            problem = "was written back already for these keys (replace=True replaces it)"
+        elif name in written and column not in held:
+            together = [c for c in held if name in _written_fields(c)]
+            problem = (
+                f"was written back in {together} with other fields: replace them together "
+                f"(one write_back of {_written_fields(together[0])})"
+            )
         if problem is not None:
             raise with_field(BatchError(f"write_back: field {name!r} {problem}"), str(name))
     return [n for n in sch.fields if n in fields]

@@ -352,6 +352,7 @@ def test_a_column_that_is_not_uint8_is_a_frame_error(backend: str) -> None:
 # -- issue 28: write-backs, rollout puts, samplers -------------------------------------------
 
 NEMO = "nemo_rl/qwen2_5_vl"
+NEMO_SEQ = "input_ids"
 
 
 def _nemo_batch() -> dict[str, Any]:
@@ -471,3 +472,100 @@ def test_a_key_handed_twice_is_refused(batch: dict[str, Any]) -> None:
         ptq.get_by_meta(SimpleNamespace(keys=[names[1], names[1]], partition_id="p"))
     with pytest.raises(py_wire.BatchError, match="named twice"):
         ptq.write_back([names[2], names[2]], "p", {"advantages": batch["advantages"][:8]})
+
+
+def test_each_dp_rank_writes_back_its_own_keys() -> None:
+    """NeMo-RL's logprob workers write back per DP rank: each rank its own keys, the same
+    field, one after the other; a get over every key merges them."""
+    full = _nemo_batch()
+    later = ("prev_logprobs", "reference_policy_logprobs")
+    rollout = {k: v for k, v in full.items() if k not in later}
+    names = keys("ranks", 4)
+    ptq.put(rollout, NEMO, names, "ranks", group_size=2, stage="logprob")
+    for field in later:
+        rows = list(full[field])  # generate() gives per-token fields as lists of rows
+        for rank in range(2):  # two ranks, two groups (four rows) each
+            mine = rows[4 * rank : 4 * rank + 4]
+            ptq.write_back(names[2 * rank : 2 * rank + 2], "ranks", {field: mine})
+    frame = py_wire.encode(full, NEMO)
+    assert_same(py_wire.decode(frame, stage="train"), ptq.get(names, "ranks", stage="train"))
+    with pytest.raises(py_wire.BatchError, match="written back already"):
+        ptq.write_back(names[1:3], "ranks", {"prev_logprobs": full["prev_logprobs"][2:6]})
+    tq.kv_clear(keys=names, partition_id="ranks")
+
+
+def test_replace_rewrites_a_stored_field_and_nothing_else() -> None:
+    """NeMo-RL's driver rewrites sample_mask after filtering: write_back(replace=True) takes a
+    field put stored, and get returns the new value; without replace it is refused by name."""
+    full = _nemo_batch()
+    later = ("prev_logprobs", "reference_policy_logprobs")
+    rollout = {k: v for k, v in full.items() if k not in later}
+    names = keys("replace", 4)
+    ptq.put(rollout, NEMO, names, "replace", group_size=2, stage="logprob")
+    mask = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0])
+    with pytest.raises(py_wire.BatchError, match="replace=True") as err:
+        ptq.write_back(names, "replace", {"sample_mask": mask})
+    assert err.value.field == "sample_mask"
+    ptq.write_back(names, "replace", {"sample_mask": mask}, replace=True)
+    got = ptq.get(names, "replace", stage="logprob")
+    assert torch.equal(got["sample_mask"], mask)
+    want = py_wire.decode(py_wire.encode({**full, "sample_mask": mask}, NEMO), stage="logprob")
+    assert_same(want, got)
+    # once more: the same write-back column, overwritten by TQ
+    ptq.write_back(names[2:], "replace", {"sample_mask": mask[4:] * 0}, replace=True)
+    assert torch.equal(ptq.get(names, "replace", stage="logprob")["sample_mask"][4:], mask[4:] * 0)
+    for never, problem in ((NEMO_SEQ, "sequence field"), ("pixel_values", "media")):
+        with pytest.raises(py_wire.BatchError, match=problem):
+            ptq.write_back(names, "replace", {never: full[never]}, replace=True)
+    ptq.write_back(
+        names,
+        "replace",
+        {
+            "prev_logprobs": full["prev_logprobs"],
+            "reference_policy_logprobs": full["reference_policy_logprobs"],
+        },
+    )
+    with pytest.raises(py_wire.BatchError, match="together"):
+        ptq.write_back(names, "replace", {"prev_logprobs": full["prev_logprobs"]}, replace=True)
+    tq.kv_clear(keys=names, partition_id="replace")
+
+
+def test_nemo_rl_get_is_materialize_in_one_call() -> None:
+    """py_wire.interop.nemo_rl.get: NeMo-RL's padded fetch (its materialize) from groups put
+    by py_wire: per-token fields [B, longest fetched] with NeMo-RL's pad values, advantages
+    broadcast into the padding, pad_to_seqlen exact; NeMo-RL's KVBatchMeta (sample_ids)."""
+    from types import SimpleNamespace
+
+    from py_wire.interop import nemo_rl
+
+    full = _nemo_batch()
+    names = keys("nemo_get", 4)
+    ptq.put(full, NEMO, names, "nemo_get", group_size=2)
+    frame = nemo_rl.to_frame(full, NEMO)
+    rows = py_wire.decode(frame, layout="list")
+    lengths = full["input_lengths"].tolist()
+    got = nemo_rl.get(names, "nemo_get", stage="train")
+    longest = max(lengths)
+    assert got["input_ids"].shape == (8, longest)
+    pad = py_wire.load_schema(NEMO).fields["input_ids"].pad_value
+    for i, n in enumerate(lengths):
+        assert torch.equal(got["input_ids"][i, :n], rows["input_ids"][i])
+        assert bool((got["input_ids"][i, n:] == pad).all())
+        adv = got["advantages"][i]
+        assert torch.equal(adv[:n], rows["advantages"][i])
+        assert bool((adv[n:] == rows["advantages"][i][0]).all())  # broadcast, as NeMo-RL's
+    # the same as from_frame of the whole batch at the fetch's width
+    whole = nemo_rl.from_frame(frame, stage="train", pad_to_seqlen=longest)
+    for name in ("input_ids", "advantages", "token_mask", "prev_logprobs"):
+        assert torch.equal(got[name], whole[name]), name
+    wide = nemo_rl.get(names[1:3], "nemo_get", stage="train", pad_to_seqlen=longest + 5)
+    assert wide["input_ids"].shape == (4, longest + 5)
+    with pytest.raises(py_wire.WireError, match="pad_to_seqlen=1"):
+        nemo_rl.get(names, "nemo_get", stage="train", pad_to_seqlen=1)
+    only = nemo_rl.get(names, "nemo_get", fields=["advantages"])
+    assert list(only) == ["advantages"] and torch.equal(only["advantages"], got["advantages"])
+    # NeMo-RL's own KVBatchMeta carries sample_ids and partition_id
+    meta = SimpleNamespace(partition_id="nemo_get", task_name=None, sample_ids=names[::-1])
+    back = nemo_rl.get_by_meta(meta, stage="train")
+    assert torch.equal(back["input_lengths"], full["input_lengths"].view(4, 2).flip(0).reshape(-1))
+    tq.kv_clear(keys=names, partition_id="nemo_get")
