@@ -148,7 +148,7 @@ def get(
     from py_wire.interop import transfer_queue as ptq
 
     multiple = _fetch_width(pad_to_multiple_of, pad_to_seqlen)
-    wanted = None if fields is None else list(fields)
+    wanted = None if fields is None else ptq._names("fields", fields)
     extra: list[str] = []
     if (
         wanted is not None

@@ -219,9 +219,12 @@ class TQStream:
         adds ``key`` to the partition with its tags only. Checking and reserving are two
         controller calls, so after reserving a producer counts again the groups open before
         its reservation (``(time, key)`` order, the same for every producer) and, where those
-        fill the window, withdraws it and waits again (a few groups still pass the bound on TQ:
-        a known bug, see docs/streaming.md). ``version`` may be a callable, read once admitted
-        (the weights a producer syncs to after waiting). Returns the version."""
+        fill the window, withdraws it and waits again. ``version`` may be a callable, read once
+        admitted (the weights a producer syncs to after waiting) and again once the
+        reservation is visible to the sampler, until the two agree: a trainer step that sampled
+        before the reservation was visible cannot have waited for it, so the group takes the
+        newer weights rather than train past the bound. (With a fixed ``version`` that race is
+        the caller's.) Returns the version."""
         admitted: list[int] = []
 
         def check() -> str | None:
@@ -241,6 +244,20 @@ class TQStream:
             if reason is not None:  # another producer reserved first: withdraw, wait again
                 _tq().kv_clear(keys=[key], partition_id=self.partition_id)
                 return reason
+            # The version was read before the reservation was visible: a trainer step that
+            # sampled in between could not wait for this group, which would then train a
+            # version later than the bound allows. Read it again now that the sampler sees the
+            # reservation; when the trainer moved on, the group takes the new weights.
+            while callable(version):
+                now = int(version())
+                if now == v:
+                    break
+                v = now
+                _tq().kv_put(
+                    key=key,
+                    partition_id=self.partition_id,
+                    tag={"state": "reserved", VERSION_KEY: v, "at": at},
+                )
             admitted.append(v)
             return None
 

@@ -43,7 +43,7 @@ def i64(*v: int) -> bytes:
 
 
 def meta(rows: int, fields: list[dict], seq: str | None = None) -> dict[str, str]:
-    m = {"py_wire.format": "1", "py_wire.num_rows": str(rows), "py_wire.fields": json.dumps(fields)}
+    m = {"py_wire.format": "3", "py_wire.num_rows": str(rows), "py_wire.fields": json.dumps(fields)}
     if seq:
         m["py_wire.sequence_field"] = seq
     return m

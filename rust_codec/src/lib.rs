@@ -11,8 +11,8 @@
 //! tensor list `py_wire.tensors` ([`frame::compact`], [`frame::tensor_list`]); then the data
 //! section, per field and never per row, every tensor 64-byte aligned. The reader derives the
 //! field table and sequence field from the schema ([`frame::layout::schema_field_table`]).
-//! Pre-1.0 formats `"2"` and `"1"` are still read; a bare codec frame, encoded without any
-//! schema (the codec's own tests and fuzz targets; the Python layer never writes or accepts
+//! Only format `"3"` is read (the formats before it are refused by version); a bare codec
+//! frame, encoded without any schema (the codec's own tests and fuzz targets; the Python layer never writes or accepts
 //! one), carries its field table (`py_wire.fields`, `py_wire.sequence_field`) instead.
 //!
 //! Every length, offset, shape and index read from a header is checked before use

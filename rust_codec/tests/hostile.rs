@@ -17,7 +17,7 @@ use py_wire_codec::{parse_frame, DType, EncodeRequest, Error, FieldData, FieldIn
 /// A frame with no tensors at all whose metadata claims `rows` rows.
 fn fieldless_frame(rows: &str) -> Vec<u8> {
     let mut meta = BTreeMap::new();
-    meta.insert("py_wire.format".to_string(), "1".to_string());
+    meta.insert("py_wire.format".to_string(), "3".to_string());
     meta.insert("py_wire.num_rows".to_string(), rows.to_string());
     meta.insert("py_wire.fields".to_string(), "[]".to_string());
     write_header(&meta, &[]).unwrap()

@@ -164,61 +164,6 @@ fn rewritten(
     out
 }
 
-/// A format-1 frame, as py_wire wrote them before the field table left the embedded header:
-/// the format-2 frame of `SCHEMA` with `table` and `seq` added and the version set to "1".
-fn format_1(table: &[FieldSpec], seq: Option<&str>) -> Vec<u8> {
-    let current = frame(Some(SCHEMA), Some(&fingerprint(SCHEMA)), DType::F32, "ids");
-    rewritten(&current, |md| {
-        md.insert(meta::FORMAT.into(), "1".into());
-        md.insert(
-            meta::FIELDS.into(),
-            serde_json::to_string(table).unwrap().into(),
-        );
-        if let Some(seq) = seq {
-            md.insert(meta::SEQUENCE_FIELD.into(), seq.into());
-        }
-    })
-}
-
-#[test]
-fn format_1_frames_are_read_when_their_field_table_is_the_schemas() {
-    let old = format_1(&specs(), Some("ids"));
-    assert_eq!(parse_header(&old).unwrap().metadata[meta::FORMAT], "1");
-    let layout = parse_frame(&old).unwrap();
-    assert_eq!(specs_of(&layout), specs());
-    assert_eq!(layout.sequence_field.as_deref(), Some("ids"));
-    // Written in another order, the table still names the same fields: the derived order wins.
-    let reversed: Vec<FieldSpec> = specs().into_iter().rev().collect();
-    let layout = parse_frame(&format_1(&reversed, Some("ids"))).unwrap();
-    assert_eq!(specs_of(&layout), specs());
-
-    // A table that disagrees with the schema, or with the tensors, is a FrameError naming the
-    // field; so are a wrong sequence field and a missing table.
-    let mut wrong = specs();
-    wrong[1].dtype = DType::F64;
-    let msg = refusal(&format_1(&wrong, Some("ids")));
-    assert!(
-        msg.contains("field \"reward\"") && msg.contains("dtype float64"),
-        "{msg}"
-    );
-    let msg = refusal(&format_1(&specs()[..1], Some("ids")));
-    assert!(
-        msg.contains("\"reward\"") && msg.contains("leaves it out"),
-        "{msg}"
-    );
-    let twice = [specs(), specs()[1..].to_vec()].concat();
-    assert!(refusal(&format_1(&twice, Some("ids"))).contains("twice"));
-    let msg = refusal(&format_1(&specs(), Some("reward")));
-    assert!(msg.contains("sequence field"), "{msg}");
-    let msg = refusal(&format_1(&specs(), None));
-    assert!(msg.contains("sequence field"), "{msg}");
-    let no_table = rewritten(&old, |md| {
-        md.remove(meta::FIELDS);
-    });
-    let msg = refusal(&no_table);
-    assert!(msg.contains("\"py_wire.fields\" is missing"), "{msg}");
-}
-
 #[test]
 fn a_format_3_header_that_mixes_forms_or_another_version_is_refused() {
     let current = frame(Some(SCHEMA), Some(&fingerprint(SCHEMA)), DType::F32, "ids");
@@ -237,14 +182,18 @@ fn a_format_3_header_that_mixes_forms_or_another_version_is_refused() {
     });
     let msg = refusal(&future);
     assert!(
-        msg.contains("\"4\"") && msg.contains("\"3\"") && msg.contains("\"2\""),
+        msg.contains("\"4\"") && msg.contains("format \"3\" only"),
         "{msg}"
     );
-    // Format 2's embedded form is format 3's: such a frame still reads.
-    let format_2 = rewritten(&current, |md| {
-        md.insert(meta::FORMAT.into(), "2".into());
-    });
-    assert_eq!(parse_frame(&format_2).unwrap().num_rows, 2);
+    // The formats before 3 are not read (0.1 had no users), not even where their bytes are
+    // format 3's (format 2's embedded form): the version names what a frame is.
+    for old in ["1", "2"] {
+        let earlier = rewritten(&current, |md| {
+            md.insert(meta::FORMAT.into(), old.into());
+        });
+        let msg = refusal(&earlier);
+        assert!(msg.contains(&format!("\"{old}\"")), "{old}: {msg}");
+    }
 }
 
 #[test]

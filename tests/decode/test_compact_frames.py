@@ -151,9 +151,10 @@ def rebuilt(frame: py_wire.Frame, table: dict, **meta: str) -> bytes:
     return struct.pack("<Q", len(text) + pad) + text + b" " * pad + data_section(frame)
 
 
-def test_format_2_compact_frames_still_read_and_forms_do_not_mix():
-    """Format 2's compact header kept the safetensors table; it reads as before. A format-3
-    compact header must list its tensors, and only a compact header may."""
+def test_formats_before_3_are_refused_and_forms_do_not_mix():
+    """Only format 3 is read: a format-2 compact header (it kept the safetensors table) is
+    refused by its version. A compact header must list its tensors, and only a compact header
+    may."""
     batch = small_text_batch((3, 1, 4))
     compact = py_wire.encode(batch, TEXT, compact=True)
     embedded = py_wire.encode(batch, TEXT)
@@ -161,15 +162,11 @@ def test_format_2_compact_frames_still_read_and_forms_do_not_mix():
     for key in ("py_wire.schema", "py_wire.fingerprint"):
         del table["__metadata__"][key]
     old = rebuilt(embedded, table, **{"py_wire.format": "2", SCHEMA_REF_KEY: TEXT.fingerprint})
-    frame = py_wire.Frame.from_buffer(old)
-    assert frame.compact
-    assert_batch_equal(py_wire.decode(frame), batch, TEXT)
-    assert bytes(py_wire.take_rows(frame, [0, 1, 2])) == bytes(compact)
+    with pytest.raises(py_wire.FrameError, match=r'version "2" is not supported') as err:
+        py_wire.Frame.from_buffer(old)
+    assert err.value.expected == "3"
     with pytest.raises(py_wire.FrameError, match=r'lists its tensors in "py_wire\.tensors"'):
         py_wire.Frame.from_buffer(rebuilt(embedded, table, **{"py_wire.format": "3"}))
-    mine = header(compact)[1]
-    with pytest.raises(py_wire.FrameError, match="format-2 compact frame never does"):
-        py_wire.Frame.from_buffer(rebuilt(compact, mine, **{"py_wire.format": "2"}))
     mine = header(compact)[1]
     del mine["__metadata__"][SCHEMA_REF_KEY]
     mine["__metadata__"]["py_wire.schema"] = TEXT.canonical_json

@@ -362,8 +362,8 @@ def meta_drop_or_add(c: Ctx, p: Parsed) -> None:
 def meta_sequence_field(c: Ctx, p: Parsed) -> None:
     names = sorted({k.split(".")[0] for k in p.tensors() if not k.startswith("__")})
     v = c.rng.choice([*names, "", "nope", "__seq_offsets", "__metadata__"])
-    # A format-2 embedded header carries no sequence field (one is refused as mixing forms):
-    # half the time make it a format-1 header, whose sequence field is checked against its schema.
+    # An embedded header carries no sequence field (one is refused as mixing forms); half the
+    # time make it a format-1 header, which the reader refuses by its version.
     if c.rng.random() < 0.5 and to_format_1(p):
         c.note("as format 1")
     if c.rng.random() < 0.3:
@@ -408,8 +408,8 @@ def format_1_table(p: Parsed) -> list[dict[str, object]] | None:
 
 def to_format_1(p: Parsed) -> bool:
     """Rewrite an embedded header as a format-1 writer wrote it: version "1", the field table
-    and the sequence field beside the schema (which the reader must find to agree). False when
-    the header holds no readable schema (nothing is changed then)."""
+    and the sequence field beside the schema (a format no longer read: refused by its version).
+    False when the header holds no readable schema (nothing is changed then)."""
     table = format_1_table(p)
     if table is None:
         return False
@@ -422,8 +422,8 @@ def to_format_1(p: Parsed) -> bool:
 
 
 def _fields(p: Parsed) -> list[dict[str, object]]:
-    """The header's field table: a bare or format-1 header's own; an embedded format-2 header
-    carries none, so it is made a format-1 header first (the table then what its schema says)."""
+    """The header's field table: a bare or format-1 header's own; an embedded header carries
+    none, so it is made a format-1 header first (the table then what its schema says)."""
     if p.meta_get("py_wire.fields") is None and p.meta_get("py_wire.schema") is not None:
         to_format_1(p)
     return json.loads(p.meta_get("py_wire.fields"))  # type: ignore[arg-type]

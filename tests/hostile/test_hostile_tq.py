@@ -26,6 +26,7 @@ import transfer_queue as tq
 from hypothesis import given
 from omegaconf import OmegaConf
 
+from py_wire.interop import nemo_rl
 from py_wire.interop import transfer_queue as ptq
 from py_wire.synth.registry import generate
 from tests.hostile.test_hostile_sweep import (
@@ -115,7 +116,23 @@ def _get_by_meta(**kw: Any) -> Any:
 def _write_back(**kw: Any) -> Any:
     args = {"fields": {"prev_logprobs": FULL["prev_logprobs"]}, "partition_id": PARTITION, **kw}
     keys = args.pop("keys") if "keys" in args else _fresh()
-    return ptq.write_back(keys, args.pop("partition_id"), args.pop("fields"))
+    return ptq.write_back(keys, args.pop("partition_id"), args.pop("fields"), **args)
+
+
+def _meta_keys(**kw: Any) -> Any:
+    args = {"meta": SimpleNamespace(keys=_stored(), partition_id=PARTITION), **kw}
+    return ptq.meta_keys(args.pop("meta"))
+
+
+def _nemo_get(**kw: Any) -> Any:
+    args = {"keys": _stored(), "partition_id": PARTITION, "stage": "logprob", **kw}
+    return nemo_rl.get(args.pop("keys"), args.pop("partition_id"), **args)
+
+
+def _nemo_get_by_meta(**kw: Any) -> Any:
+    meta = SimpleNamespace(sample_ids=_stored(), partition_id=PARTITION)  # NeMo-RL's form
+    args = {"meta": meta, "stage": "logprob", **kw}
+    return nemo_rl.get_by_meta(args.pop("meta"), **args)
 
 
 def _decode_columns(**kw: Any) -> Any:
@@ -148,7 +165,12 @@ TARGETS: list[Target] = [
     *_targets("transfer_queue.get_by_meta", _get_by_meta, "meta", "stage", "fields", "writable",
               **TQ_ALIASES),
     *_targets("transfer_queue.write_back", _write_back, "keys", "partition_id", "fields",
-              **TQ_ALIASES),
+              "replace", **TQ_ALIASES),
+    *_targets("transfer_queue.meta_keys", _meta_keys, "meta", **TQ_ALIASES),
+    *_targets("nemo_rl.get", _nemo_get, "keys", "partition_id", "stage", "fields",
+              "pad_to_multiple_of", "pad_to_seqlen", "writable", **TQ_ALIASES),
+    *_targets("nemo_rl.get_by_meta", _nemo_get_by_meta, "meta", "stage", "fields",
+              "pad_to_multiple_of", "pad_to_seqlen", "writable", **TQ_ALIASES),
     *_targets("transfer_queue.decode_columns", _decode_columns, "frames", "keys", "stage",
               "fields", "writable", **TQ_ALIASES),
 ]  # fmt: skip

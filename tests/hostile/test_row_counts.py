@@ -21,7 +21,7 @@ def fieldless_frame(num_rows: int, schema_name: str = "qwen2_5_vl") -> bytes:
     """A frame with no tensors, the real schema and fingerprint, and a claimed row count."""
     schema = py_wire.load_schema(schema_name)
     meta = {
-        "py_wire.format": "2",
+        "py_wire.format": "3",
         "py_wire.num_rows": str(num_rows),
         "py_wire.schema": schema.canonical_json,
         "py_wire.fingerprint": schema.fingerprint,

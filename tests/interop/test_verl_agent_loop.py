@@ -201,7 +201,7 @@ def test_a_gathered_record_to_frame_did_not_write_is_a_frame_error(
         "verl.gathered",
         record,
     )
-    with pytest.raises(py_wire.FrameError, match="verl.gathered"):
+    with pytest.raises(py_wire.FrameError, match=r"verl\.gathered"):
         pw_verl.from_frame(damaged)
 
 
@@ -210,7 +210,7 @@ def test_a_gathered_key_missing_from_a_row_names_field_row_and_key(tmp_path: Pat
     frame = pw_verl.to_frame(agent_loop_batch(False), schema, stage="logprob")
     record = json.loads(frame.metadata["verl.gathered"]) | {"score": ["<f8", []]}
     damaged = with_record(frame, schema, "verl.gathered", json.dumps(record))
-    with pytest.raises(py_wire.BatchError, match="row 0.*'score'") as e:
+    with pytest.raises(py_wire.BatchError, match=r"row 0.*'score'") as e:
         pw_verl.from_frame(damaged)
     assert e.value.field == "reward_extras"
 

@@ -133,121 +133,70 @@ pub fn schema_field_table(specs: &[FieldSpec], header: &Header) -> Vec<FieldSpec
         .collect()
 }
 
-/// The field table and sequence field of the frame whose header is `header`, in format
-/// `format` (checked by the caller to be one this build reads):
+/// The field table and sequence field of the frame whose header is `header` (format
+/// [`meta::FORMAT_VERSION`], checked by the caller):
 ///
 /// - compact (`py_wire.schema_ref`): from the held schema it names (see `frame::compact`; a
 ///   `FrameError` naming the fingerprint when this process holds no such schema);
 /// - embedded (`py_wire.schema`, checked against `py_wire.fingerprint`, see
-///   `frame::schema_text`): from that schema. A format-1 header also carries the field table
-///   and sequence field it was written with, which must be what the schema implies; a
-///   format-2 header that carries them mixes forms;
+///   `frame::schema_text`): from that schema; a header that also carries a field table or
+///   sequence field mixes forms;
 /// - neither (a bare codec frame, written without a schema): the field table it carries.
-fn field_table(header: &Header, format: &str) -> Result<(Vec<FieldSpec>, Option<String>)> {
+fn field_table(header: &Header) -> Result<(Vec<FieldSpec>, Option<String>)> {
     let metadata = &header.metadata;
     let reference = compact::schema_ref(metadata)?;
-    check_table_form(header.listed, reference.is_some(), format)?;
+    check_table_form(header.listed, reference.is_some())?;
     if let Some(reference) = reference {
         let schema = compact::resolve(reference)?;
         let specs = schema_field_table(&schema.specs, header);
         return Ok((specs, schema.sequence_field.clone()));
     }
-    let carried = || -> Result<Option<(Vec<FieldSpec>, Option<String>)>> {
-        let Some(json) = metadata.get(meta::FIELDS) else {
-            return Ok(None);
-        };
-        let specs: Vec<FieldSpec> =
-            serde_json::from_str(json).map_err(|e| frame_err!("field table is malformed: {e}"))?;
-        Ok(Some((specs, metadata.get(meta::SEQUENCE_FIELD).cloned())))
-    };
     let Some(facts) = schema_text::embedded_facts(metadata)? else {
-        return carried()?.ok_or_else(|| {
+        let json = metadata.get(meta::FIELDS).ok_or_else(|| {
             frame_err!(
                 "the frame carries no schema ({:?} or {:?}) and no field table ({:?})",
                 meta::SCHEMA,
                 meta::SCHEMA_REF,
                 meta::FIELDS
             )
-        });
+        })?;
+        let specs: Vec<FieldSpec> =
+            serde_json::from_str(json).map_err(|e| frame_err!("field table is malformed: {e}"))?;
+        return Ok((specs, metadata.get(meta::SEQUENCE_FIELD).cloned()));
     };
-    let specs = schema_field_table(&facts.specs, header);
-    if format == meta::FORMAT_VERSION_1 {
-        let (table, sequence_field) = carried()?
-            .ok_or_else(|| frame_err!("{:?} is missing (a format-1 frame)", meta::FIELDS))?;
-        // Names first (linear in the table), so the per-entry comparison meets no more
-        // entries than the frame has fields.
-        check_same_fields(&table, &specs)?;
-        schema_text::check_field_table(&facts, &table, sequence_field.as_deref())?;
-    } else if let Some(key) = [meta::FIELDS, meta::SEQUENCE_FIELD]
+    if let Some(key) = [meta::FIELDS, meta::SEQUENCE_FIELD]
         .into_iter()
         .find(|k| metadata.contains_key(*k))
     {
         return Err(frame_err!(
-            "the header embeds its schema ({:?}) but also carries {key:?}, which a format-{} \
-             embedded frame derives from the schema (damaged header?)",
-            meta::SCHEMA,
-            format
+            "the header embeds its schema ({:?}) but also carries {key:?}, which an embedded \
+             frame derives from the schema (damaged header?)",
+            meta::SCHEMA
         ));
     }
-    Ok((specs, facts.sequence_field.clone()))
+    Ok((
+        schema_field_table(&facts.specs, header),
+        facts.sequence_field.clone(),
+    ))
 }
 
-/// One table form per header kind and version: a format-3 compact header lists its tensors
-/// (`py_wire.tensors`); every other header (embedded, bare, format 1 or 2) has the safetensors
-/// table.
-fn check_table_form(listed: bool, compact: bool, format: &str) -> Result<()> {
-    let wants_list = compact && format == meta::FORMAT_VERSION;
-    match (listed, wants_list) {
-        (true, false) if !compact => Err(frame_err!(
+/// One table form per header kind: a compact header lists its tensors (`py_wire.tensors`);
+/// every other header (embedded or bare) has the safetensors table.
+fn check_table_form(listed: bool, compact: bool) -> Result<()> {
+    match (listed, compact) {
+        (true, false) => Err(frame_err!(
             "the header lists its tensors ({:?}) but names no schema by {:?}: only compact \
              frames list their tensors",
             meta::TENSORS,
             meta::SCHEMA_REF
         )),
-        (true, false) => Err(frame_err!(
-            "the header lists its tensors ({:?}), which a format-{format} compact frame never \
-             does (format {} lists them)",
-            meta::TENSORS,
-            meta::FORMAT_VERSION
-        )),
         (false, true) => Err(frame_err!(
-            "a format-{} compact header lists its tensors in {:?}; this one has a safetensors \
-             table instead (damaged header?)",
-            meta::FORMAT_VERSION,
+            "a compact header lists its tensors in {:?}; this one has a safetensors table \
+             instead (damaged header?)",
             meta::TENSORS
         )),
         _ => Ok(()),
     }
-}
-
-/// A format-1 field table (`table`) names exactly the fields the schema's table for the frame
-/// (`derived`) has, each once: the fields with a values tensor. Sets by name, so a hostile
-/// table of many entries costs O(entries).
-fn check_same_fields(table: &[FieldSpec], derived: &[FieldSpec]) -> Result<()> {
-    let want: std::collections::HashSet<&str> = derived.iter().map(|s| s.name.as_str()).collect();
-    let mut seen = std::collections::HashSet::with_capacity(want.len());
-    for spec in table {
-        let name = &spec.name;
-        if !seen.insert(name.as_str()) {
-            return Err(frame_err!("field {name:?} appears twice in the field table").field(name));
-        }
-        if !want.contains(name.as_str()) {
-            return Err(frame_err!(
-                "values of field {name:?} are missing: the frame's field table lists it but \
-                 no tensor holds it (damaged header?)"
-            )
-            .field(name));
-        }
-    }
-    if let Some(spec) = derived.iter().find(|d| !seen.contains(d.name.as_str())) {
-        return Err(frame_err!(
-            "tensor {:?} belongs to no field of the frame's field table: its schema has the \
-             field but the table leaves it out (damaged header?)",
-            spec.name
-        )
-        .field(&spec.name));
-    }
-    Ok(())
 }
 
 /// Parses and validates a whole frame. `buf` may hold bytes after the frame's end (a frame in a
@@ -292,20 +241,17 @@ fn layout_with(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayout> 
     })
 }
 
-/// The header's format version, one this build reads ([`meta::FORMAT_VERSION`],
-/// [`meta::FORMAT_VERSION_2`] or [`meta::FORMAT_VERSION_1`]), else a `FrameError` naming the
-/// version found.
-fn format_version(md: &std::collections::BTreeMap<String, String>) -> Result<&str> {
+/// The header's format version must be [`meta::FORMAT_VERSION`] (0.1 had no users: the
+/// formats before it are not read), else a `FrameError` naming the version found.
+fn check_format_version(md: &std::collections::BTreeMap<String, String>) -> Result<()> {
     match md.get(meta::FORMAT).map(String::as_str) {
-        Some(v @ (meta::FORMAT_VERSION | meta::FORMAT_VERSION_2 | meta::FORMAT_VERSION_1)) => Ok(v),
+        Some(meta::FORMAT_VERSION) => Ok(()),
         Some(other) => {
             let shown: String = other.chars().take(20).collect();
             Err(frame_err!(
-                "frame format version {shown:?} is not supported (this build reads {:?}, {:?} \
-                 and {:?})",
-                meta::FORMAT_VERSION,
-                meta::FORMAT_VERSION_2,
-                meta::FORMAT_VERSION_1
+                "frame format version {shown:?} is not supported (this build reads format {:?} \
+                 only)",
+                meta::FORMAT_VERSION
             )
             .expected(meta::FORMAT_VERSION)
             .found(shown))
@@ -321,7 +267,7 @@ fn checked_layout(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayou
     let buf = buf
         .get(..header.frame_len)
         .ok_or_else(|| frame_err!("frame length {} exceeds the buffer", header.frame_len))?;
-    let format = format_version(&header.metadata)?;
+    check_format_version(&header.metadata)?;
     if let Some(key) = header.metadata.keys().find(|k| meta::reserved_unknown(k)) {
         let shown: String = key.chars().take(80).collect();
         return Err(frame_err!(
@@ -333,8 +279,8 @@ fn checked_layout(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayou
     }
     let num_rows = row_count(&header.metadata, buf.len())?;
     let (specs, sequence_field) = match trust {
-        Trust::Hostile => field_table(&header, format)?,
-        Trust::Written => written_field_table(&header, format)?,
+        Trust::Hostile => field_table(&header)?,
+        Trust::Written => written_field_table(&header)?,
     };
     let (seq_offsets, total_tokens) = match specs.iter().any(|s| s.tier == Tier::PerToken) {
         true => sequence_offsets(&header, buf, num_rows, trust)?,
@@ -382,7 +328,7 @@ fn row_count(md: &std::collections::BTreeMap<String, String>, frame_len: usize) 
 /// The field table of a header this process's encoder wrote. Its embedded schema was checked
 /// where it came from (a parsed frame, or the Python layer), so a schema this process holds
 /// under the header's fingerprint stands for it; only a schema not held is parsed again.
-fn written_field_table(header: &Header, format: &str) -> Result<(Vec<FieldSpec>, Option<String>)> {
+fn written_field_table(header: &Header) -> Result<(Vec<FieldSpec>, Option<String>)> {
     let md = &header.metadata;
     if md.contains_key(meta::SCHEMA) {
         if let Some(schema) = md.get(meta::FINGERPRINT).and_then(|fp| compact::held(fp)) {
@@ -390,7 +336,7 @@ fn written_field_table(header: &Header, format: &str) -> Result<(Vec<FieldSpec>,
             return Ok((specs, schema.sequence_field.clone()));
         }
     }
-    field_table(header, format)
+    field_table(header)
 }
 
 /// Every spec passes the codec's field rules, each name once.
@@ -543,7 +489,8 @@ fn check_every_entry_claimed(header: &Header, fields: &[DecodedField]) -> Result
 /// buffer holding only these bytes; the payload is never read by `parse_frame`.
 pub fn validation_ranges(prefix: &[u8]) -> Result<(usize, Vec<(usize, usize)>)> {
     let header = parse_prefix(prefix)?;
-    let (specs, _) = field_table(&header, format_version(&header.metadata)?)?;
+    check_format_version(&header.metadata)?;
+    let (specs, _) = field_table(&header)?;
     let mut ranges = vec![(0, header.data_start)];
     for entry in &header.entries {
         if !specs.iter().any(|s| s.name == entry.name) {

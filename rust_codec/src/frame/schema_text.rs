@@ -13,8 +13,7 @@
 //! 5. canonical form: the text is byte for byte what [`canonical`] writes of the value it holds;
 //! 6. the schema's fields pass the codec's field rules ([`FieldDecl::resolve`]): the reader
 //!    derives the frame's field table and sequence field from them
-//!    ([`schema_field_table`](crate::frame::layout::schema_field_table)); a format-1 frame's own
-//!    field table (`py_wire.fields`) and sequence field must agree ([`check_field_table`]).
+//!    ([`schema_field_table`](crate::frame::layout::schema_field_table)).
 //!
 //! # The canonical form
 //!
@@ -50,7 +49,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::frame_err;
 use crate::schema::dtype::DType;
-use crate::schema::spec::{meta, pattern_string, FieldDecl, FieldSpec, Tier};
+use crate::schema::spec::{meta, FieldDecl, FieldSpec, Tier};
 
 /// The largest schema text (a frame's `py_wire.schema`, a schema file) read at all, in bytes.
 pub const MAX_SCHEMA_BYTES: usize = 1 << 20;
@@ -813,83 +812,6 @@ pub fn embedded_facts(metadata: &BTreeMap<String, String>) -> Result<Option<Arc<
     }
 }
 
-/// A format-1 frame's field table (`py_wire.fields`) is what the schema implies: each entry is a
-/// schema field, as the codec's rules resolve it (name, tier, dtype, wire dtype, shape, pack
-/// dim), and the sequence field is the schema's. Fields the schema declares may be absent
-/// (optional fields a batch left out).
-pub fn check_field_table(
-    facts: &SchemaFacts,
-    specs: &[FieldSpec],
-    sequence_field: Option<&str>,
-) -> Result<()> {
-    for spec in specs {
-        let name = &spec.name;
-        let Some(want) = facts.specs.iter().find(|s| s.name == *name) else {
-            let known: Vec<&str> = facts.specs.iter().map(|s| s.name.as_str()).collect();
-            return Err(frame_err!(
-                "field {name:?} is in the frame's field table but not in its schema (whose \
-                 fields are {known:?}; damaged header?)"
-            )
-            .field(name));
-        };
-        let differ = |what: &str, found: String, expected: String| {
-            frame_err!(
-                "field {name:?}: the frame's field table says {what} {found} but its schema says \
-                 {expected} (damaged header?)"
-            )
-            .field(name)
-            .expected(expected.clone())
-            .found(found.clone())
-        };
-        let dtype_name = |d: Option<DType>| d.map_or("none".to_string(), |d| d.name().to_string());
-        if spec.tier != want.tier {
-            return Err(differ(
-                "tier",
-                spec.tier.name().into(),
-                want.tier.name().into(),
-            ));
-        }
-        if spec.dtype != want.dtype {
-            return Err(differ(
-                "dtype",
-                spec.dtype.name().into(),
-                want.dtype.name().into(),
-            ));
-        }
-        if spec.wire_dtype != want.wire_dtype {
-            return Err(differ(
-                "wire dtype",
-                dtype_name(spec.wire_dtype),
-                dtype_name(want.wire_dtype),
-            ));
-        }
-        if spec.shape != want.shape {
-            return Err(differ(
-                "shape",
-                pattern_string(&spec.shape),
-                pattern_string(&want.shape),
-            ));
-        }
-        if spec.pack_dim != want.pack_dim {
-            return Err(differ(
-                "pack_dim",
-                spec.pack_dim.to_string(),
-                want.pack_dim.to_string(),
-            ));
-        }
-    }
-    if sequence_field != facts.sequence_field.as_deref() {
-        return Err(frame_err!(
-            "the frame's sequence field {sequence_field:?} disagrees with its schema's {:?} \
-             (damaged header?)",
-            facts.sequence_field
-        )
-        .expected(facts.sequence_field.clone())
-        .found(sequence_field.map(str::to_string)));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1016,9 +938,6 @@ mod tests {
         let img = facts.specs.iter().find(|s| s.name == "img").unwrap();
         assert_eq!(img.shape, vec![None, Some(3)]);
         assert_eq!((img.pack_dim, img.wire_dtype), (1, Some(DType::BF16)));
-        check_field_table(&facts, &facts.specs, Some("ids")).unwrap();
-        // A field table may leave out schema fields (an optional field the batch lacked).
-        check_field_table(&facts, &facts.specs[..1], Some("ids")).unwrap();
         // The cache answers for the same text, and refuses another under the same fingerprint.
         let fp = fingerprint(&text);
         assert!(checked_facts(&text, &fp).is_ok());
@@ -1132,44 +1051,6 @@ mod tests {
             let msg = refusal(bad);
             assert!(msg.contains(want), "{bad}: {msg}");
         }
-    }
-
-    #[test]
-    fn a_field_table_that_disagrees_is_refused_per_attribute() {
-        let text = canonical_schema();
-        let facts = check_text(&text, &fingerprint(&text)).unwrap();
-        let img = facts
-            .specs
-            .iter()
-            .find(|s| s.name == "img")
-            .unwrap()
-            .clone();
-        type Edit = fn(&mut FieldSpec);
-        let edits: [(&str, Edit); 8] = [
-            ("tier", |s| s.tier = Tier::Scalar),
-            ("dtype", |s| s.dtype = DType::F64),
-            ("wire dtype", |s| s.wire_dtype = Some(DType::F16)),
-            ("wire dtype", |s| s.wire_dtype = None),
-            ("shape", |s| s.shape = vec![None, Some(4)]),
-            ("shape", |s| s.shape = vec![None, None]),
-            ("pack_dim", |s| s.pack_dim = 0),
-            ("not in its schema", |s| s.name = "other".into()),
-        ];
-        for (what, edit) in edits {
-            let mut spec = img.clone();
-            edit(&mut spec);
-            let err = check_field_table(&facts, &[spec], Some("ids")).unwrap_err();
-            assert!(matches!(err, Error::Frame(_)));
-            assert!(err.message().contains(what), "{what}: {}", err.message());
-            assert!(err.detail().field.is_some());
-        }
-        let err = check_field_table(&facts, &facts.specs, Some("reward")).unwrap_err();
-        assert!(
-            err.message().contains("sequence field"),
-            "{}",
-            err.message()
-        );
-        assert!(check_field_table(&facts, &facts.specs, None).is_err());
     }
 
     #[test]

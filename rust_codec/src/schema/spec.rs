@@ -288,16 +288,10 @@ pub mod names {
 pub mod meta {
     /// The frame format's version key.
     pub const FORMAT: &str = "py_wire.format";
-    /// The format version this build writes: a frame that carries a schema (embedded or
+    /// The format version this build writes and the only one it reads: a frame that carries a schema (embedded or
     /// compact) carries no field table; its reader derives the table from the schema. A
     /// compact frame lists its tensors in [`TENSORS`] (see `frame::tensor_list`).
     pub const FORMAT_VERSION: &str = "3";
-    /// Format 2, still read: as 3, but a compact frame lists its tensors in the safetensors
-    /// table, padding entries and all, as an embedded one does.
-    pub const FORMAT_VERSION_2: &str = "2";
-    /// The earlier format version, still read: its embedded frames also carry the field table
-    /// ([`FIELDS`]) and [`SEQUENCE_FIELD`], which must agree with what their schema implies.
-    pub const FORMAT_VERSION_1: &str = "1";
     /// The number of rows in the batch, as a decimal string.
     pub const NUM_ROWS: &str = "py_wire.num_rows";
     /// The field table: the frame's [`FieldSpec`](super::FieldSpec)s as JSON. Only a frame
