@@ -2,6 +2,8 @@
 //! `py_wire.WireError` hierarchy and copies the [`Detail`] onto the exception as attributes
 //! (see `python/errors.rs`), so a trainer can act on `err.row` without parsing the message.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 
 /// A value named in an error: what was expected or what was found.

@@ -21,7 +21,8 @@
 //! # Modules
 //!
 //! - [`schema`]: dtypes, field specs and their rules, wire casts
-//! - [`frame`]: the header, the validated layout every reader uses, buffers, copies, padding
+//! - [`frame`]: the byte format: the header, the validated layout every reader uses, padding
+//! - [`memory`]: the pooled aligned buffer, remaps, streaming stores, threaded copies, SIMD
 //! - [`encode`](mod@encode): batch → frame (input kinds, checks, layout, writing)
 //! - [`contract`]: cross-field contracts (placeholder runs against media features)
 //! - [`ops`]: frame operations without decoding, and token-budget batching
@@ -35,6 +36,7 @@ pub mod contract;
 pub mod encode;
 pub mod error;
 pub mod frame;
+pub mod memory;
 pub mod ops;
 pub mod schema;
 pub mod tensor;

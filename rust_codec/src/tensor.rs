@@ -1,5 +1,7 @@
 //! Borrowed views of caller memory: a dtype, a shape and element strides over a byte slice.
 
+#![forbid(unsafe_code)]
+
 use crate::batch_err;
 use crate::error::Result;
 use crate::schema::dtype::DType;

@@ -3,6 +3,8 @@
 //! request (before any payload is copied) and a parsed frame (one received from elsewhere),
 //! through `ContractInput`.
 
+#![forbid(unsafe_code)]
+
 pub mod placeholder;
 
 use serde::Deserialize;
@@ -635,7 +637,7 @@ impl RequestPacked<'_> {
 fn int_values(spec: &FieldSpec, t: &TensorRef<'_>) -> Result<Vec<i64>> {
     let es = t.dtype.size();
     let mut bytes = vec![0u8; t.numel() as usize * es];
-    crate::frame::copy::copy_tensor(t, t.dtype, &mut bytes)?;
+    crate::memory::copy::copy_tensor(t, t.dtype, &mut bytes)?;
     let read = |c: &[u8]| -> i64 {
         let mut le = [0u8; 8];
         le[..c.len()].copy_from_slice(c);

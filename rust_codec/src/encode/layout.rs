@@ -3,9 +3,9 @@
 
 use crate::batch_err;
 use crate::error::Result;
-use crate::frame::buffer::ALIGNMENT;
-use crate::frame::copy::CopyJob;
 use crate::frame::header::Entry;
+use crate::memory::buffer::ALIGNMENT;
+use crate::memory::copy::CopyJob;
 use crate::schema::dtype::DType;
 use crate::schema::spec::FieldSpec;
 use crate::tensor::TensorRef;

@@ -4,6 +4,8 @@
 //! `input` (what producers hand in, rows and lengths), `check` (dtype and dims of each tensor),
 //! `layout` (where each tensor goes), `write` (the copies); this file plans a frame from them.
 
+#![forbid(unsafe_code)]
+
 mod check;
 mod input;
 pub(crate) mod layout;
@@ -14,9 +16,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::error::{Code, Error, Result};
-use crate::frame::buffer::AlignedBuf;
-use crate::frame::copy::CopyJob;
 use crate::frame::header::{write_header, Entry, Header};
+use crate::memory::buffer::AlignedBuf;
+use crate::memory::copy::CopyJob;
 use crate::schema::dtype::DType;
 use crate::schema::spec::{meta, names, FieldSpec, Tier};
 use crate::tensor::{Dims, TensorRef};

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use crate::error::Result;
-use crate::frame::buffer::AlignedBuf;
-use crate::frame::copy::{run_jobs, CopyJob, DEFAULT_PARALLEL_THRESHOLD};
 use crate::frame::header::write_header;
+use crate::memory::buffer::AlignedBuf;
+use crate::memory::copy::{run_jobs, CopyJob, DEFAULT_PARALLEL_THRESHOLD};
 use crate::schema::spec::meta;
 use crate::{batch_err, internal_err};
 
@@ -19,7 +19,7 @@ pub struct EncodeOptions {
     /// The most threads the payload copies use (0 counts as 1).
     pub threads: usize,
     /// Copies below this many bytes per thread run on fewer threads (default:
-    /// [`crate::frame::copy::DEFAULT_PARALLEL_THRESHOLD`]).
+    /// [`crate::memory::copy::DEFAULT_PARALLEL_THRESHOLD`]).
     pub parallel_threshold: usize,
 }
 
@@ -113,7 +113,7 @@ impl<'a> Plan<'a> {
                     } else {
                         let start = chunk.len();
                         chunk.resize(start + len, 0);
-                        crate::frame::copy::copy_tensor(
+                        crate::memory::copy::copy_tensor(
                             &job.src,
                             job.dst_dtype,
                             &mut chunk[start..],

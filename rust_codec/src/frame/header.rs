@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::error::Result;
-use crate::frame::buffer::ALIGNMENT;
 use crate::frame::tensor_list;
+use crate::memory::buffer::ALIGNMENT;
 use crate::schema::dtype::DType;
 use crate::schema::spec::meta;
 use crate::{frame_err, internal_err};

@@ -3,10 +3,10 @@
 //! and consistent. Cost: O(fields + rows + segments), independent of payload bytes.
 
 use crate::error::{Error, Result};
-use crate::frame::buffer::ALIGNMENT;
 use crate::frame::compact;
 use crate::frame::header::{parse_header, parse_prefix, Entry, Header};
 use crate::frame::schema_text;
+use crate::memory::buffer::ALIGNMENT;
 use crate::schema::dtype::DType;
 use crate::schema::spec::{meta, names, FieldSpec, Tier};
 use crate::tensor::checked_numel;
@@ -633,7 +633,7 @@ fn read_offsets(
     let mut out = Vec::with_capacity(bytes.len() / 8);
     out.extend(bytes.chunks_exact(8).map(|c| le_i64(c) as u64));
     // Starting at 0 and never decreasing (as i64s), no entry is negative.
-    let ordered = crate::frame::monotone::never_decrease(bytes);
+    let ordered = crate::memory::monotone::never_decrease(bytes);
     let valid =
         ordered && out.first().is_none_or(|&f| f == 0) && out.last().copied().unwrap_or(0) == last;
     if !valid {

@@ -20,8 +20,8 @@
 //! hold `:`, `;` or `,`; dims are decimal without leading zeros.
 
 use crate::error::Result;
-use crate::frame::buffer::ALIGNMENT;
 use crate::frame::entry::Entry;
+use crate::memory::buffer::ALIGNMENT;
 use crate::schema::dtype::DType;
 use crate::schema::spec::names;
 use crate::{frame_err, internal_err};

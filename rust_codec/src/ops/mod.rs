@@ -6,6 +6,8 @@
 //! `selection` (sources and the rows picked), `direct` (written straight from the sources'
 //! layouts), `gather` (as an encode request, for every frame); this file chooses between them.
 
+#![forbid(unsafe_code)]
+
 pub mod batching;
 pub mod direct;
 pub mod facts;

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use crate::encode::RowSpan;
 use crate::error::{Code, Result};
-use crate::frame::buffer::AlignedBuf;
 use crate::frame::layout::FrameLayout;
+use crate::memory::buffer::AlignedBuf;
 use crate::schema::spec::meta;
 use crate::{argument_err, frame_err};
 

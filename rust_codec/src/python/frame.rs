@@ -12,11 +12,11 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use super::errors::{guarded, to_py, OnPanic};
 use super::owners::HeldViews;
-use crate::frame::buffer::AlignedBuf;
 use crate::frame::header::parse_header;
 use crate::frame::layout::{parse_frame, FrameLayout};
-use crate::frame::remap::PrivateMapping;
 use crate::frame_err;
+use crate::memory::buffer::AlignedBuf;
+use crate::memory::remap::PrivateMapping;
 
 /// Views of a base this aligned need no copy: every element type's natural alignment.
 const MIN_BASE_ALIGNMENT: usize = 16;

@@ -1,5 +1,7 @@
 //! What the codec knows of a schema: dtypes, per-field layout facts and their rules, wire casts.
 
+#![forbid(unsafe_code)]
+
 pub mod cast;
 pub mod dtype;
 pub mod spec;

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use py_wire_codec::encode::{plan, EncodeOptions, EncodeRequest};
-use py_wire_codec::frame::buffer::AlignedBuf;
+use py_wire_codec::memory::buffer::AlignedBuf;
 use py_wire_codec::frame::layout::{layout_of_written, parse_frame, FrameLayout, TensorLoc};
 use py_wire_codec::tensor::checked_numel;
 use py_wire_codec::Tier;

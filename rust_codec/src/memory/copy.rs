@@ -1,8 +1,8 @@
 //! The one payload copy: strided gathers, fused dtype casts and multi-threaded bulk copies.
 
 use crate::error::Result;
-use crate::frame::stream::Stores;
 use crate::internal_err;
+use crate::memory::stream::Stores;
 use crate::schema::cast;
 use crate::schema::dtype::DType;
 use crate::tensor::TensorRef;
@@ -120,7 +120,7 @@ pub fn copy_tensor_with(
         pos += out_len;
         if src.dtype == dst_dtype {
             stores.copy(out, run);
-        } else if !stores.streaming() || out_len < crate::frame::stream::MIN_STREAMED_RUN {
+        } else if !stores.streaming() || out_len < crate::memory::stream::MIN_STREAMED_RUN {
             if let Err(e) = cast::cast_run(src.dtype, dst_dtype, run, out) {
                 result = Err(e);
             }
@@ -202,7 +202,7 @@ pub fn run_jobs(
     }
     // Streaming stores when the whole output is larger than the last-level cache; each thread
     // fences its own stores before it finishes (the `Stores` it drops).
-    let streaming = crate::frame::stream::streams(out_len);
+    let streaming = crate::memory::stream::streams(out_len);
     let run_one = |task: &Task, dst: &mut [u8], stores: &mut Stores| -> Result<()> {
         if task.whole {
             copy_tensor_with(&task.job.src, task.job.dst_dtype, dst, stores)

@@ -116,7 +116,7 @@ impl AlignedBuf {
     /// stores when it is larger than the last-level cache (see `stream`).
     pub fn from_slice(bytes: &[u8]) -> Option<AlignedBuf> {
         let mut buf = AlignedBuf::recycled(bytes.len())?;
-        crate::frame::stream::Stores::for_frame(bytes.len()).copy(buf.as_mut_slice(), bytes);
+        crate::memory::stream::Stores::for_frame(bytes.len()).copy(buf.as_mut_slice(), bytes);
         Some(buf)
     }
 
