@@ -232,6 +232,11 @@ class RayBuffer:
         metadata names the weights that generated it) and commits it, waiting while the buffer
         is over its byte budget."""
         tokens = _tokens(frame)
+        # Under the budget (the common case) one actor call stores and commits the group; over
+        # it, the producer polls the bookkeeping alone and sends the frame again only once the
+        # budget has room.
+        if self._call("put", gid, frame, tokens) is None:
+            return
 
         def check() -> str | None:
             reason: str | None = self._call("why_not", frame.nbytes)
