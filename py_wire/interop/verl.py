@@ -17,8 +17,12 @@
 - ``non_tensor_batch`` columns are fields the schema declares: per-row strings and JSON values
   (``uid``, ``data_source``, ``reward_model``, ``extra_info``, ``index``, ``raw_prompt``, ...:
   ``encoding = "utf8"`` / ``"json"``, equal values stored once, so a GRPO group's ``uid`` is one
-  segment) and numeric arrays (``__num_turns__`` as ``num_turns``). A batch with keys of its own
-  declares them in a schema that ``extends`` the bundled one; a value JSON would not give back
+  segment) and numeric arrays (``__num_turns__`` as ``num_turns``), the agent loop's
+  ``turn_scores``, ``tool_rewards``, ``min_global_steps``, ``max_global_steps``, ``extras`` and
+  ``reward_extra_info`` included. A batch with keys of its own declares them in a schema that
+  ``extends`` the bundled one, one by one or by pattern: the columns a reward function adds
+  (``acc``, ``pred``, ...) are gathered into ``reward_extras`` (``gather = ["*"]``, one JSON
+  object per row) and spread back with their numpy dtypes. A value JSON would not give back
   equal (a tuple, NaN) is refused with the field and row named.
 
 ``attention_mask`` itself is the row structure and ``prompts`` is ``input_ids[:, :P]``: both
