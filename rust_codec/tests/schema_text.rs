@@ -1,6 +1,6 @@
 //! The embedded schema as `parse_frame` checks it (`frame::schema_text`): its fingerprint and
-//! canonical form, the field table derived from it, and a format-1 frame's own field table
-//! against what it implies.
+//! canonical form, the field table derived from it, the one format read, and frame ops that
+//! keep one schema per frame.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests panic on purpose
 
@@ -215,4 +215,35 @@ fn the_bundled_schemas_seeded_for_the_fuzzer_are_canonical() {
         seen += 1;
     }
     assert!(seen >= 4, "{seen} schema seeds in {}", dir.display());
+}
+
+#[test]
+fn frames_of_two_schemas_are_not_gathered_into_one() {
+    // Found by the gather fuzz target: the output carries frame 0's schema, so a field only
+    // the other schema declares was written under a schema without it (an invalid frame).
+    use py_wire_codec::ops::{gather, Rows, Source};
+    let other = SCHEMA.replace(r#""name":"t""#, r#""name":"u""#);
+    let a = frame(Some(SCHEMA), Some(&fingerprint(SCHEMA)), DType::F32, "ids");
+    let b = frame(Some(&other), Some(&fingerprint(&other)), DType::F32, "ids");
+    let (la, lb) = (parse_frame(&a).unwrap(), parse_frame(&b).unwrap());
+    let one = Source {
+        bytes: &a,
+        layout: &la,
+    };
+    let same = [one, one];
+    assert!(gather(&same, &Rows::All).is_ok());
+    let two = [
+        one,
+        Source {
+            bytes: &b,
+            layout: &lb,
+        },
+    ];
+    match gather(&two, &Rows::All) {
+        Err(Error::Frame(d)) => assert!(d.message.contains("share their schema"), "{}", d.message),
+        other => panic!(
+            "expected a FrameError, got {:?}",
+            other.map(|_| "a request")
+        ),
+    }
 }

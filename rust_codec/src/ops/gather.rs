@@ -97,6 +97,7 @@ fn gather_read<'a>(
         .first()
         .ok_or_else(|| argument_err!("no frames to gather from"))?;
     let sources: Vec<Source<'a>> = tables.iter().map(|t| t.source).collect();
+    same_schema(&sources)?;
     let picks = picks(&sources, rows)?;
     let num_rows = picks.iter().map(|p| p.end - p.start).sum::<u64>();
     let mut specs = field_union(tables)?;
@@ -240,6 +241,36 @@ fn ranges_field<'a>(
         spec,
         input: FieldInput::Ranges { sources, spans },
     })
+}
+
+/// The sources name one schema (its fingerprint, embedded or compact; bare frames none): the
+/// output carries the first source's, so a field of another schema would be written under a
+/// schema that does not declare it.
+fn same_schema(sources: &[Source<'_>]) -> Result<()> {
+    let identity = |s: &Source<'_>| {
+        let md = &s.layout.header.metadata;
+        md.get(meta::FINGERPRINT)
+            .or_else(|| md.get(meta::SCHEMA_REF))
+            .cloned()
+    };
+    let want = sources.first().map(identity).unwrap_or_default();
+    for (i, s) in sources.iter().enumerate().skip(1) {
+        let got = identity(s);
+        if got != want {
+            let shown = |v: &Option<String>| {
+                v.as_deref().map_or("none (a bare frame)".to_string(), |f| {
+                    f.chars().take(80).collect()
+                })
+            };
+            return Err(frame_err!(
+                "frame {i} is of schema {} but frame 0 of {}: frames gathered into one must \
+                 share their schema",
+                shown(&got),
+                shown(&want)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Every field of every source, in first-seen order; a field must mean the same everywhere.
