@@ -208,8 +208,8 @@ def _nemo_fetch(out: dict[str, Any], extra: list[str], pad_to_seqlen: int | None
     value = out.get(LENGTHS_KEY)
     lengths = value.to(torch.int64) if isinstance(value, torch.Tensor) else None
     longest = int(lengths.max()) if lengths is not None and lengths.numel() else 0
-    if pad_to_seqlen is not None and longest > pad_to_seqlen:
-        raise WireError(f"pad_to_seqlen={pad_to_seqlen}: the longest row has {longest} tokens")
+    if pad_to_seqlen is not None:
+        _check_fits(pad_to_seqlen, longest)
     if lengths is not None:
         _broadcast_into_padding(out, lengths)
     for name in extra:
@@ -270,17 +270,17 @@ def _batch_width(
 ) -> int | None:
     """The ``pad_to_multiple_of`` that gives NeMo-RL's padded width: ``pad_to_seqlen``, else
     the multiple asked for, else the recorded width (None: the longest row)."""
-    pad_to_seqlen = optional_count(
-        "pad_to_seqlen", pad_to_seqlen, minimum=1, maximum=MAX_PAD_MULTIPLE
-    )
+    width = _fetch_width(pad_to_multiple_of, pad_to_seqlen)
     if pad_to_seqlen is None:
-        return pad_to_multiple_of if pad_to_multiple_of is not None else _recorded_width(frame)
-    if pad_to_multiple_of is not None:
-        raise WireError("pass pad_to_seqlen or pad_to_multiple_of, not both")
-    longest = _longest_row(frame)
+        return width if width is not None else _recorded_width(frame)
+    assert width is not None
+    _check_fits(width, _longest_row(frame))
+    return width
+
+
+def _check_fits(pad_to_seqlen: int, longest: int) -> None:
     if longest > pad_to_seqlen:
         raise WireError(f"pad_to_seqlen={pad_to_seqlen}: the longest row has {longest} tokens")
-    return pad_to_seqlen
 
 
 def _row_lengths(frame: Frame) -> torch.Tensor | None:

@@ -183,9 +183,7 @@ def to_frame(
     ]
     gathered = _gathered_keys(non_tensor, sch)
     unknown += [
-        f"non_tensor_batch[{k!r}]"
-        for k in non_tensor
-        if KEY_TO_FIELD.get(k, k) not in sch.fields and k != MM_KEY and k not in gathered
+        f"non_tensor_batch[{k!r}]" for k in non_tensor if _undeclared(k, sch) and k not in gathered
     ]
     if unknown:
         raise _err(
@@ -231,6 +229,11 @@ def to_frame(
     return encode(out, sch, stage=stage, metadata=metadata)
 
 
+def _undeclared(key: str, sch: Schema) -> bool:
+    """A ``non_tensor_batch`` key no field of ``sch`` stores (media dicts are fields' own)."""
+    return KEY_TO_FIELD.get(key, key) not in sch.fields and key != MM_KEY
+
+
 def _gathered_keys(non_tensor: Mapping[str, Any], sch: Schema) -> dict[str, Any]:
     """The ``non_tensor_batch`` columns no field declares that the schema's gathering field
     (``gather = [patterns]``) takes, in the batch's order."""
@@ -241,9 +244,7 @@ def _gathered_keys(non_tensor: Mapping[str, Any], sch: Schema) -> dict[str, Any]
     out = {
         k: v
         for k, v in non_tensor.items()
-        if KEY_TO_FIELD.get(k, k) not in sch.fields
-        and k != MM_KEY
-        and any(fnmatch.fnmatchcase(k, p) for p in patterns)
+        if _undeclared(k, sch) and any(fnmatch.fnmatchcase(k, p) for p in patterns)
     }
     if out and name in non_tensor:
         raise _err(
