@@ -140,13 +140,14 @@ class Producer:
             self.version_key = "py_wire.trainer_version"
 
     def _version(self) -> int:
-        if self.path == "ray":
+        if self.path.startswith("ray"):
             return int(self.handle.stats()["trainer_version"])
         return int(ray.get(self.handle.get_version.remote()))
 
     def run(self, seeds: list[int], median_s: float, group_size: int) -> dict[str, Any]:
         rng = np.random.default_rng(seeds[0])
         data_s = admit_s = 0.0
+        sample_bytes = 0
         lengths: list[int] = []
         for seed in seeds:
             scale = min(float(rng.lognormal(0.0, SIGMA)), MAX_SCALE)
@@ -154,6 +155,8 @@ class Producer:
             # The weights to generate with: the trainer's version once admitted.
             if self.path == "ray":
                 gid, version = self.handle.reserve()
+            elif self.path == "ray-samples":
+                gid, version = self.handle.reserve(samples=group_size)
             elif self.path == "tq":
                 version = self.stream.reserve(f"g{seed}", self._version)
             else:
@@ -166,6 +169,16 @@ class Producer:
                 proto = to_dataproto(batch, version)
                 t0 = time.perf_counter()
                 ray.get(self.handle.put_sample.remote(ray.cloudpickle.dumps(proto)))
+            elif self.path == "ray-samples":
+                # Each sample as it finishes (verl's fully-async rollouter streams samples):
+                # one frame per sample, its prompt's images in every one.
+                metadata = {"policy_version": str(version)}
+                t0 = time.perf_counter()
+                for i in range(group_size):
+                    row = {k: v[i : i + 1] for k, v in batch.items()}
+                    frame = py_wire.encode(row, SCHEMA, metadata=metadata)
+                    sample_bytes += frame.nbytes
+                    self.handle.put(gid, frame, sample=i)
             else:
                 t0 = time.perf_counter()
                 frame = py_wire.encode(batch, SCHEMA, metadata={"policy_version": str(version)})
@@ -174,7 +187,12 @@ class Producer:
                 else:
                     self.stream.put([f"g{seed}"], [frame], [version])
             data_s += time.perf_counter() - t0
-        return {"data_s": data_s, "admit_s": admit_s, "lengths": lengths}
+        return {
+            "data_s": data_s,
+            "admit_s": admit_s,
+            "lengths": lengths,
+            "sample_bytes": sample_bytes,
+        }
 
 
 def trainer(path: str, handle: Any, config: StreamConfig, steps: int, train_s: float) -> dict:
@@ -188,7 +206,7 @@ def trainer(path: str, handle: Any, config: StreamConfig, steps: int, train_s: f
     for step in range(steps):
         t0 = time.perf_counter()
         wait_s = 0.0
-        if path == "ray":
+        if path.startswith("ray"):
             got = handle.take(timeout_s=30, lease_s=120)
             wait_s = got.waited_s
             frame = got.frames[0]
@@ -230,7 +248,7 @@ def trainer(path: str, handle: Any, config: StreamConfig, steps: int, train_s: f
         time.sleep(train_s)  # the optimizer step
         # The new version first, then the ack: a slot the ack frees must not go to a group
         # recorded with the old version (then more than B groups could be due at once).
-        if path == "ray":
+        if path.startswith("ray"):
             handle.set_trainer_version(step + 1)
             handle.ack(lease)
         elif path == "tq":
@@ -254,7 +272,7 @@ def run_path(
     path: str, args: argparse.Namespace, config: StreamConfig, producers: list[Any]
 ) -> dict[str, Any]:
     # The Ray path's buffer holds the trainer version; the others keep it in a small actor.
-    handle: Any = RayBuffer(config) if path == "ray" else VerlMessageQueue.remote()
+    handle: Any = RayBuffer(config) if path.startswith("ray") else VerlMessageQueue.remote()
     ray.get([p.setup.remote(path, handle, config) for p in producers])
     seeds = list(range(args.groups))
     jobs = [
@@ -265,7 +283,7 @@ def run_path(
     try:
         t = trainer(path, handle, config, steps, args.train_s)
     except Exception:
-        if path == "ray":
+        if path.startswith("ray"):
             print("buffer at the failure:", handle.stats(), file=sys.stderr)
         ray.get(jobs, timeout=5)  # a producer's error, if one failed, says more
         raise
@@ -276,7 +294,9 @@ def run_path(
         "producer_data_s": sum(m["data_s"] for m in made),
         "admit_s": sum(m["admit_s"] for m in made),
         "generated_lengths": generated,
-        "peak_bytes": handle.stats()["peak_bytes"] if path == "ray" else None,
+        "peak_bytes": handle.stats()["peak_bytes"] if path.startswith("ray") else None,
+        "stored_total": handle.stats()["stored_total"] if path.startswith("ray") else None,
+        "sample_bytes": sum(m["sample_bytes"] for m in made),
     }
     return out
 
@@ -297,7 +317,7 @@ def check(
     trained = float(np.mean(r["lengths"]))
     if abs(trained - gen) > 0.02 * gen:
         fails.append(f"{path}: trained rows average {trained:.1f} tokens, generated {gen:.1f}")
-    if path == "ray" and config.max_bytes and r["peak_bytes"] > config.max_bytes:
+    if path.startswith("ray") and config.max_bytes and r["peak_bytes"] > config.max_bytes:
         fails.append(f"{path}: peak {r['peak_bytes']} bytes over the budget {config.max_bytes}")
     return fails
 
@@ -314,7 +334,11 @@ def main() -> int:
     ap.add_argument("--median-s", type=float, default=0.02)
     ap.add_argument("--train-s", type=float, default=0.05)
     ap.add_argument("--max-mb", type=float, default=64.0)
-    ap.add_argument("--paths", default="ray,tq,verl")
+    ap.add_argument(
+        "--paths",
+        default="ray,tq,verl",
+        help="ray, tq, verl, and ray-samples (each sample put apart, a prompt's images once)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.groups, args.median_s, args.train_s = 200, 0.01, 0.02
@@ -358,6 +382,15 @@ def main() -> int:
             f"{np.mean(r['lengths']):.1f} / {np.mean(r['generated_lengths']):.1f} tokens"
             + (f" | peak {r['peak_bytes'] / 2**20:.1f} MiB" if r["peak_bytes"] else "")
         )
+        if r["sample_bytes"]:
+            stored = r["stored_total"]
+            print(
+                f"{path}: stored {stored / 2**20:.1f} MiB in all, against "
+                f"{r['sample_bytes'] / 2**20:.1f} MiB of sample frames "
+                f"({stored / r['sample_bytes']:.3f}): each prompt's images once"
+            )
+            if stored > 0.5 * r["sample_bytes"]:
+                fails.append(f"{path}: stored {stored} bytes of {r['sample_bytes']} sent")
     if "verl" in results:
         base = results["verl"]["data_s"] + results["verl"]["producer_data_s"]
         for path in (p for p in paths if p != "verl"):

@@ -15,14 +15,17 @@ The rules (staleness bound, admission, oldest first, pace or drop) are
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
+from py_wire._args import count
 from py_wire._native import Frame
 from py_wire._ops import concat
+from py_wire.streaming import _samples
 from py_wire.streaming._policy import (
     Counts,
     Group,
@@ -37,6 +40,11 @@ from py_wire.streaming._policy import (
 #: The metadata key a producer's frames carry their policy version in; concatenated per row
 #: into the schema field of the same name.
 VERSION_KEY = "policy_version"
+#: The most samples one group may arrive as (a GRPO group is 4-64).
+MAX_SAMPLES = 4096
+#: Media digests this process put recently (so a prompt's later samples go without them).
+_SENT_MEDIA: collections.OrderedDict[str, None] = collections.OrderedDict()
+MAX_SENT_MEDIA = 1024
 
 
 class _Buffer:
@@ -47,11 +55,16 @@ class _Buffer:
         self.object_store = object_store  # in the actor: frames go into Ray's object store
         self.groups: dict[str, Group] = {}
         self.refs: dict[str, Any] = {}
+        # Groups whose samples arrive apart: per group, each sample's (text part, its bytes,
+        # media digest, tokens) once put; media parts by digest, with how many samples use each.
+        self.samples: dict[str, list[tuple[Any, int, str | None, int] | None]] = {}
+        self.media: dict[str, list[Any]] = {}  # digest -> [part, nbytes, users]
         self.reserved_until: dict[str, float] = {}
         self.leases: dict[str, tuple[float, list[str]]] = {}
         self.leased: set[str] = set()
         self.trainer_version = 0
         self.stored_bytes = 0
+        self.stored_total = 0  # every byte ever stored, for the caller's accounting
         self.peak_bytes = 0
         self.counts = Counts()
         self.staleness: dict[int, int] = {}
@@ -62,7 +75,7 @@ class _Buffer:
         for gid, until in list(self.reserved_until.items()):
             if until < now:  # the producer died or hung: give the slot back
                 del self.reserved_until[gid]
-                del self.groups[gid]
+                self._remove(gid)  # and the samples it put, if any: never half a group
                 self.counts.abandoned += 1
         for lease, (until, gids) in list(self.leases.items()):
             if until < now:  # the consumer died or hung: its groups come back
@@ -74,15 +87,18 @@ class _Buffer:
     def _open(self) -> int:
         return len(self.groups)
 
-    def reserve(self, version: int | None) -> tuple[str, int] | None:
+    def reserve(self, version: int | None, samples: int | None = None) -> tuple[str, int] | None:
         """A slot and the version its group is recorded with (``version``, or the trainer's
-        current one when None), or None to wait."""
+        current one when None), or None to wait. ``samples``: the group arrives as that many
+        one-row sample frames (:meth:`put_sample`) instead of one frame."""
         self._expire()
         if admits(self._open(), self.stored_bytes, 0, self.config) is not None:
             return None
         version = self.trainer_version if version is None else int(version)
         gid = uuid.uuid4().hex
         self.groups[gid] = Group(gid, version, next(self.seq))
+        if samples is not None:
+            self.samples[gid] = [None] * int(samples)
         self.reserved_until[gid] = time.monotonic() + self.config.reservation_s
         self.counts.reserved += 1
         return gid, version
@@ -100,6 +116,11 @@ class _Buffer:
         group = self.groups.get(gid)
         if group is None or gid not in self.reserved_until:
             raise StreamError(f"group {gid}: no open reservation (it lapsed, or was committed)")
+        if gid in self.samples:
+            raise StreamError(
+                f"group {gid} was reserved for {len(self.samples[gid])} samples: put each with "
+                "sample=i, not the group as one frame"
+            )
         reason = admits(self._open(), self.stored_bytes, nbytes, self.config)
         if reason is not None:
             return reason
@@ -112,14 +133,77 @@ class _Buffer:
         else:
             self.refs[gid] = frame
         self.stored_bytes += nbytes
+        self.stored_total += nbytes
         self.peak_bytes = max(self.peak_bytes, self.stored_bytes)
         self.counts.stored += 1
         return None
 
+    def put_sample(
+        self,
+        gid: str,
+        index: int,
+        text: Any,
+        digest: str | None,
+        media: Any,
+        tokens: int,
+        version: int | None,
+    ) -> str | None:
+        """Stores sample ``index`` of reserved group ``gid``: its text part, and its media part
+        unless the buffer holds that digest already. None when it went in; ``"media"`` when the
+        digest is new and ``media`` was not sent (send it); else why it must wait (the byte
+        budget). The group is committed, whole, with its last sample."""
+        self._expire()
+        group = self.groups.get(gid)
+        slots = self.samples.get(gid)
+        if group is None or gid not in self.reserved_until or slots is None:
+            raise StreamError(
+                f"group {gid}: no open reservation for samples (it lapsed, was committed, or "
+                "was reserved for one frame: reserve(samples=n))"
+            )
+        if not 0 <= index < len(slots):
+            raise StreamError(f"group {gid}: sample {index} of a group of {len(slots)} samples")
+        if slots[index] is not None:
+            raise StreamError(f"group {gid}: sample {index} was put already")
+        if version is not None and version != group.version:
+            raise StreamError(
+                f"group {gid}: sample {index} says policy_version {version}, but the group "
+                f"was reserved with version {group.version}"
+            )
+        new_media = digest is not None and digest not in self.media
+        if new_media and media is None:
+            return "media"
+        text_bytes = text.nbytes
+        nbytes = text_bytes + (media.nbytes if new_media else 0)
+        reason = admits(self._open(), self.stored_bytes, nbytes, self.config)
+        if reason is not None:
+            return reason
+        if digest is not None:
+            if new_media:
+                self.media[digest] = [self._store(media), media.nbytes, 0]
+            self.media[digest][2] += 1
+        slots[index] = (self._store(text), text_bytes, digest, int(tokens))
+        self.stored_bytes += nbytes
+        self.stored_total += nbytes
+        self.peak_bytes = max(self.peak_bytes, self.stored_bytes)
+        if all(slot is not None for slot in slots):
+            del self.reserved_until[gid]
+            group.ready = True
+            group.tokens = sum(slot[3] for slot in slots if slot is not None)
+            self.counts.stored += 1
+        return None
+
+    def _store(self, frame: Frame) -> Any:
+        if self.object_store:
+            import ray
+
+            return ray.put(frame)
+        return frame
+
     def take(
         self, ranks: int, lease_s: float | None
     ) -> tuple[str, list[list[tuple[str, int, Any]]]] | None:
-        """A step's groups per rank as (gid, version, [ref]), leased; None to wait."""
+        """A step's groups per rank as (gid, version, parts), leased; None to wait. ``parts``
+        is ``[ref]`` for a group put as one frame, else ``(texts, digests, {digest: media})``."""
         self._expire()
         free = [g for g in self.groups.values() if g.gid not in self.leased]
         choice = choose(free, self.trainer_version, self.config)
@@ -136,8 +220,16 @@ class _Buffer:
         picked = [self.groups[gid] for gid in choice.take]
         parts = balance(picked, ranks)
         return lease, [
-            [(gid, self.groups[gid].version, [self.refs[gid]]) for gid in part] for part in parts
+            [(gid, self.groups[gid].version, self._parts(gid)) for gid in part] for part in parts
         ]
+
+    def _parts(self, gid: str) -> Any:
+        slots = self.samples.get(gid)
+        if slots is None:
+            return [self.refs[gid]]
+        texts = [slot[0] for slot in slots if slot is not None]
+        digests = [slot[2] for slot in slots if slot is not None]
+        return texts, digests, {d: self.media[d][0] for d in digests if d is not None}
 
     def ack(self, lease: str) -> bool:
         """The consumer finished its step: its groups leave the buffer. False when the lease
@@ -159,6 +251,17 @@ class _Buffer:
         group = self.groups.pop(gid)
         self.refs.pop(gid, None)
         self.stored_bytes -= group.nbytes
+        for slot in self.samples.pop(gid, None) or ():
+            if slot is None:
+                continue
+            self.stored_bytes -= slot[1]
+            digest = slot[2]
+            entry = None if digest is None else self.media.get(digest)
+            if digest is not None and entry is not None:
+                entry[2] -= 1
+                if entry[2] == 0:  # no stored sample uses these images any more
+                    del self.media[digest]
+                    self.stored_bytes -= entry[1]
 
     def set_version(self, version: int) -> None:
         self.trainer_version = int(version)
@@ -169,8 +272,10 @@ class _Buffer:
             **self.counts.as_dict(),
             "trainer_version": self.trainer_version,
             "stored_bytes": self.stored_bytes,
+            "stored_total": self.stored_total,
             "peak_bytes": self.peak_bytes,
             "open_groups": self._open(),
+            "media_parts": len(self.media),
             "staleness": dict(sorted(self.staleness.items())),
         }
 
@@ -208,17 +313,26 @@ class RayBuffer:
         return ray.get(getattr(self.actor, method).remote(*args))
 
     def reserve(
-        self, version: int | None = None, timeout_s: float | None = None
+        self,
+        version: int | None = None,
+        timeout_s: float | None = None,
+        *,
+        samples: int | None = None,
     ) -> tuple[str, int]:
         """Waits for a slot (admission control; :class:`AdmissionTimeout` after
         ``timeout_s``); returns the group's id and version. With ``version=None`` the group is
         recorded with the trainer's version at admission: the producer then generates with
         weights at least that new (a version read before a long wait would make the group
-        look staler than it is, or, read by a producer that then syncs, fresher)."""
+        look staler than it is, or, read by a producer that then syncs, fresher).
+        ``samples=n``: the group's ``n`` samples arrive apart, each a one-row frame put with
+        ``put(gid, frame, sample=i)`` by any producer; the media the samples share are stored
+        once."""
+        if samples is not None:
+            samples = count("samples", samples, minimum=1, maximum=MAX_SAMPLES)
         got: list[tuple[str, int]] = []
 
         def check() -> str | None:
-            slot = self._call("reserve", version)
+            slot = self._call("reserve", version, samples)
             if slot is None:
                 return str(self._call("why_not"))
             got.append((slot[0], int(slot[1])))
@@ -227,10 +341,24 @@ class RayBuffer:
         wait_until(check, timeout_s or self.config.admission_timeout_s, "reserve")
         return got[0]
 
-    def put(self, gid: str, frame: Frame, timeout_s: float | None = None) -> None:
+    def put(
+        self,
+        gid: str,
+        frame: Frame,
+        timeout_s: float | None = None,
+        *,
+        sample: int | None = None,
+    ) -> None:
         """Stores reserved group ``gid``'s frame (one frame per group; its ``policy_version``
         metadata names the weights that generated it) and commits it, waiting while the buffer
-        is over its byte budget."""
+        is over its byte budget. ``sample=i``: the frame is the group's sample ``i`` (one row;
+        the group was reserved with ``samples=``): its text is stored, its media only when no
+        stored sample holds the same images, and the group is committed with its last sample."""
+        if not isinstance(frame, Frame):
+            raise TypeError(f"frame must be a py_wire.Frame, not {type(frame).__name__}")
+        if sample is not None:
+            self._put_sample(gid, frame, count("sample", sample), timeout_s)
+            return
         tokens = _tokens(frame)
         # Under the budget (the common case) one actor call stores and commits the group; over
         # it, the producer polls the bookkeeping alone and sends the frame again only once the
@@ -250,6 +378,33 @@ class RayBuffer:
             f"put group {gid}",
         )
 
+    def _put_sample(self, gid: str, frame: Frame, index: int, timeout_s: float | None) -> None:
+        text, media, digest, tokens = _samples.split(frame)
+        meta = frame.metadata.get(VERSION_KEY)
+        version = int(meta) if meta is not None and meta.lstrip("-").isdigit() else None
+        if meta is not None and version is None:
+            raise StreamError(f"sample {index}: metadata {VERSION_KEY}={meta!r} is no integer")
+
+        def check() -> str | None:
+            # The media go along with the first of a prompt's samples this process puts (a
+            # rollout worker usually generates all of a prompt's samples); the others send
+            # their text part alone, and the media only if the buffer asks (it holds no such
+            # images: another process's sample is still to come, or they were freed).
+            sent = digest is None or digest in _SENT_MEDIA
+            reason = self._call(
+                "put_sample", gid, index, text, digest, None if sent else media, tokens, version
+            )
+            if reason == "media":
+                reason = self._call("put_sample", gid, index, text, digest, media, tokens, version)
+            if reason is None and digest is not None:
+                _SENT_MEDIA[digest] = None
+                _SENT_MEDIA.move_to_end(digest)
+                if len(_SENT_MEDIA) > MAX_SENT_MEDIA:
+                    _SENT_MEDIA.popitem(last=False)
+            return None if reason is None else str(reason)
+
+        wait_until(check, timeout_s or self.config.admission_timeout_s, f"put sample {index}")
+
     def take(
         self,
         ranks: int = 1,
@@ -259,7 +414,6 @@ class RayBuffer:
         """The next step's groups, oldest first within the staleness bound, balanced across
         ``ranks``; waits while too few are ready (or, under ``"pace"``, a group due now is still
         being generated)."""
-        import ray
 
         got: list[Any] = []
 
@@ -279,7 +433,7 @@ class RayBuffer:
             if not part:
                 frames.append(None)
                 continue
-            group_frames = ray.get([refs[0] for _, _, refs in part])
+            group_frames = [_group_frame(version, parts) for _, version, parts in part]
             frames.append(concat(group_frames, per_row={VERSION_KEY: VERSION_KEY}))
         return Step(
             lease,
@@ -297,6 +451,18 @@ class RayBuffer:
 
     def stats(self) -> dict[str, Any]:
         return dict(self._call("stats"))
+
+
+def _group_frame(version: int, parts: Any) -> Frame:
+    """One taken group's frame: the frame put whole, or its samples assembled."""
+    import ray
+
+    if isinstance(parts, list):
+        return cast(Frame, ray.get([parts[0]])[0])
+    texts, digests, media = parts
+    got = ray.get([*texts, *media.values()])
+    by_digest = dict(zip(media, got[len(texts) :], strict=True))
+    return _samples.assemble(got[: len(texts)], digests, by_digest, version)
 
 
 def _tokens(frame: Frame) -> int:

@@ -406,3 +406,38 @@ fn parts_concatenate_to_the_written_frame() {
         .write_into(&mut frame[1..], EncodeOptions::default())
         .is_err());
 }
+
+#[test]
+fn content_digest_names_the_fields_bytes_and_nothing_else() {
+    use py_wire_codec::frame::checksum::content_digest;
+    let frame = sample_frame();
+    let layout = parse_frame(&frame).unwrap();
+    let digest = |bytes: &[u8], fields: &[&str]| {
+        let names: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
+        content_digest(&layout.header, &names, bytes)
+    };
+    let img = digest(&frame, &["img"]).unwrap();
+    assert!(img.starts_with("xxh3-128:") && img.len() == "xxh3-128:".len() + 32);
+    // Another field's bytes change: the image digest does not.
+    let reward = layout.field("reward").unwrap().values.offset;
+    let mut other = frame.clone();
+    other[reward] ^= 1;
+    assert_eq!(digest(&other, &["img"]).unwrap(), img);
+    assert_ne!(
+        digest(&other, &["reward"]).unwrap(),
+        digest(&frame, &["reward"]).unwrap()
+    );
+    // One image byte changes: the digest does.
+    let pixels = layout.field("img").unwrap().values.offset;
+    let mut changed = frame.clone();
+    changed[pixels + 5] ^= 1;
+    assert_ne!(digest(&changed, &["img"]).unwrap(), img);
+    // The fields named, in order, are what is digested.
+    assert_ne!(digest(&frame, &["img", "reward"]).unwrap(), img);
+    assert_ne!(
+        digest(&frame, &["img", "reward"]).unwrap(),
+        digest(&frame, &["reward", "img"]).unwrap()
+    );
+    let err = digest(&frame, &["img", "absent"]).unwrap_err();
+    assert!(err.to_string().contains("absent"), "{err}");
+}

@@ -31,7 +31,7 @@ def _quick_run(paths: str) -> None:
 
 
 def test_quick_run_holds_every_property() -> None:
-    _quick_run("ray,verl")
+    _quick_run("ray,ray-samples,verl")
 
 
 def test_quick_run_on_transfer_queue_holds_every_property() -> None:

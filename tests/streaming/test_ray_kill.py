@@ -8,7 +8,6 @@ lapses, and every committed group is trained once."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 import ray
@@ -18,19 +17,8 @@ import py_wire
 from py_wire.streaming import RayBuffer, StreamConfig
 from tests.helpers import small_text_batch
 
-# Ray start-up (and the benchmark) on a loaded 2-core machine can take minutes.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]  # spawned processes: see markers
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_session() -> Iterator[None]:
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
+# Ray start-up on a loaded 2-core machine can take minutes (spawned processes: see markers).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400), pytest.mark.usefixtures("ray_session")]
 
 
 def group_frame(group: int, version: int) -> py_wire.Frame:

@@ -154,6 +154,58 @@ pub fn sealed(header: &Header, fields: &[String], chunks: &[(usize, &[u8])]) -> 
     })
 }
 
+/// The content of `fields` in a frame, as one XXH3-128 digest (32 hex digits): per field, in the
+/// order given, its name, then each of its tensors (values and a packed field's index tables,
+/// in data order) as entry name, dtype, shape and bytes, each length-prefixed. Two frames whose
+/// named fields hold the same rows, segments and bytes give one digest wherever the fields lie
+/// and whatever else the frames hold (a streamed sample's images, whatever its tokens).
+/// `Err` names a field the frame does not have.
+pub fn content_digest(header: &Header, fields: &[String], frame: &[u8]) -> Result<String> {
+    let mut h = Xxh3::new();
+    let text = |h: &mut Xxh3, s: &str| {
+        h.update(&(s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
+    };
+    for field in fields {
+        let tables = [
+            names::seg_shapes(field),
+            names::seg_offsets(field),
+            names::row_offsets(field),
+            names::row_segments(field),
+        ];
+        let mut found = false;
+        text(&mut h, field);
+        for entry in header
+            .entries
+            .iter()
+            .filter(|e| e.name == *field || tables.contains(&e.name))
+        {
+            found |= entry.name == *field;
+            text(&mut h, &entry.name);
+            text(&mut h, entry.dtype.safetensors_code());
+            h.update(&(entry.shape.len() as u64).to_le_bytes());
+            for dim in &entry.shape {
+                h.update(&dim.to_le_bytes());
+            }
+            let at = |offset: u64| {
+                usize::try_from(offset)
+                    .ok()
+                    .and_then(|o| header.data_start.checked_add(o))
+            };
+            let bytes = at(entry.begin)
+                .zip(at(entry.end))
+                .and_then(|(a, b)| frame.get(a..b))
+                .ok_or_else(|| internal_err!("tensor {:?} lies outside the frame", entry.name))?;
+            h.update(&(bytes.len() as u64).to_le_bytes());
+            h.update(bytes);
+        }
+        if !found {
+            return Err(frame_err!("the frame has no field {field:?}").field(field));
+        }
+    }
+    Ok(format!("xxh3-128:{:032x}", h.digest128()))
+}
+
 /// Whether a frame's metadata carries checksums.
 pub fn present(metadata: &BTreeMap<String, String>) -> bool {
     metadata.contains_key(meta::CHECKSUM)

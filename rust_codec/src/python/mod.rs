@@ -539,6 +539,24 @@ fn split_rows(py: Python<'_>, frame: &Bound<'_, Frame>, sizes: Vec<u64>) -> PyRe
     .map_err(to_py)
 }
 
+/// The content of `fields` in `frame` as one digest (`"xxh3-128:<32 hex>"`, see
+/// `frame::checksum::content_digest`), without the GIL: what names a streamed sample's images,
+/// so that a buffer stores a prompt's images once. `FrameError` names a field the frame lacks.
+#[pyfunction]
+fn content_digest(
+    py: Python<'_>,
+    frame: &Bound<'_, Frame>,
+    fields: Vec<String>,
+) -> PyResult<String> {
+    let frame = frame.get();
+    py.detach(|| {
+        guarded(OnPanic::Frame, || {
+            crate::frame::checksum::content_digest(&frame.layout().header, &fields, frame.bytes())
+        })
+    })
+    .map_err(to_py)
+}
+
 /// Applies the field rules to one field as a schema declares it (JSON: name, tier, dtype,
 /// shape with `null` for ragged dims, pack_dim, wire_dtype, lossy) and returns the field spec a
 /// frame stores, as JSON (`SchemaError` naming the field if a rule is broken). The schema
@@ -658,7 +676,7 @@ mod _native {
     #[pymodule_export]
     use super::{check_frame_contracts, placeholder_runs};
     #[pymodule_export]
-    use super::{encode, encode_parts};
+    use super::{content_digest, gather, hold_schema, reserved_metadata_key, split_rows};
     #[pymodule_export]
-    use super::{gather, hold_schema, reserved_metadata_key, split_rows};
+    use super::{encode, encode_parts};
 }
