@@ -53,10 +53,14 @@ __all__ = [
     "placeholder_runs",
     "register_torch",
     "reserved_metadata_key",
-    "set_schema_hooks",
     "split_rows",
     "content_digest",
-    "validate_contract",
+    "held_schema",
+    "resolve_contract",
+    "resolve_field",
+    "resolve_schema",
+    "MAX_DECLARED_ITEMS",
+    "SCHEMA_DEFAULTS",
     "validate_field_spec",
 ]
 
@@ -87,6 +91,10 @@ MAX_HEADER_BYTES: int
 MAX_SCHEMA_BYTES: int
 #: The deepest nesting of arrays and objects (tables) a schema may have.
 MAX_NESTING: int
+MAX_DECLARED_ITEMS: int
+#: Per kind ("schema", "field", "contract"), the keys the schema model fills in and their
+#: defaults, as JSON text.
+SCHEMA_DEFAULTS: dict[str, dict[str, str]]
 METADATA_KEYS: dict[str, str]
 
 @final
@@ -177,7 +185,13 @@ class Frame:
     @staticmethod
     def from_buffer(data: _BufferLike, schema: Schema | str | Path | None = None) -> Frame:
         """Wrap and validate ``data``; ``schema`` is held first (a compact frame naming it
-        can then be read)."""
+        can then be read). Defined by ``py_wire._schema``."""
+    @staticmethod
+    def _wrap(data: _BufferLike) -> Frame: ...
+    @property
+    def _schema_view(self) -> Schema | None: ...
+    @_schema_view.setter
+    def _schema_view(self, value: Schema | None) -> None: ...
     def copy(self) -> Frame:
         """A private, writable copy in a pooled, 64-byte-aligned buffer (validated)."""
     def copy_on_write(self) -> Frame | None:
@@ -291,18 +305,14 @@ def gather(
     schema_entries: Mapping[str, str] | None = None,
     per_row: Sequence[tuple[str, str]] | None = None,
 ) -> Frame: ...
-def hold_schema(
-    fingerprint: str, specs: Sequence[str], sequence_field: str | None, learnt: bool = False
-) -> bool: ...
+def hold_schema(text: str, learnt: bool = False) -> tuple[bool, str]: ...
+def held_schema(fingerprint: str) -> str | None: ...
+def resolve_schema(text: str) -> tuple[str, str, str]: ...
+def resolve_field(text: str) -> str: ...
+def resolve_contract(text: str) -> str: ...
 def split_rows(frame: Frame, sizes: Sequence[int]) -> list[Frame]: ...
 def content_digest(frame: Frame, fields: Sequence[str]) -> str: ...
 def reserved_metadata_key(key: str) -> bool: ...
 def validate_field_spec(decl_json: str) -> str: ...
 def canonical_json(text: str) -> str: ...
 def check_schema_text(text: str, fingerprint: str) -> None: ...
-def set_schema_hooks(
-    reader: Callable[[Frame], Schema], holder: Callable[[Schema | str | Path], Schema]
-) -> None: ...
-def validate_contract(
-    contract_json: str, field_specs: Sequence[str], sequence_field: str | None = None
-) -> None: ...

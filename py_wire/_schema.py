@@ -1,34 +1,29 @@
-"""Schema files: one TOML file per batch kind, validated into frozen pydantic models.
+"""Schema files: one TOML file per batch kind, read by the codec's schema model.
 
 A schema declares every field's tier, dtype, segment shape, stages and optional wire cast; the
-frame carries the schema as canonical JSON, so a reader always knows what it holds.
+frame carries the schema as canonical JSON, so a reader always knows what it holds. This module
+reads TOML, resolves ``extends`` and finds bundled schemas; the codec's schema model
+(``rust_codec/src/schema/model.rs``) reads the data: every key's type and default, every rule,
+the canonical form and the fingerprint. ``Schema``, ``FieldDef`` and ``PlaceholderContract`` are
+frozen pydantic views of what it returns. The codec also holds the registry of schemas this
+process holds (``frame::compact``).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import math
 import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
     ValidationError,
-    model_serializer,
     model_validator,
 )
 
@@ -67,37 +62,19 @@ DTypeName = Literal[
     "complex128",
 ]
 Tier = Literal["packed", "per_token", "scalar"]
-# The loader reports types (strict: `true` is not 1, 1.5 is not an int) in the codec's widths;
-# the rules (ranks, pack dims, casts, names, contract parameters) are the codec's
-# (`_native.validate_field_spec`, `_native.validate_contract`).
-Int64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
-UInt64 = Annotated[StrictInt, Field(ge=0, le=2**64 - 1)]
-Dim = Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] | Literal["*"]
+#: A declared dim: a size, or ``"*"`` for a ragged one.
+Dim = int | Literal["*"]
 
+#: What the codec's schema model (``rust_codec/src/schema/model.rs``, the one reader of a
+#: schema's content) fills in for each key a schema leaves out, per kind (``"schema"``,
+#: ``"field"``, ``"contract"``). Read from the codec: Python holds no default of its own.
+KEY_DEFAULTS: dict[str, dict[str, Any]] = {
+    kind: {key: json.loads(value) for key, value in table.items()}
+    for kind, table in _native.SCHEMA_DEFAULTS.items()
+}
 #: The most items a declared list (a shape, stages, accepted dtypes, contracts) or table of
-#: fields may hold: a schema file is at most MAX_SCHEMA_BYTES, which bounds any real one far below.
-MAX_DECLARED_ITEMS = 4096
-
-
-def _declared_list(value: Any) -> Any:
-    """Only a list or tuple of at most MAX_DECLARED_ITEMS: pydantic would otherwise iterate any
-    iterable (``range(2**62)``, a generator) into memory before a rule could refuse it."""
-    if not isinstance(value, list | tuple):
-        raise ValueError(f"must be a list, not {type(value).__name__}")
-    if len(value) > MAX_DECLARED_ITEMS:
-        raise ValueError(f"{len(value)} items; at most {MAX_DECLARED_ITEMS}")
-    return value
-
-
-def _declared_table(value: Any) -> Any:
-    if not isinstance(value, dict):
-        raise ValueError(f"must be a table (dict), not {type(value).__name__}")
-    if len(value) > MAX_DECLARED_ITEMS:
-        raise ValueError(f"{len(value)} entries; at most {MAX_DECLARED_ITEMS}")
-    return value
-
-
-Listed = BeforeValidator(_declared_list)
+#: fields may hold (the codec's constant).
+MAX_DECLARED_ITEMS: int = _native.MAX_DECLARED_ITEMS
 
 #: Input dtype → the dtypes it converts into exactly (every value representable, no rounding):
 #: what a field's ``accept`` may list. The table is the codec's (``cast.rs``
@@ -106,9 +83,9 @@ LOSSLESS_WIDENINGS: dict[str, frozenset[str]] = {
     src: frozenset(into) for src, into in _native.LOSSLESS_WIDENINGS.items()
 }
 
-DEFAULT_STAGES = ("generation", "logprob", "ref_logprob", "train")
+DEFAULT_STAGES: tuple[str, ...] = tuple(KEY_DEFAULTS["schema"]["stages"])
 #: The largest schema file, or schema string in a frame, that is parsed at all (the codec's
-#: constant: its reader checks a frame's schema against it, ``frame::schema_text``).
+#: constant: its reader checks a frame's schema against it, ``schema::embedded``).
 MAX_SCHEMA_BYTES: int = _native.MAX_SCHEMA_BYTES
 #: The deepest nesting of arrays and tables a schema file or a frame's schema JSON may have
 #: (a real schema needs 3); checked before parsing, so no parser recurses on hostile input.
@@ -119,45 +96,84 @@ _SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
+def _plain(value: Any, at: str, depth: int = 0) -> Any:
+    """``value`` as the JSON data the codec's schema model reads: dicts with string keys,
+    lists, strings, numbers, bools and None (models as their dumps). Anything else, or data
+    nested deeper than :data:`MAX_NESTING` or wider than :data:`MAX_DECLARED_ITEMS`, is a
+    ``SchemaError`` naming where, before any of it is copied (``range(2**62)`` is refused, not
+    listed)."""
+    where = at or "the schema"
+    if depth > MAX_NESTING:
+        raise SchemaError(f"{where}: nested deeper than {MAX_NESTING} levels")
+    if isinstance(value, BaseModel):
+        value = value.model_dump()
+    if value is None or isinstance(value, bool | str | float):
+        return value
+    if isinstance(value, int):
+        if value.bit_length() > 256:  # past any range a schema has; json.dumps has digit limits
+            raise SchemaError(f"{where}: an integer of {value.bit_length()} bits is out of range")
+        return value
+    if isinstance(value, dict):
+        if len(value) > MAX_DECLARED_ITEMS:
+            raise SchemaError(f"{where}: {len(value)} entries; at most {MAX_DECLARED_ITEMS}")
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise SchemaError(
+                    f"{where}: keys are strings, not {type(key).__name__} {key!r:.80}"
+                )
+            out[key] = _plain(item, f"{at}.{key}" if at else key, depth + 1)
+        return out
+    if isinstance(value, list | tuple):
+        if len(value) > MAX_DECLARED_ITEMS:
+            raise SchemaError(f"{where}: {len(value)} items; at most {MAX_DECLARED_ITEMS}")
+        return [
+            _plain(item, f"{at}.{i}" if at else str(i), depth + 1) for i, item in enumerate(value)
+        ]
+    raise SchemaError(
+        f"{where}: must be a table, list, string, number, bool or null, not {type(value).__name__}"
+    )
+
+
+def _json_text(value: Any) -> str:
+    """The data as JSON text for the codec (NaN and the infinities as Python writes them)."""
+    return json.dumps(_plain(value, ""))
+
+
 class FieldDef(BaseModel):
-    """One field of a schema."""
+    """One field of a schema: a typed view of what the codec's schema model reads (every key
+    filled in; the defaults and rules are the model's, ``rust_codec/src/schema/model.rs``)."""
 
     model_config = _FROZEN
 
     tier: Tier
     dtype: DTypeName
-    shape: Annotated[tuple[Dim, ...], Listed] = Field(
-        default=(),
+    shape: tuple[Dim, ...] = Field(
         description="packed: the whole segment shape; per_token: the dims after the sequence "
         'dim; scalar: the static dims of one row ([] for 0-d). "*" marks a ragged dim.',
     )
-    required: StrictBool = True
-    stages: Annotated[tuple[StrictStr, ...], Listed] | None = Field(
-        default=None, description="Stages that need this field; default: every stage."
+    required: bool
+    stages: tuple[str, ...] | None = Field(
+        description="Stages that need this field; default: every stage."
     )
-    pack_dim: Int64 = Field(
-        default=0, description="packed only: the dim segments concatenate on (-1: the last)."
+    pack_dim: int = Field(
+        description="packed only: the dim segments concatenate on (-1: the last)."
     )
-    pad_value: StrictBool | StrictInt | StrictFloat = Field(
-        default=0, description="per_token only: what layout='padded' fills with; must fit dtype."
+    pad_value: bool | int | float = Field(
+        description="per_token only: what layout='padded' fills with; must fit dtype."
     )
-    wire_dtype: DTypeName | None = Field(
-        default=None, description="dtype stored on the wire (a cast at encode)."
-    )
-    lossy: StrictBool = Field(default=False, description="Must be true when wire_dtype narrows.")
-    accept: Annotated[tuple[DTypeName, ...], Listed] = Field(
-        default=(),
+    wire_dtype: DTypeName | None = Field(description="dtype stored on the wire (a cast at encode).")
+    lossy: bool = Field(description="Must be true when wire_dtype narrows.")
+    accept: tuple[DTypeName, ...] = Field(
         description="Input dtypes encode also takes, each widened losslessly into dtype "
         '(e.g. accept = ["int32"] on an int64 field). Never implicit for other dtypes.',
     )
     encoding: Literal["utf8", "json"] | None = Field(
-        default=None,
         description='packed uint8 ["*"] only: each row is one segment holding a UTF-8 string '
         '("utf8") or a JSON value ("json"), for per-row Python objects (ids, tags, dicts) that '
         "travel beside the tensors; adapters turn them back into str / JSON values.",
     )
-    gather: Annotated[tuple[StrictStr, ...], Listed] | None = Field(
-        default=None,
+    gather: tuple[str, ...] | None = Field(
         description='encoding = "json" only: glob patterns (fnmatch, case-sensitive) of a '
         "source's per-row keys that no other field declares (a verl reward function's "
         "non_tensor_batch keys, such as acc or pred), gathered into this field as one JSON "
@@ -165,58 +181,20 @@ class FieldDef(BaseModel):
         "its numpy dtype. A key no field declares and no pattern matches is refused.",
     )
     column: Literal["text", "media"] = Field(
-        default="text",
         description="Which stored column the field travels in where a batch is kept as columns "
         '(py_wire.interop.transfer_queue): "media" for images, their grids and masks, which a '
         'text-only fetch never moves; "text" (default) for everything else. The sequence field '
         "is in every column.",
     )
-    description: StrictStr = ""
+    description: str
 
-    @model_validator(mode="after")
-    def _check(self) -> FieldDef:
-        if self.encoding is not None and (
-            self.tier != "packed" or self.dtype != "uint8" or self.shape != ("*",)
-        ):
-            raise ValueError(
-                f'encoding = "{self.encoding}" needs tier = "packed", dtype = "uint8" and '
-                f'shape = ["*"], not tier = "{self.tier}", dtype = "{self.dtype}", shape = '
-                f"{list(self.shape)}"
-            )
-        if self.gather is not None and self.encoding != "json":
-            raise ValueError(
-                f'gather needs encoding = "json" (one JSON object per row), not encoding = '
-                f"{self.encoding!r}"
-            )
-        # Only Python reads pad_value (the codec never sees it), so this rule lives here.
-        for dtype in dict.fromkeys((self.dtype, self.stored_dtype)):
-            problem = _pad_problem(self.pad_value, dtype)
-            if problem:
-                raise ValueError(f"pad_value {self.pad_value!r} does not fit {dtype}: {problem}")
-        for src in self.accept:
-            if src == self.dtype:
-                raise ValueError(f"accept: {src} is the field's own dtype")
-            if self.dtype not in LOSSLESS_WIDENINGS.get(src, ()):
-                into = sorted(LOSSLESS_WIDENINGS.get(src, ()))
-                raise ValueError(
-                    f"accept: {src} does not widen losslessly into {self.dtype} (it does into "
-                    f"{into or 'nothing'}); a narrowing is a wire_dtype with lossy = true"
-                )
-        return self
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
-        # An unset encoding is left out, so that schemas which declare none keep the canonical
-        # form (and fingerprint) they had before the key existed.
-        # Likewise the default column.
-        out = handler(self)
-        if isinstance(out, dict):
-            for key in ("encoding", "gather"):
-                if out.get(key) is None:
-                    out.pop(key, None)
-            if out.get("column") == "text":
-                out.pop("column", None)
-        return out
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, data: Any) -> Any:
+        """The codec's schema model reads the field (types, defaults, the field's own rules)."""
+        if isinstance(data, FieldDef):
+            return data
+        return json.loads(_native.resolve_field(_json_text(data)))
 
     def _decl(self, name: str) -> dict[str, Any]:
         """The field as the codec's rules read it (`spec.rs` `FieldDecl`)."""
@@ -243,28 +221,35 @@ class FieldDef(BaseModel):
 
 class PlaceholderContract(BaseModel):
     """In each row, the runs of ``token_id`` in the sequence field match, image by image, the
-    feature counts the media imply."""
+    feature counts the media imply. A typed view of what the codec's schema model reads."""
 
     model_config = _FROZEN
 
-    kind: Literal["placeholder"] = "placeholder"
-    name: StrictStr
-    media_field: StrictStr = Field(description="The packed field whose items are the images.")
-    token_id: Int64
-    begin_token_id: Int64 | None = None
-    end_token_id: Int64 | None = None
+    kind: Literal["placeholder"]
+    name: str
+    media_field: str = Field(description="The packed field whose items are the images.")
+    token_id: int
+    begin_token_id: int | None
+    end_token_id: int | None
     count: Literal["grid_thw", "fixed", "image_size", "field"]
-    grid_field: StrictStr | None = None
-    merge_size: UInt64 = 2
-    tokens_per_image: UInt64 | None = None
-    sizes_field: StrictStr | None = None
-    count_field: StrictStr | None = Field(
-        default=None, description='count = "field": a packed int field, one token count per image.'
+    grid_field: str | None
+    merge_size: int
+    tokens_per_image: int | None
+    sizes_field: str | None
+    count_field: str | None = Field(
+        description='count = "field": a packed int field, one token count per image.'
     )
-    patch_size: UInt64 = 16
-    downsample_ratio: StrictFloat = 0.5
-    # The rules (parameters in range, the count rule's field present, named fields of the right
-    # tier, dtype and shape) are the codec's: `Schema` asks `_native.validate_contract`.
+    patch_size: int
+    downsample_ratio: float
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, data: Any) -> Any:
+        """The codec's schema model reads the contract (types, defaults, its parameters' rules;
+        the fields it names are checked with the schema's)."""
+        if isinstance(data, PlaceholderContract):
+            return data
+        return json.loads(_native.resolve_contract(_json_text(data)))
 
 
 #: The contract kinds; ``kind`` defaults to "placeholder", the only one so far.
@@ -272,65 +257,31 @@ Contract = PlaceholderContract
 
 
 class Schema(BaseModel):
-    """A batch kind: its fields, sequence field, stages and contracts."""
+    """A batch kind: its fields, sequence field, stages and contracts. A typed view of what the
+    codec's schema model (``rust_codec/src/schema/model.rs``) reads: it fills every default,
+    applies every rule and writes the canonical form the fingerprint is taken of."""
 
     model_config = _FROZEN
 
-    name: StrictStr
-    version: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] = 1
-    description: StrictStr = ""
-    sequence_field: StrictStr | None = None
-    lengths_field: StrictStr | None = Field(
-        default=None, description="A scalar integer field equal to each row's sequence length."
+    name: str
+    version: int
+    description: str
+    sequence_field: str | None
+    lengths_field: str | None = Field(
+        description="A scalar integer field equal to each row's sequence length."
     )
-    stages: Annotated[tuple[StrictStr, ...], Listed] = DEFAULT_STAGES
-    fields: Annotated[dict[StrictStr, FieldDef], BeforeValidator(_declared_table)]
-    contracts: Annotated[tuple[Contract, ...], Listed] = ()
+    stages: tuple[str, ...]
+    fields: dict[str, FieldDef]
+    contracts: tuple[Contract, ...]
 
-    @model_validator(mode="after")
-    def _check(self) -> Schema:
-        specs = {}
-        for name, field in self.fields.items():
-            specs[name] = field._resolve(name)  # the codec's field rules; SchemaError names it
-            if field.pack_dim != specs[name]["pack_dim"]:  # -1 → the last dim, as resolved
-                object.__setattr__(field, "pack_dim", specs[name]["pack_dim"])
-            unknown = set(field.stages or ()) - set(self.stages)
-            if unknown:
-                raise ValueError(
-                    f"field {name!r}: stages {sorted(unknown)} are not among the schema's "
-                    f"stages {list(self.stages)}"
-                )
-        per_token = [n for n, f in self.fields.items() if f.tier == "per_token"]
-        seq = self.sequence_field
-        if per_token and seq is None:
-            raise ValueError(f"per-token fields {per_token} need a sequence_field")
-        if seq is not None and (seq not in self.fields or self.fields[seq].tier != "per_token"):
-            raise ValueError(f"sequence_field {seq!r} must name a per_token field")
-        lengths = self.lengths_field
-        if lengths is not None:
-            f = self.fields.get(lengths)
-            if f is None or f.tier != "scalar" or f.shape or f.dtype not in ("int32", "int64"):
-                raise ValueError(f"lengths_field {lengths!r} must name a 0-d int scalar field")
-        if seq is not None and self.fields[seq].column != "text":
-            raise ValueError(
-                f"sequence_field {seq!r}: column = {self.fields[seq].column!r}, but the sequence "
-                'field travels in every column (leave it "text")'
-            )
-        gathering = [n for n, f in self.fields.items() if f.gather is not None]
-        if len(gathering) > 1:
-            raise ValueError(
-                f"fields {gathering} all declare gather: one field gathers a source's "
-                "undeclared keys (list every pattern in it)"
-            )
-        spec_json = [json.dumps(s) for s in specs.values()]
-        names = [c.name for c in self.contracts]
-        for c in self.contracts:
-            _check_contract_column(c, self.fields)
-        for c in self.contracts:
-            if names.count(c.name) > 1:
-                raise ValueError(f"contract name {c.name!r} appears {names.count(c.name)} times")
-            _native.validate_contract(c.model_dump_json(), spec_json, seq)
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, data: Any) -> Any:
+        """The codec's schema model reads the schema; the view is built from what it returns."""
+        if isinstance(data, Schema):
+            return data
+        _canonical, _fingerprint, full = _native.resolve_schema(_json_text(data))
+        return json.loads(full)
 
     # -- derived facts (cached: the model is frozen) --------------------------------------
 
@@ -372,12 +323,21 @@ class Schema(BaseModel):
         return schema_diff(self, other)
 
     @functools.cached_property
-    def canonical_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    def _canonical(self) -> tuple[str, str]:
+        """The codec's canonical form of this schema, and its fingerprint."""
+        canonical, fingerprint, _full = _native.resolve_schema(json.dumps(self.model_dump()))
+        return canonical, fingerprint
 
-    @functools.cached_property
+    @property
+    def canonical_json(self) -> str:
+        """The schema as frames embed it: the codec's canonical form (every key but a field's
+        unset ``encoding`` and ``gather`` and default ``column``, sorted, no whitespace)."""
+        return self._canonical[0]
+
+    @property
     def fingerprint(self) -> str:
-        return "sha256:" + hashlib.sha256(self.canonical_json.encode()).hexdigest()
+        """``"sha256:" + hex(sha256(canonical_json))``."""
+        return self._canonical[1]
 
     @functools.cached_property
     def _spec_dicts(self) -> dict[str, dict[str, Any]]:
@@ -497,8 +457,8 @@ class Schema(BaseModel):
         fingerprint, text = frame.schema_source  # one call: what the codec validated
         if fingerprint is None:
             raise FrameError("the frame carries no schema")
-        if text is None:  # compact: the schema named by fingerprint
-            held = _HELD.get(fingerprint)
+        if text is None:  # compact: the schema named by fingerprint, as the codec holds it
+            held = _native.held_schema(fingerprint)
             if held is None:
                 raise FrameError(
                     f"the frame is compact: it names its schema by fingerprint "
@@ -506,7 +466,7 @@ class Schema(BaseModel):
                     "fingerprint (load it with py_wire.load_schema, or pass schema= to decode / "
                     "Frame.from_buffer)"
                 )
-            return held
+            return _schema_view(held)
         return _schema_from_frame_text(text, fingerprint)
 
     @classmethod
@@ -517,21 +477,6 @@ class Schema(BaseModel):
             raise SchemaError(f"{source}: {_problems(e)}") from None
         except RecursionError:  # deeply nested Python data handed to from_dict
             raise SchemaError(f"{source}: nested too deeply") from None
-
-
-def _check_contract_column(c: PlaceholderContract, fields: Mapping[str, FieldDef]) -> None:
-    """A contract is checked on one column's frame: the fields it names share a column."""
-    named = [
-        f
-        for f in (c.media_field, c.grid_field, c.sizes_field, c.count_field)
-        if f is not None and f in fields
-    ]
-    columns = {f: fields[f].column for f in named}
-    if len(set(columns.values())) > 1:
-        raise ValueError(
-            f"contract {c.name!r}: the fields it names must share a column, but their columns "
-            f"are {columns}"
-        )
 
 
 def _problems(e: ValidationError) -> str:
@@ -548,44 +493,35 @@ def _problems(e: ValidationError) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _schema_from_frame_text(text: str, fingerprint: str) -> Schema:
-    """The schema an embedded frame's text describes. The codec's reader checked the text when
-    the frame was wrapped (``frame::schema_text``: its size, fingerprint, nesting, JSON and
-    canonical form, and the tensors against the field table it implies); what is left is
-    meaning: the schema model's rules, and that the text is the whole model as py_wire writes
-    it (no key left to a default), so that the schema read back has the frame's fingerprint."""
-    where = "the frame's schema"
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as e:  # unreachable past the codec's checks
-        raise FrameError(f"{where} is not valid JSON: {e}") from None
-    try:
-        schema = Schema._validate(data, where)
-    except SchemaError as e:
-        raise FrameError(f"the frame's schema is invalid: {e}") from None
-    if schema.fingerprint != fingerprint:
-        raise FrameError(
-            f"{where} is canonical JSON but not the schema model as py_wire writes it (a key "
-            f"left out or a value py_wire would write otherwise); its fingerprint {fingerprint!r}"
+    """The schema an embedded frame's text describes: its typed view. The codec's reader checked
+    the text when the frame was wrapped (``schema::embedded``: size, fingerprint, nesting, JSON,
+    canonical form, the schema model's types, defaults and rules, and that the text is the
+    model as it is written), so this cannot fail on a frame's own text."""
+    schema = Schema._validate(json.loads(text), "the frame's schema")
+    if schema.fingerprint != fingerprint:  # the codec's reader and its model disagree
+        raise _native.InternalError(
+            f"the frame's schema reads back with fingerprint {schema.fingerprint}, not "
+            f"{fingerprint[:80]}"
         )
     _hold(schema, learnt=True)
     return schema
 
 
-#: Every schema this process holds, by fingerprint: what compact frames may name. The codec
-#: keeps the same set (``frame::compact``), so frames are validated against it without Python.
-_HELD: dict[str, Schema] = {}
+@functools.lru_cache(maxsize=256)
+def _schema_view(text: str) -> Schema:
+    """The typed view of a schema the codec holds (its JSON, as ``held_schema`` returns it)."""
+    return Schema._validate(json.loads(text), "a held schema")
 
 
 def _hold(schema: Schema, learnt: bool = False) -> None:
-    """Hold ``schema`` (codec first, then here). ``learnt``: read from a frame, not loaded by
-    the process; the codec keeps those only up to a cap."""
-    fingerprint = schema.fingerprint
-    if fingerprint in _HELD:
+    """Hold ``schema`` in the codec's registry (``frame::compact``), the one record of what
+    this process holds: compact frames naming its fingerprint can then be read. ``learnt``:
+    read from a frame, not loaded by the process; the codec keeps those only up to a cap."""
+    if schema.__dict__.get("_held"):  # this view was held already (a memo on the instance)
         return
-    if _native.hold_schema(
-        fingerprint, list(schema._specs.values()), schema.sequence_field, learnt
-    ):
-        _HELD[fingerprint] = schema
+    held, _fingerprint = _native.hold_schema(json.dumps(schema.model_dump()), learnt)
+    if held:
+        schema.__dict__["_held"] = True
 
 
 def hold_schema(schema: Schema | str | Path) -> Schema:
@@ -598,9 +534,39 @@ def hold_schema(schema: Schema | str | Path) -> Schema:
     return load_schema(schema)
 
 
-# ``Frame.schema`` and ``Frame.from_buffer(schema=)`` call these (the codec imports no Python
-# module).
-_native.set_schema_hooks(Schema.from_frame, hold_schema)
+def _frame_schema(frame: Frame) -> Schema:
+    """``Frame.schema``: the schema this frame was encoded with (:meth:`Schema.from_frame`),
+    read on first access and kept with the frame."""
+    view: Schema | None = frame._schema_view
+    if view is None:
+        view = Schema.from_frame(frame)
+        frame._schema_view = view
+    return view
+
+
+def _set_frame_schema(frame: Frame, schema: Schema) -> None:
+    frame._schema_view = schema
+
+
+def _frame_from_buffer(data: Any, schema: Schema | str | Path | None = None) -> Frame:
+    """``Frame.from_buffer``: wraps any C-contiguous buffer (bytes, bytearray, memoryview,
+    mmap, numpy uint8 array) without copying, after validating it (a base not aligned to 16
+    bytes is copied once). The frame is read by its own length: bytes after its end are not
+    part of it. ``schema`` (a ``Schema``, bundled name or path) is held for this process first
+    (:func:`hold_schema`), so that a compact frame naming it can be read."""
+    if schema is not None:
+        hold_schema(schema)
+    return _native.Frame._wrap(data)
+
+
+# The codec's Frame gets its schema from here: Python owns meaning, and the codec never calls
+# into Python to build or hold a schema.
+setattr(  # noqa: B010 - an attribute of the codec's type, set once at import
+    _native.Frame,
+    "schema",
+    property(_frame_schema, _set_frame_schema, doc=_frame_schema.__doc__),
+)
+setattr(_native.Frame, "from_buffer", staticmethod(_frame_from_buffer))  # noqa: B010
 
 
 def frame_fingerprint(frame: Frame) -> str | None:
@@ -651,57 +617,6 @@ def _check_nesting(text: str, tokens: re.Pattern[str], source: str, error: type[
             skip = m.start() + 2
         elif t in _STRING_ENDS[state]:
             state = None
-
-
-#: The most and least a pad value may be, per dtype: integers exactly; floats up to the
-#: largest finite value (NaN always, infinities where the dtype has them).
-_INT_RANGE = {
-    "uint8": (0, 2**8 - 1),
-    "int8": (-(2**7), 2**7 - 1),
-    "int16": (-(2**15), 2**15 - 1),
-    "uint16": (0, 2**16 - 1),
-    "int32": (-(2**31), 2**31 - 1),
-    "uint32": (0, 2**32 - 1),
-    "int64": (-(2**63), 2**63 - 1),
-    # torch builds the pad element from a Python int through int64.
-    "uint64": (0, 2**63 - 1),
-}
-_FLOAT_MAX = {
-    "float16": 65504.0,
-    "bfloat16": 3.3895313892515355e38,
-    "float32": 3.4028234663852886e38,
-    "float64": 1.7976931348623157e308,
-    "float8_e4m3fn": 448.0,
-    "float8_e5m2": 57344.0,
-    "complex64": 3.4028234663852886e38,
-    "complex128": 1.7976931348623157e308,
-}
-_NO_INF = {"float8_e4m3fn"}
-
-
-def _pad_problem(value: bool | int | float, dtype: str) -> str | None:
-    """Why ``value`` cannot be stored exactly as one ``dtype`` element, or None."""
-    if dtype == "bool":
-        if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
-            return None
-        return "a bool field pads with true, false, 0 or 1"
-    if dtype in _INT_RANGE:
-        lo, hi = _INT_RANGE[dtype]
-        if isinstance(value, bool) or not isinstance(value, int):
-            return "an integer field needs an integer pad value"
-        return None if lo <= value <= hi else f"expected {lo} <= pad_value <= {hi}"
-    if isinstance(value, bool):
-        return "a floating-point field needs a number, not a bool"
-    limit = _FLOAT_MAX[dtype]
-    try:
-        x = float(value)
-    except OverflowError:
-        return f"expected |pad_value| <= {limit}"
-    if math.isnan(x) or abs(x) <= limit:
-        return None
-    if math.isinf(x) and dtype not in _NO_INF:
-        return None
-    return f"expected |pad_value| <= {limit}" + (" (no infinities)" if dtype in _NO_INF else "")
 
 
 def _wire_casts() -> dict[tuple[str, str], bool]:
@@ -856,8 +771,22 @@ def _base_file(ref: str, path: Path, shown: str) -> tuple[Path, str]:
 def schema_file_json_schema() -> dict[str, Any]:
     """The JSON Schema of a schema *file*: the :class:`Schema` model's, plus ``extends`` and
     ``drop_fields``. A file that extends another may declare only the keys it changes, so a
-    field's ``tier`` and ``dtype`` are required of the resolved schema, not of each file."""
+    field's ``tier`` and ``dtype`` are required of the resolved schema, not of each file. The
+    defaults it documents are the codec's (:data:`KEY_DEFAULTS`)."""
     doc = Schema.model_json_schema()
+    for kind, part in (
+        ("schema", doc),
+        ("field", doc["$defs"]["FieldDef"]),
+        ("contract", doc["$defs"]["PlaceholderContract"]),
+    ):
+        # The docstring's first sentence: what the key is, not how the view is built.
+        part["description"] = (
+            re.split(r":? a typed view|\. A typed view", part["description"])[0] + "."
+        )
+        defaults = KEY_DEFAULTS[kind]
+        for key, value in defaults.items():
+            part["properties"][key]["default"] = value
+        part["required"] = [k for k in part["properties"] if k not in defaults]
     doc["properties"]["extends"] = {
         "description": "A bundled schema's name or a .toml path (relative to this file) whose "
         "fields, contracts and settings this file starts from.",

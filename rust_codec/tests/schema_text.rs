@@ -1,4 +1,4 @@
-//! The embedded schema as `parse_frame` checks it (`frame::schema_text`): its fingerprint and
+//! The embedded schema as `parse_frame` checks it (`schema::text`): its fingerprint and
 //! canonical form, the field table derived from it, the one format read, and frame ops that
 //! keep one schema per frame.
 
@@ -9,15 +9,29 @@ mod common;
 use std::collections::BTreeMap;
 
 use py_wire_codec::frame::header::parse_header;
-use py_wire_codec::frame::schema_text::fingerprint;
 use py_wire_codec::schema::spec::meta;
+use py_wire_codec::schema::text::fingerprint;
 use py_wire_codec::{parse_frame, DType, Error, FieldSpec, Tier};
 
-const SCHEMA: &str = concat!(
+/// The schema as a file may give it (keys left to their defaults); [`schema`] writes it whole.
+const SHORT: &str = concat!(
     r#"{"fields":{"ids":{"dtype":"int64","shape":[],"tier":"per_token"},"#,
     r#""reward":{"dtype":"float32","shape":[],"tier":"scalar"}},"#,
     r#""name":"t","sequence_field":"ids"}"#
 );
+
+/// `text` as py_wire writes a schema: every key, canonical form.
+fn whole(text: &str) -> String {
+    let value = py_wire_codec::schema::text::parse(text).unwrap();
+    py_wire_codec::schema::model::resolve(&value)
+        .unwrap()
+        .canonical
+}
+
+/// The schema frames embed.
+fn schema() -> String {
+    whole(SHORT)
+}
 
 /// A two-row frame (`common::ids_and_reward`) whose header carries `text` and `fp` (when
 /// given), its reward field laid out as `reward_dtype` and its sequence field `seq`.
@@ -46,8 +60,8 @@ fn refusal(bytes: &[u8]) -> String {
 
 #[test]
 fn an_embedded_schema_that_agrees_reads() {
-    let fp = fingerprint(SCHEMA);
-    let bytes = frame(Some(SCHEMA), Some(&fp), DType::F32, "ids");
+    let fp = fingerprint(&schema());
+    let bytes = frame(Some(schema().as_str()), Some(&fp), DType::F32, "ids");
     let layout = parse_frame(&bytes).unwrap();
     assert_eq!(layout.num_rows, 2);
     // The field table and the sequence field come from the schema; the header has neither.
@@ -75,10 +89,15 @@ fn an_embedded_schema_that_agrees_reads() {
 
 #[test]
 fn a_damaged_schema_is_refused_by_parse_frame() {
-    let fp = fingerprint(SCHEMA);
-    let msg = refusal(&frame(Some(SCHEMA), Some("sha256:00"), DType::F32, "ids"));
+    let fp = fingerprint(&schema());
+    let msg = refusal(&frame(
+        Some(schema().as_str()),
+        Some("sha256:00"),
+        DType::F32,
+        "ids",
+    ));
     assert!(msg.contains("does not match its fingerprint"), "{msg}");
-    let spaced = SCHEMA.replace(',', ", ");
+    let spaced = schema().replace(',', ", ");
     let msg = refusal(&frame(
         Some(&spaced),
         Some(&fingerprint(&spaced)),
@@ -86,7 +105,7 @@ fn a_damaged_schema_is_refused_by_parse_frame() {
         "ids",
     ));
     assert!(msg.contains("not in canonical form"), "{msg}");
-    let msg = refusal(&frame(Some(SCHEMA), None, DType::F32, "ids"));
+    let msg = refusal(&frame(Some(schema().as_str()), None, DType::F32, "ids"));
     assert!(msg.contains("no fingerprint"), "{msg}");
     let msg = refusal(&frame(None, Some(&fp), DType::F32, "ids"));
     assert!(msg.contains("no schema"), "{msg}");
@@ -94,8 +113,13 @@ fn a_damaged_schema_is_refused_by_parse_frame() {
 
 #[test]
 fn a_schema_that_disagrees_with_the_tensors_is_refused_naming_the_field() {
-    let fp = fingerprint(SCHEMA);
-    match parse_frame(&frame(Some(SCHEMA), Some(&fp), DType::F64, "ids")) {
+    let fp = fingerprint(&schema());
+    match parse_frame(&frame(
+        Some(schema().as_str()),
+        Some(&fp),
+        DType::F64,
+        "ids",
+    )) {
         Err(Error::Frame(d)) => assert!(
             d.message.contains("field \"reward\"")
                 && d.message.contains("float64")
@@ -106,11 +130,11 @@ fn a_schema_that_disagrees_with_the_tensors_is_refused_naming_the_field() {
         other => panic!("{:?}", other.map(|l| l.num_rows)),
     }
     // A schema without the field whose tensors the frame holds.
-    let fewer = SCHEMA.replace(
+    let fewer = whole(&SHORT.replace(
         r#","reward":{"dtype":"float32","shape":[],"tier":"scalar"}"#,
         "",
-    );
-    assert_ne!(fewer, SCHEMA);
+    ));
+    assert_ne!(fewer, schema());
     let msg = refusal(&frame(
         Some(&fewer),
         Some(&fingerprint(&fewer)),
@@ -121,17 +145,17 @@ fn a_schema_that_disagrees_with_the_tensors_is_refused_naming_the_field() {
         msg.contains("\"reward\"") && msg.contains("belongs to no field"),
         "{msg}"
     );
-    let other = SCHEMA.replace(r#""sequence_field":"ids""#, r#""sequence_field":null"#);
+    let other = schema().replace(r#""sequence_field":"ids""#, r#""sequence_field":null"#);
     let msg = refusal(&frame(
         Some(&other),
         Some(&fingerprint(&other)),
         DType::F32,
         "ids",
     ));
-    assert!(msg.contains("sequence field"), "{msg}");
+    assert!(msg.contains("need a sequence_field"), "{msg}");
 }
 
-/// The specs `SCHEMA` resolves to, in schema order.
+/// The specs `SHORT` resolves to, in schema order.
 fn specs() -> Vec<FieldSpec> {
     vec![
         common::spec("ids", Tier::PerToken, DType::I64, vec![]),
@@ -166,7 +190,12 @@ fn rewritten(
 
 #[test]
 fn a_format_3_header_that_mixes_forms_or_another_version_is_refused() {
-    let current = frame(Some(SCHEMA), Some(&fingerprint(SCHEMA)), DType::F32, "ids");
+    let current = frame(
+        Some(schema().as_str()),
+        Some(&fingerprint(&schema())),
+        DType::F32,
+        "ids",
+    );
     for key in [meta::FIELDS, meta::SEQUENCE_FIELD] {
         let mixed = rewritten(&current, |md| {
             md.insert(key.into(), serde_json::to_string(&specs()).unwrap().into());
@@ -209,7 +238,7 @@ fn the_bundled_schemas_seeded_for_the_fuzzer_are_canonical() {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        let facts = py_wire_codec::frame::schema_text::check_text(&text, &fingerprint(&text))
+        let facts = py_wire_codec::schema::embedded::check_text(&text, &fingerprint(&text))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(!facts.specs.is_empty(), "{name}");
         seen += 1;
@@ -222,8 +251,13 @@ fn frames_of_two_schemas_are_not_gathered_into_one() {
     // Found by the gather fuzz target: the output carries frame 0's schema, so a field only
     // the other schema declares was written under a schema without it (an invalid frame).
     use py_wire_codec::ops::{gather, Rows, Source};
-    let other = SCHEMA.replace(r#""name":"t""#, r#""name":"u""#);
-    let a = frame(Some(SCHEMA), Some(&fingerprint(SCHEMA)), DType::F32, "ids");
+    let other = schema().replace(r#""name":"t""#, r#""name":"u""#);
+    let a = frame(
+        Some(schema().as_str()),
+        Some(&fingerprint(&schema())),
+        DType::F32,
+        "ids",
+    );
     let b = frame(Some(&other), Some(&fingerprint(&other)), DType::F32, "ids");
     let (la, lb) = (parse_frame(&a).unwrap(), parse_frame(&b).unwrap());
     let one = Source {

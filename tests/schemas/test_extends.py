@@ -191,7 +191,7 @@ def test_a_bundled_base_by_name(tmp_path: Path) -> None:
         ),
         (
             'extends = "base.toml"\nname = "c"\n[fields.input_ids]\ndtype = "int65"\n',
-            r"fields\.input_ids\.dtype: Input should be .*got 'int65'",
+            r"fields\.input_ids\.dtype: must be a dtype .*got 'int65'",
         ),
     ],
 )

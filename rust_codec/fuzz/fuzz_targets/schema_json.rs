@@ -1,13 +1,13 @@
 //! The metadata a frame embeds, parsed as the codec parses it: the field table
 //! (`py_wire.fields`, `Vec<FieldSpec>`, then `FieldSpec::validate` on each, as `parse_frame`
 //! does), a placeholder contract (`PlaceholderContract`, as the `check_contracts` binding
-//! parses each contract string) and the schema text (`frame::schema_text`: its checks, and the
+//! parses each contract string) and the schema text (`schema::text`: its checks, and the
 //! canonical serializer, whose output must read back as itself).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use py_wire_codec::contract::PlaceholderContract;
-use py_wire_codec::frame::schema_text;
+use py_wire_codec::schema::text;
 use py_wire_codec::schema::spec::pattern_string;
 use py_wire_codec::{FieldSpec, Tier};
 
@@ -34,12 +34,12 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = serde_json::from_str::<PlaceholderContract>(text);
     // The schema text's checks, with a matching fingerprint (else they stop at the digest).
-    let _ = schema_text::check_text(text, &schema_text::fingerprint(text));
-    if schema_text::check_nesting(text).is_ok() {
-        if let Ok(value) = schema_text::parse(text) {
-            let canonical = schema_text::canonical(&value);
+    let _ = py_wire_codec::schema::embedded::check_text(text, &text::fingerprint(text));
+    if text::check_nesting(text).is_ok() {
+        if let Ok(value) = text::parse(text) {
+            let canonical = text::canonical(&value);
             // The canonical form is canonical: it reads back as itself.
-            assert!(schema_text::check_canonical(&canonical).is_ok(), "{canonical:?}");
+            assert!(text::check_canonical(&canonical).is_ok(), "{canonical:?}");
         }
     }
 });

@@ -40,6 +40,9 @@ pub struct HeldSchema {
 
 struct Registry {
     by_fingerprint: HashMap<String, Arc<HeldSchema>>,
+    /// The schema's JSON as it was held (every key; fields in declared order), for readers
+    /// that build their own view of it (Python's `Schema`).
+    texts: HashMap<String, Arc<str>>,
     learnt: usize,
 }
 
@@ -48,6 +51,7 @@ fn registry() -> &'static RwLock<Registry> {
     REGISTRY.get_or_init(|| {
         RwLock::new(Registry {
             by_fingerprint: HashMap::new(),
+            texts: HashMap::new(),
             learnt: 0,
         })
     })
@@ -88,6 +92,41 @@ pub fn hold(schema: HeldSchema, learnt: bool) -> Result<bool> {
     reg.by_fingerprint
         .insert(schema.fingerprint.clone(), Arc::new(schema));
     Ok(true)
+}
+
+/// Holds the schema whose JSON is `text` (a schema's full or canonical form, as
+/// [`model::resolve`](crate::schema::model::resolve) reads it), keeping the text for
+/// [`held_text`]. Returns whether it is held (see [`hold`]) and its fingerprint. A schema the
+/// model refuses is a `SchemaError`.
+pub fn hold_text(text: &str, learnt: bool) -> Result<(bool, String)> {
+    crate::schema::text::check_nesting(text)?;
+    let resolved = crate::schema::model::resolve(&crate::schema::text::parse(text)?)?;
+    let fingerprint = resolved.fingerprint.clone();
+    let held = hold(
+        HeldSchema {
+            fingerprint: fingerprint.clone(),
+            specs: resolved.specs,
+            sequence_field: resolved.sequence_field,
+        },
+        learnt,
+    )?;
+    if held {
+        let mut reg = registry()
+            .write()
+            .map_err(|_| internal_err!("schema registry lock poisoned"))?;
+        reg.texts
+            .entry(fingerprint.clone())
+            .or_insert_with(|| Arc::from(resolved.full.as_str()));
+    }
+    Ok((held, fingerprint))
+}
+
+/// The JSON of the schema held under `fingerprint` by [`hold_text`].
+pub fn held_text(fingerprint: &str) -> Option<Arc<str>> {
+    registry()
+        .read()
+        .ok()
+        .and_then(|r| r.texts.get(fingerprint).cloned())
 }
 
 /// The schema this process holds under `fingerprint`.

@@ -5,9 +5,9 @@
 use crate::error::{Error, Result};
 use crate::frame::compact;
 use crate::frame::header::{parse_header, parse_prefix, Entry, Header};
-use crate::frame::schema_text;
 use crate::memory::buffer::ALIGNMENT;
 use crate::schema::dtype::DType;
+use crate::schema::embedded;
 use crate::schema::spec::{meta, names, FieldSpec, Tier};
 use crate::tensor::checked_numel;
 use crate::{frame_err, internal_err};
@@ -139,7 +139,7 @@ pub fn schema_field_table(specs: &[FieldSpec], header: &Header) -> Vec<FieldSpec
 /// - compact (`py_wire.schema_ref`): from the held schema it names (see `frame::compact`; a
 ///   `FrameError` naming the fingerprint when this process holds no such schema);
 /// - embedded (`py_wire.schema`, checked against `py_wire.fingerprint`, see
-///   `frame::schema_text`): from that schema; a header that also carries a field table or
+///   `schema::text`): from that schema; a header that also carries a field table or
 ///   sequence field mixes forms;
 /// - neither (a bare codec frame, written without a schema): the field table it carries.
 fn field_table(header: &Header) -> Result<(Vec<FieldSpec>, Option<String>)> {
@@ -151,7 +151,7 @@ fn field_table(header: &Header) -> Result<(Vec<FieldSpec>, Option<String>)> {
         let specs = schema_field_table(&schema.specs, header);
         return Ok((specs, schema.sequence_field.clone()));
     }
-    let Some(facts) = schema_text::embedded_facts(metadata)? else {
+    let Some(facts) = embedded::embedded_facts(metadata)? else {
         let json = metadata.get(meta::FIELDS).ok_or_else(|| {
             frame_err!(
                 "the frame carries no schema ({:?} or {:?}) and no field table ({:?})",

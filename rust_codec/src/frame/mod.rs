@@ -10,5 +10,4 @@ pub mod entry;
 pub mod header;
 pub mod layout;
 pub mod pad;
-pub mod schema_text;
 pub mod tensor_list;

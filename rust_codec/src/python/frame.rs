@@ -78,7 +78,7 @@ impl PinnedOwner {
 pub struct Frame {
     storage: Storage,
     layout: FrameLayout,
-    schema: Mutex<Option<Py<PyAny>>>,
+    schema_view: Mutex<Option<Py<PyAny>>>,
 }
 
 impl Frame {
@@ -86,7 +86,7 @@ impl Frame {
         Frame {
             storage: Storage::Owned(buf),
             layout,
-            schema: Mutex::new(None),
+            schema_view: Mutex::new(None),
         }
     }
 
@@ -147,7 +147,7 @@ impl Frame {
                 pinned: None,
             },
             layout,
-            schema: Mutex::new(None),
+            schema_view: Mutex::new(None),
         })
     }
 
@@ -166,18 +166,10 @@ impl Frame {
     /// without copying, after validating it. A base not aligned to 16 bytes is copied once
     /// into an aligned buffer. The frame is read by its own length (from its header): bytes
     /// after its end (a reused shared-memory segment) are ignored and not part of the Frame.
-    /// `schema` (a `Schema`, bundled name or path) is held for this process first
-    /// (`py_wire.hold_schema`), so that a compact frame naming it can be read.
+    /// `Frame.from_buffer` (defined by `py_wire._schema`, which also holds a `schema=` first)
+    /// calls this.
     #[staticmethod]
-    #[pyo3(signature = (data, schema=None))]
-    fn from_buffer(
-        py: Python<'_>,
-        data: &Bound<'_, PyAny>,
-        schema: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Frame> {
-        if let Some(schema) = schema {
-            registered(&SCHEMA_HOLDER, py, "holder")?.call1(py, (schema,))?;
-        }
+    fn _wrap(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Frame> {
         let buffer: PyBuffer<u8> = PyBuffer::get(data).map_err(|e| {
             super::errors::FrameError::new_err(format!(
                 "cannot read a frame from {}: {e}",
@@ -226,7 +218,7 @@ impl Frame {
                 pinned,
             },
             layout,
-            schema: Mutex::new(None),
+            schema_view: Mutex::new(None),
         })
     }
 
@@ -268,7 +260,7 @@ impl Frame {
                 source: slf.clone().unbind(),
             },
             layout,
-            schema: Mutex::new(None),
+            schema_view: Mutex::new(None),
         }))
     }
 
@@ -351,24 +343,27 @@ impl Frame {
         Ok(d)
     }
 
-    /// The schema this frame was encoded with (a `py_wire.Schema`), built on first access by
-    /// the reader `py_wire._schema` registered (`set_schema_hooks`: `Schema.from_frame`, which
-    /// asks `schema_source` once), and kept.
+    /// The `Schema` view `py_wire._schema` built of this frame's schema (None until it does):
+    /// `Frame.schema`, defined there, keeps it here. The codec never builds or reads it.
     #[getter]
-    fn schema(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
-        let py = slf.py();
-        let this = slf.get();
-        if let Some(s) = this.schema.lock().map_err(|_| poisoned())?.as_ref() {
-            return Ok(s.clone_ref(py));
-        }
-        let schema = registered(&SCHEMA_READER, py, "reader")?.call1(py, (slf,))?;
-        *this.schema.lock().map_err(|_| poisoned())? = Some(schema.clone_ref(py));
-        Ok(schema)
+    fn _schema_view(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        Ok(self
+            .schema_view
+            .lock()
+            .map_err(|_| poisoned())?
+            .as_ref()
+            .map(|s| s.clone_ref(py)))
+    }
+
+    #[setter(_schema_view)]
+    fn set_schema_view(&self, view: Option<Py<PyAny>>) -> PyResult<()> {
+        *self.schema_view.lock().map_err(|_| poisoned())? = view;
+        Ok(())
     }
 
     /// The frame's schema as the reader validated it, in one call: `(fingerprint, text)` for
     /// an embedded frame (the text checked against the fingerprint, canonical, and the tensors
-    /// against the field table derived from it: `frame::schema_text`), `(fingerprint, None)`
+    /// against the field table derived from it: `schema::embedded`), `(fingerprint, None)`
     /// for a compact one
     /// (the fingerprint it names), `(None, None)` for a frame that names no schema.
     #[getter]
@@ -382,12 +377,6 @@ impl Frame {
                 md.get(meta::SCHEMA).map(String::as_str),
             ),
         }
-    }
-
-    #[setter]
-    fn set_schema(&self, schema: Py<PyAny>) -> PyResult<()> {
-        *self.schema.lock().map_err(|_| poisoned())? = Some(schema);
-        Ok(())
     }
 
     /// Whether the frame is compact: its header names its schema by fingerprint
@@ -453,7 +442,7 @@ impl Frame {
         protocol: u32,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
         let py = slf.py();
-        let rebuild = py.get_type::<Frame>().getattr("from_buffer")?;
+        let rebuild = py.get_type::<Frame>().getattr("_wrap")?;
         let payload = if protocol >= 5 {
             py.import("pickle")?
                 .getattr("PickleBuffer")?
@@ -537,34 +526,6 @@ fn copied(py: Python<'_>, bytes: &[u8]) -> PyResult<Frame> {
         })
         .map_err(|e| to_py(e.context("frame")))?;
     Ok(Frame::from_owned(owned, layout))
-}
-
-/// What builds a `Schema` from a frame (`Schema.from_frame`) and what holds a schema for
-/// this process (`py_wire.hold_schema`), registered once by `py_wire._schema` when it is
-/// imported: `Frame.schema` and `Frame.from_buffer(schema=)` call them and import nothing.
-static SCHEMA_READER: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
-static SCHEMA_HOLDER: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
-
-/// Registers `reader` (called with a `Frame`, returning its `Schema`) for `Frame.schema` and
-/// `holder` (called with a `Schema`, bundled name or path) for `Frame.from_buffer(schema=)`.
-#[pyfunction]
-pub fn set_schema_hooks(reader: Py<PyAny>, holder: Py<PyAny>) -> PyResult<()> {
-    *SCHEMA_READER.lock().map_err(|_| poisoned())? = Some(reader);
-    *SCHEMA_HOLDER.lock().map_err(|_| poisoned())? = Some(holder);
-    Ok(())
-}
-
-/// The hook registered in `slot`, or an `InternalError` saying none is (`what` names it).
-fn registered(slot: &Mutex<Option<Py<PyAny>>>, py: Python<'_>, what: &str) -> PyResult<Py<PyAny>> {
-    slot.lock()
-        .map_err(|_| poisoned())?
-        .as_ref()
-        .map(|hook| hook.clone_ref(py))
-        .ok_or_else(|| {
-            super::errors::InternalError::new_err(format!(
-                "no schema {what} is registered (py_wire._schema registers one on import)"
-            ))
-        })
 }
 
 fn poisoned() -> PyErr {

@@ -21,7 +21,7 @@ use crate::contract::check_contracts;
 use crate::encode::{EncodeOptions, EncodeRequest, FieldInput, Part};
 use crate::schema::spec::FieldSpec;
 use batch::{checked_plan, prepare, RawField};
-use codec::{parse_contracts, Codec};
+use codec::Codec;
 use errors::{guarded, to_py, BatchError, OnPanic, SchemaError};
 use extract::{index_values, tensor_ref};
 use frame::Frame;
@@ -494,28 +494,20 @@ fn gather(
     .map_err(to_py)
 }
 
-/// Holds a schema for this process (see `frame::compact`): compact frames that name
-/// `fingerprint` are then read with these field specs (JSON, as `validate_field_spec` returns
-/// them) and sequence field. `learnt` marks a schema read from a frame, kept only up to a cap;
-/// the result says whether it is held.
+/// Holds a schema for this process (see `frame::compact::hold_text`), given as its JSON (the
+/// full form, or a frame's canonical text): compact frames that name its fingerprint can be
+/// read from then on, and `held_schema` returns the text. `learnt` marks a schema read from a
+/// frame, kept only up to a cap. Returns whether it is held, and its fingerprint.
 #[pyfunction]
-#[pyo3(signature = (fingerprint, specs, sequence_field, learnt=false))]
-fn hold_schema(
-    fingerprint: String,
-    specs: Vec<String>,
-    sequence_field: Option<String>,
-    learnt: bool,
-) -> PyResult<bool> {
-    let specs = specs
-        .iter()
-        .map(|j| serde_json::from_str(j).map_err(|e| SchemaError::new_err(format!("{j}: {e}"))))
-        .collect::<PyResult<Vec<FieldSpec>>>()?;
-    let schema = crate::frame::compact::HeldSchema {
-        fingerprint,
-        specs,
-        sequence_field,
-    };
-    crate::frame::compact::hold(schema, learnt).map_err(to_py)
+#[pyo3(signature = (text, learnt=false))]
+fn hold_schema(text: &str, learnt: bool) -> PyResult<(bool, String)> {
+    crate::frame::compact::hold_text(text, learnt).map_err(to_py)
+}
+
+/// The JSON of the schema this process holds under `fingerprint` (`hold_schema`), or None.
+#[pyfunction]
+fn held_schema(fingerprint: &str) -> Option<String> {
+    crate::frame::compact::held_text(fingerprint).map(|t| t.to_string())
 }
 
 /// Consecutive sections of `frame` of `sizes` rows each (adding up to its row count), reading
@@ -569,41 +561,55 @@ fn validate_field_spec(decl_json: &str) -> PyResult<String> {
     serde_json::to_string(&spec).map_err(|e| SchemaError::new_err(e.to_string()))
 }
 
-/// Applies a contract's rules, and checks the fields it names against the schema's field specs
-/// (as [`validate_field_spec`] returns them) and sequence field.
+/// The JSON value of `text` (what Python's `json.dumps` wrote of the data it was given), for the
+/// schema model: a failure here is the data's, so a `SchemaError`.
+fn schema_json(text: &str) -> PyResult<crate::schema::text::Json> {
+    crate::schema::text::check_nesting(text)
+        .and_then(|()| crate::schema::text::parse(text))
+        .map_err(|e| SchemaError::new_err(e.message().replace("the frame's schema", "the schema")))
+}
+
+/// Reads a whole schema, given as JSON (`schema::model::resolve`): its keys typed, defaults
+/// filled, every field and contract rule applied. Returns `(canonical, fingerprint, full)`:
+/// the canonical form frames embed, its fingerprint, and every key (fields in declared order)
+/// for the typed view. `SchemaError` names the key's path and the value.
 #[pyfunction]
-#[pyo3(signature = (contract_json, field_specs, sequence_field=None))]
-fn validate_contract(
-    contract_json: &str,
-    field_specs: Vec<String>,
-    sequence_field: Option<&str>,
-) -> PyResult<()> {
-    let contract = parse_contracts(&[contract_json.to_string()])?.remove(0);
-    let specs = field_specs
-        .iter()
-        .map(|j| serde_json::from_str(j).map_err(|e| SchemaError::new_err(format!("{j}: {e}"))))
-        .collect::<PyResult<Vec<FieldSpec>>>()?;
-    contract
-        .validate_fields(&specs, sequence_field)
+fn resolve_schema(py: Python<'_>, text: &str) -> PyResult<(String, String, String)> {
+    let value = schema_json(text)?;
+    py.detach(|| crate::schema::model::resolve(&value))
+        .map(|r| (r.canonical, r.fingerprint, r.full))
         .map_err(to_py)
 }
 
-/// The canonical form (`frame::schema_text`) of the JSON `text` holds: what CPython's
+/// Reads one field outside a schema (`schema::model::resolve_field`); returns its full JSON.
+#[pyfunction]
+fn resolve_field(text: &str) -> PyResult<String> {
+    crate::schema::model::resolve_field(&schema_json(text)?).map_err(to_py)
+}
+
+/// Reads one contract outside a schema (`schema::model::resolve_contract`); returns its full
+/// JSON.
+#[pyfunction]
+fn resolve_contract(text: &str) -> PyResult<String> {
+    crate::schema::model::resolve_contract(&schema_json(text)?).map_err(to_py)
+}
+
+/// The canonical form (`schema::text`) of the JSON `text` holds: what CPython's
 /// `json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))` gives. `FrameError`
 /// if `text` is not JSON as `json.loads` reads it, or nests deeper than `MAX_NESTING`.
 #[pyfunction]
 fn canonical_json(text: &str) -> PyResult<String> {
-    crate::frame::schema_text::check_nesting(text).map_err(to_py)?;
-    let value = crate::frame::schema_text::parse(text).map_err(to_py)?;
-    Ok(crate::frame::schema_text::canonical(&value))
+    crate::schema::text::check_nesting(text).map_err(to_py)?;
+    let value = crate::schema::text::parse(text).map_err(to_py)?;
+    Ok(crate::schema::text::canonical(&value))
 }
 
-/// Every check the reader makes on an embedded schema (`frame::schema_text::check_text`: size,
+/// Every check the reader makes on an embedded schema (`schema::embedded::check_text`: size,
 /// fingerprint, nesting, JSON, canonical form, the field rules); `FrameError` naming what is
 /// wrong.
 #[pyfunction]
 fn check_schema_text(text: &str, fingerprint: &str) -> PyResult<()> {
-    crate::frame::schema_text::checked_facts(text, fingerprint)
+    crate::schema::embedded::checked_facts(text, fingerprint)
         .map(|_| ())
         .map_err(to_py)
 }
@@ -644,11 +650,25 @@ mod _native {
             pyo3::types::PyTuple::new(m.py(), super::errors::CONTEXT)?,
         )?;
         m.add("MAX_HEADER_BYTES", crate::frame::header::MAX_HEADER_BYTES)?;
+        m.add("MAX_SCHEMA_BYTES", crate::schema::text::MAX_SCHEMA_BYTES)?;
+        m.add("MAX_NESTING", crate::schema::text::MAX_NESTING)?;
         m.add(
-            "MAX_SCHEMA_BYTES",
-            crate::frame::schema_text::MAX_SCHEMA_BYTES,
+            "MAX_DECLARED_ITEMS",
+            crate::schema::model::MAX_DECLARED_ITEMS,
         )?;
-        m.add("MAX_NESTING", crate::frame::schema_text::MAX_NESTING)?;
+        let defaults = pyo3::types::PyDict::new(m.py());
+        for (kind, table) in [
+            ("schema", &crate::schema::model::SCHEMA_DEFAULTS[..]),
+            ("field", &crate::schema::model::FIELD_DEFAULTS[..]),
+            ("contract", &crate::schema::model::CONTRACT_DEFAULTS[..]),
+        ] {
+            let entries = pyo3::types::PyDict::new(m.py());
+            for (key, json) in table {
+                entries.set_item(key, json)?;
+            }
+            defaults.set_item(kind, entries)?;
+        }
+        m.add("SCHEMA_DEFAULTS", defaults)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))
     }
 
@@ -661,7 +681,7 @@ mod _native {
     #[pymodule_export]
     use super::extract::register_torch;
     #[pymodule_export]
-    use super::frame::{set_schema_hooks, BorrowedBytes, Frame, ReceiveBuffer};
+    use super::frame::{BorrowedBytes, Frame, ReceiveBuffer};
     #[pymodule_export]
     use super::layout::{PyFieldLayout, PyFrameLayout, PyTensorLoc};
     #[pymodule_export]
@@ -672,11 +692,15 @@ mod _native {
         micro_batch_rows, pack_rows,
     };
     #[pymodule_export]
-    use super::{canonical_json, check_schema_text, validate_contract, validate_field_spec};
+    use super::{canonical_json, check_schema_text, validate_field_spec};
     #[pymodule_export]
     use super::{check_frame_contracts, placeholder_runs};
     #[pymodule_export]
-    use super::{content_digest, gather, hold_schema, reserved_metadata_key, split_rows};
+    use super::{
+        content_digest, gather, held_schema, hold_schema, reserved_metadata_key, split_rows,
+    };
     #[pymodule_export]
     use super::{encode, encode_parts};
+    #[pymodule_export]
+    use super::{resolve_contract, resolve_field, resolve_schema};
 }

@@ -1,7 +1,12 @@
-//! What the codec knows of a schema: dtypes, per-field layout facts and their rules, wire casts.
+//! The schema: its text (JSON as CPython reads and writes it, the canonical form, the
+//! fingerprint), its model (the one reader of a schema's content: every default and rule), the
+//! per-field layout facts a frame stores, dtypes and wire casts.
 
 #![forbid(unsafe_code)]
 
 pub mod cast;
 pub mod dtype;
+pub mod embedded;
+pub mod model;
 pub mod spec;
+pub mod text;

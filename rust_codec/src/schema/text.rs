@@ -40,16 +40,12 @@
 //! A schema's text is ASCII, so its fingerprint is the digest of its UTF-8 bytes, equal to the
 //! digest Python computes of `canonical_json.encode()`.
 
-use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::sync::{Arc, OnceLock, RwLock};
 
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::frame_err;
-use crate::schema::dtype::DType;
-use crate::schema::spec::{meta, FieldDecl, FieldSpec, Tier};
 
 /// The largest schema text (a frame's `py_wire.schema`, a schema file) read at all, in bytes.
 pub const MAX_SCHEMA_BYTES: usize = 1 << 20;
@@ -90,18 +86,6 @@ impl Json {
         };
         let key: Vec<u32> = key.chars().map(u32::from).collect();
         items.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| v)
-    }
-
-    fn kind(&self) -> &'static str {
-        match self {
-            Json::Null => "null",
-            Json::Bool(_) => "a bool",
-            Json::Int(_) => "an integer",
-            Json::Float(_) => "a float",
-            Json::Str(_) => "a string",
-            Json::Array(_) => "an array",
-            Json::Object(_) => "an object",
-        }
     }
 }
 
@@ -377,11 +361,19 @@ impl Parser<'_> {
 /// `json.dumps(value, sort_keys=True, separators=(",", ":"))`.
 pub fn canonical(value: &Json) -> String {
     let mut out = String::new();
-    write_value(&mut out, value);
+    write_value(&mut out, value, true);
     out
 }
 
-fn write_value(out: &mut String, value: &Json) {
+/// `value` written as [`canonical`] writes it, but with each object's keys in the order the
+/// value holds them (every entry, as given).
+pub fn in_order(value: &Json) -> String {
+    let mut out = String::new();
+    write_value(&mut out, value, false);
+    out
+}
+
+fn write_value(out: &mut String, value: &Json, sorted: bool) {
     match value {
         Json::Null => out.push_str("null"),
         Json::Bool(true) => out.push_str("true"),
@@ -395,30 +387,35 @@ fn write_value(out: &mut String, value: &Json) {
                 if i > 0 {
                     out.push(',');
                 }
-                write_value(out, item);
+                write_value(out, item, sorted);
             }
             out.push(']');
         }
         Json::Object(items) => {
-            // A dict: each key once, with its last value; then sorted by code point.
-            let mut last: Vec<(&Vec<u32>, &Json)> = Vec::with_capacity(items.len());
-            let mut order: Vec<usize> = (0..items.len()).collect();
-            order.sort_by(|&a, &b| items[a].0.cmp(&items[b].0).then(b.cmp(&a)));
-            for i in order {
-                let (k, v) = &items[i];
-                if last.last().is_some_and(|(prev, _)| *prev == k) {
-                    continue; // an earlier occurrence of the key: the later value won
+            let entries: Vec<(&Vec<u32>, &Json)> = if sorted {
+                // A dict: each key once, with its last value; then sorted by code point.
+                let mut last: Vec<(&Vec<u32>, &Json)> = Vec::with_capacity(items.len());
+                let mut order: Vec<usize> = (0..items.len()).collect();
+                order.sort_by(|&a, &b| items[a].0.cmp(&items[b].0).then(b.cmp(&a)));
+                for i in order {
+                    let (k, v) = &items[i];
+                    if last.last().is_some_and(|(prev, _)| *prev == k) {
+                        continue; // an earlier occurrence of the key: the later value won
+                    }
+                    last.push((k, v));
                 }
-                last.push((k, v));
-            }
+                last
+            } else {
+                items.iter().map(|(k, v)| (k, v)).collect()
+            };
             out.push('{');
-            for (i, (k, v)) in last.into_iter().enumerate() {
+            for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
                 write_string(out, k);
                 out.push(':');
-                write_value(out, v);
+                write_value(out, v, sorted);
             }
             out.push('}');
         }
@@ -584,234 +581,6 @@ pub fn check_canonical(text: &str) -> Result<Json> {
     Ok(value)
 }
 
-/// The facts of a schema that a frame's layout must agree with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SchemaFacts {
-    /// Per field (in the schema text's order), the spec the codec's rules resolve it to.
-    pub specs: Vec<FieldSpec>,
-    /// The schema's sequence field, when it names one.
-    pub sequence_field: Option<String>,
-}
-
-fn schema_err(what: String) -> Error {
-    frame_err!("{WHERE} is invalid: {what}")
-}
-
-fn as_str(v: &Json, what: &dyn Fn() -> String) -> Result<String> {
-    match v {
-        Json::Str(s) => code_points_to_string(s)
-            .ok_or_else(|| schema_err(format!("{} holds a lone surrogate", what()))),
-        other => Err(schema_err(format!(
-            "{} must be a string, not {}",
-            what(),
-            other.kind()
-        ))),
-    }
-}
-
-fn dtype_of(v: &Json, what: &dyn Fn() -> String) -> Result<DType> {
-    let name = as_str(v, what)?;
-    DType::from_name(&name).map_err(|e| schema_err(format!("{}: {}", what(), e.message())))
-}
-
-/// A schema field as the codec's rules read it ([`FieldDecl`]), with the schema model's
-/// defaults for keys left out.
-fn field_decl(name: &str, decl: &Json) -> Result<FieldDecl> {
-    let at = |key: &str| {
-        let key = key.to_string();
-        move || format!("field {name:?}: {key}")
-    };
-    if !matches!(decl, Json::Object(_)) {
-        return Err(schema_err(format!(
-            "field {name:?} must be an object, not {}",
-            decl.kind()
-        )));
-    }
-    let tier = match decl.get("tier") {
-        None => return Err(schema_err(format!("field {name:?} has no tier"))),
-        Some(v) => match as_str(v, &at("tier"))?.as_str() {
-            "packed" => Tier::Packed,
-            "per_token" => Tier::PerToken,
-            "scalar" => Tier::Scalar,
-            other => {
-                return Err(schema_err(format!(
-                    "field {name:?}: unknown tier {other:?}"
-                )))
-            }
-        },
-    };
-    let dtype = match decl.get("dtype") {
-        None => return Err(schema_err(format!("field {name:?} has no dtype"))),
-        Some(v) => dtype_of(v, &at("dtype"))?,
-    };
-    let wire_dtype = match decl.get("wire_dtype") {
-        None | Some(Json::Null) => None,
-        Some(v) => Some(dtype_of(v, &at("wire_dtype"))?),
-    };
-    let shape = match decl.get("shape") {
-        None => Vec::new(),
-        Some(Json::Array(dims)) => {
-            dims.iter()
-                .map(|d| match d {
-                    Json::Int(n) => n.parse::<u64>().map(Some).map_err(|_| {
-                        schema_err(format!("field {name:?}: shape dim {n} is not a u64"))
-                    }),
-                    Json::Str(s) if *s == [u32::from('*')] => Ok(None),
-                    other => Err(schema_err(format!(
-                        "field {name:?}: a shape dim must be an integer or \"*\", not {}",
-                        other.kind()
-                    ))),
-                })
-                .collect::<Result<_>>()?
-        }
-        Some(other) => {
-            return Err(schema_err(format!(
-                "field {name:?}: shape must be an array, not {}",
-                other.kind()
-            )))
-        }
-    };
-    let pack_dim = match decl.get("pack_dim") {
-        None => 0,
-        Some(Json::Int(n)) => n
-            .parse::<i64>()
-            .map_err(|_| schema_err(format!("field {name:?}: pack_dim {n} is not an i64")))?,
-        Some(other) => {
-            return Err(schema_err(format!(
-                "field {name:?}: pack_dim must be an integer, not {}",
-                other.kind()
-            )))
-        }
-    };
-    let lossy = match decl.get("lossy") {
-        None => false,
-        Some(Json::Bool(b)) => *b,
-        Some(other) => {
-            return Err(schema_err(format!(
-                "field {name:?}: lossy must be a bool, not {}",
-                other.kind()
-            )))
-        }
-    };
-    Ok(FieldDecl {
-        name: name.to_string(),
-        tier,
-        dtype,
-        wire_dtype,
-        shape,
-        pack_dim,
-        lossy,
-    })
-}
-
-/// The layout facts a schema value implies: each field resolved by the codec's field rules.
-pub fn schema_facts(schema: &Json) -> Result<SchemaFacts> {
-    let Json::Object(_) = schema else {
-        return Err(schema_err(format!(
-            "it must be an object, not {}",
-            schema.kind()
-        )));
-    };
-    let Some(Json::Object(fields)) = schema.get("fields") else {
-        return Err(schema_err("it has no \"fields\" object".into()));
-    };
-    let mut specs = Vec::with_capacity(fields.len());
-    for (name, decl) in fields {
-        let name = code_points_to_string(name)
-            .ok_or_else(|| schema_err("a field name holds a lone surrogate".into()))?;
-        let spec = field_decl(&name, decl)?
-            .resolve()
-            .map_err(|e| schema_err(e.message().to_string()).field(&name))?;
-        specs.push(spec);
-    }
-    let sequence_field = match schema.get("sequence_field") {
-        None | Some(Json::Null) => None,
-        Some(v) => Some(as_str(v, &|| "sequence_field".to_string())?),
-    };
-    Ok(SchemaFacts {
-        specs,
-        sequence_field,
-    })
-}
-
-/// Checks one schema text against its fingerprint (size, digest, nesting, JSON, canonical
-/// form, the field rules) and returns the facts it implies.
-pub fn check_text(text: &str, fingerprint_entry: &str) -> Result<SchemaFacts> {
-    if text.len() > MAX_SCHEMA_BYTES {
-        return Err(frame_err!(
-            "{WHERE} is {} bytes; a schema is at most {MAX_SCHEMA_BYTES}",
-            text.len()
-        )
-        .expected(MAX_SCHEMA_BYTES)
-        .found(text.len()));
-    }
-    let digest = fingerprint(text);
-    if digest != fingerprint_entry {
-        let shown: String = fingerprint_entry.chars().take(80).collect();
-        return Err(frame_err!(
-            "{WHERE} does not match its fingerprint {shown:?}: its digest is {digest} (damaged \
-             header?)"
-        )
-        .expected(digest)
-        .found(shown));
-    }
-    check_nesting(text)?;
-    schema_facts(&check_canonical(text)?)
-}
-
-/// Texts checked before, by fingerprint: a process reads many frames of one schema, and each
-/// needs only a comparison of its text with the one checked (the checks depend on nothing
-/// else). Bounded: emptied when full, so hostile frames cannot grow it.
-const MAX_CHECKED: usize = 256;
-
-type Checked = (String, Arc<SchemaFacts>);
-
-fn checked_texts() -> &'static RwLock<HashMap<String, Checked>> {
-    static CHECKED: OnceLock<RwLock<HashMap<String, Checked>>> = OnceLock::new();
-    CHECKED.get_or_init(|| RwLock::new(HashMap::new()))
-}
-
-/// [`check_text`], remembering texts that passed.
-pub fn checked_facts(text: &str, fingerprint_entry: &str) -> Result<Arc<SchemaFacts>> {
-    if let Ok(cache) = checked_texts().read() {
-        if let Some((known, facts)) = cache.get(fingerprint_entry) {
-            if known == text {
-                return Ok(facts.clone());
-            }
-        }
-    }
-    let facts = Arc::new(check_text(text, fingerprint_entry)?);
-    if let Ok(mut cache) = checked_texts().write() {
-        if cache.len() >= MAX_CHECKED {
-            cache.clear();
-        }
-        cache.insert(
-            fingerprint_entry.to_string(),
-            (text.to_string(), facts.clone()),
-        );
-    }
-    Ok(facts)
-}
-
-/// An embedded frame's schema: its text checked against its fingerprint ([`check_text`],
-/// remembered by [`checked_facts`]) and the facts it implies, from which the reader derives the
-/// frame's field table and sequence field. `None` for a header with neither schema nor
-/// fingerprint (a compact or a bare codec frame); one without the other is a `FrameError`.
-pub fn embedded_facts(metadata: &BTreeMap<String, String>) -> Result<Option<Arc<SchemaFacts>>> {
-    match (metadata.get(meta::SCHEMA), metadata.get(meta::FINGERPRINT)) {
-        (None, None) => Ok(None),
-        (Some(_), None) => Err(frame_err!(
-            "the frame carries a schema but no fingerprint ({:?})",
-            meta::FINGERPRINT
-        )),
-        (None, Some(_)) => Err(frame_err!(
-            "the frame carries a fingerprint but no schema ({:?})",
-            meta::SCHEMA
-        )),
-        (Some(text), Some(fp)) => checked_facts(text, fp).map(Some),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -922,150 +691,5 @@ mod tests {
         ] {
             assert!(matches!(parse(bad), Err(Error::Frame(_))), "{bad:?}");
         }
-    }
-
-    const SCHEMA: &str = r#"{"fields":{"ids":{"dtype":"int64","shape":[],"tier":"per_token"},"img":{"dtype":"float32","pack_dim":1,"shape":["*",3],"tier":"packed","wire_dtype":"bfloat16","lossy":true},"reward":{"dtype":"float32","shape":[],"tier":"scalar"}},"name":"t","sequence_field":"ids"}"#;
-
-    fn canonical_schema() -> String {
-        canon(SCHEMA)
-    }
-
-    #[test]
-    fn a_canonical_schema_passes_and_gives_its_facts() {
-        let text = canonical_schema();
-        let facts = check_text(&text, &fingerprint(&text)).unwrap();
-        assert_eq!(facts.sequence_field.as_deref(), Some("ids"));
-        let img = facts.specs.iter().find(|s| s.name == "img").unwrap();
-        assert_eq!(img.shape, vec![None, Some(3)]);
-        assert_eq!((img.pack_dim, img.wire_dtype), (1, Some(DType::BF16)));
-        // The cache answers for the same text, and refuses another under the same fingerprint.
-        let fp = fingerprint(&text);
-        assert!(checked_facts(&text, &fp).is_ok());
-        assert!(checked_facts(&text, &fp).is_ok());
-        assert!(checked_facts(&format!("{text} "), &fp).is_err());
-    }
-
-    fn refusal(text: &str) -> String {
-        check_text(text, &fingerprint(text))
-            .unwrap_err()
-            .message()
-            .to_string()
-    }
-
-    #[test]
-    fn refusals_name_what_is_wrong() {
-        let text = canonical_schema();
-        // Size: one byte over the cap.
-        let big = format!(
-            "{{\"description\":\"{}\"}}",
-            "a".repeat(MAX_SCHEMA_BYTES - 17)
-        );
-        assert_eq!(big.len(), MAX_SCHEMA_BYTES + 1);
-        assert!(
-            refusal(&big).contains("at most 1048576"),
-            "{}",
-            refusal(&big)
-        );
-        // Fingerprint: checked before anything is parsed.
-        let err = check_text(&"[".repeat(100_000), &fingerprint("x")).unwrap_err();
-        assert!(err.message().contains("does not match its fingerprint"));
-        let err = check_text(&text, "sha256:00").unwrap_err();
-        assert!(err.message().contains("\"sha256:00\""), "{}", err.message());
-        assert!(err.message().contains(&fingerprint(&text)));
-        // Nesting.
-        let deep = format!("{}{}", "[".repeat(33), "]".repeat(33));
-        assert!(refusal(&deep).contains("nested deeper than 32"));
-        let ok_deep = format!("{}{}", "[".repeat(32), "]".repeat(32));
-        assert!(
-            !refusal(&ok_deep).contains("nested"),
-            "{}",
-            refusal(&ok_deep)
-        );
-        // Brackets inside strings do not count.
-        assert!(check_nesting(&format!("\"{}\"", "[".repeat(100))).is_ok());
-        assert!(refusal("[\"\\\"[[[").contains("not valid JSON"));
-        // Not canonical: whitespace, key order, escaping, number forms, duplicate keys.
-        assert!(refusal(&format!("{text}\n")).contains("not in canonical form"));
-        for (from, to, why) in [
-            (",", ", ", "whitespace"),
-            ("{\"fields\"", " {\"fields\"", "leading space"),
-            ("\"t\"", "\"\\u0074\"", "needless escape"),
-            ("\"t\"", "\"\u{e9}\"", "raw non-ASCII"),
-            ("\"t\"", "\"\\u00E9\"", "uppercase hex"),
-            ("\"t\"", "\"\\/\"", "escaped slash"),
-            ("\"pack_dim\":1", "\"pack_dim\":1.00", "float zeros"),
-            ("\"pack_dim\":1", "\"pack_dim\":1e0", "exponent"),
-            (
-                "{\"fields\":",
-                "{\"name\":\"t\",\"fields\":",
-                "duplicate key",
-            ),
-        ] {
-            let bad = text.replacen(from, to, 1);
-            assert_ne!(bad, text, "{why}");
-            let msg = refusal(&bad);
-            assert!(msg.contains("not in canonical form"), "{why}: {msg}");
-        }
-        let swapped = text.replacen(
-            "\"name\":\"t\",\"sequence_field\":\"ids\"",
-            "\"sequence_field\":\"ids\",\"name\":\"t\"",
-            1,
-        );
-        assert_ne!(swapped, text);
-        let msg = refusal(&swapped);
-        assert!(
-            msg.contains("not in canonical form") && msg.contains("at byte"),
-            "{msg}"
-        );
-        // Canonical JSON whose fields break the codec's rules, or are not fields at all.
-        for (bad, want) in [
-            ("[]", "must be an object"),
-            ("{}", "no \"fields\" object"),
-            (r#"{"fields":{"x":1}}"#, "field \"x\" must be an object"),
-            (r#"{"fields":{"x":{"dtype":"int64"}}}"#, "has no tier"),
-            (
-                r#"{"fields":{"x":{"dtype":"int9","tier":"scalar"}}}"#,
-                "unknown dtype",
-            ),
-            (
-                r#"{"fields":{"a\n":{"dtype":"int64","tier":"scalar"}}}"#,
-                "field name",
-            ),
-            (
-                r#"{"fields":{"x":{"dtype":"int64","shape":["*"],"tier":"scalar"}}}"#,
-                "ragged",
-            ),
-            (
-                r#"{"fields":{"x":{"dtype":"float32","tier":"scalar","wire_dtype":"bfloat16"}}}"#,
-                "lossy",
-            ),
-            (
-                r#"{"fields":{"x":{"dtype":"int64","shape":[18446744073709551616],"tier":"scalar"}}}"#,
-                "not a u64",
-            ),
-            (
-                r#"{"fields":{"x":{"dtype":"int64","tier":"scalar"}},"sequence_field":1}"#,
-                "sequence_field must be a string",
-            ),
-        ] {
-            let msg = refusal(bad);
-            assert!(msg.contains(want), "{bad}: {msg}");
-        }
-    }
-
-    #[test]
-    fn embedded_headers_need_both_entries() {
-        let text = canonical_schema();
-        let mut md = BTreeMap::new();
-        assert!(embedded_facts(&md).unwrap().is_none()); // a bare codec frame
-        md.insert(meta::SCHEMA.to_string(), text.clone());
-        let err = embedded_facts(&md).unwrap_err();
-        assert!(err.message().contains("no fingerprint"));
-        md.insert(meta::FINGERPRINT.to_string(), fingerprint(&text));
-        let facts = embedded_facts(&md).unwrap().unwrap();
-        assert_eq!(facts.sequence_field.as_deref(), Some("ids"));
-        md.remove(meta::SCHEMA);
-        let err = embedded_facts(&md).unwrap_err();
-        assert!(err.message().contains("no schema"));
     }
 }
