@@ -259,7 +259,7 @@ def main() -> None:
         for c in py_wire.load_schema(name)._contracts_json:
             cname = json.loads(c)["name"]
             seeds["schema_json"][f"contract.{name}.{cname}"] = c.encode()
-        # The embedded schema text itself (frame::schema_text: canonical form, field rules).
+        # The embedded schema text itself (schema::embedded: canonical form, the schema model).
         seeds["schema_json"][f"schema.{name}"] = py_wire.load_schema(name).canonical_json.encode()
     for t, files in seeds.items():
         d = HERE / "seeds" / t

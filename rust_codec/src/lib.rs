@@ -11,9 +11,9 @@
 //! tensor list `py_wire.tensors` ([`frame::compact`], [`frame::tensor_list`]); then the data
 //! section, per field and never per row, every tensor 64-byte aligned. The reader derives the
 //! field table and sequence field from the schema ([`frame::layout::schema_field_table`]).
-//! Only format `"3"` is read (the formats before it are refused by version); a bare codec
-//! frame, encoded without any schema (the codec's own tests and fuzz targets; the Python layer never writes or accepts
-//! one), carries its field table (`py_wire.fields`, `py_wire.sequence_field`) instead.
+//! Only format `"3"` is read (the formats before it are refused by version), and every frame
+//! carries a schema: a request encoded without one embeds the schema its fields declare
+//! ([`schema::model::schema_of_specs`]).
 //!
 //! Every length, offset, shape and index read from a header is checked before use
 //! ([`frame::layout::parse_frame`] is the one reader every consumer goes through).

@@ -11,15 +11,25 @@ use common::{le_i64, sample_frame, spec};
 use py_wire_codec::contract::{check_contracts, PlaceholderContract};
 use py_wire_codec::frame::header::write_header;
 use py_wire_codec::ops::{gather, split, Rows, Source};
+use py_wire_codec::schema::model::schema_of_specs;
 use py_wire_codec::tensor::TensorRef;
-use py_wire_codec::{parse_frame, DType, EncodeRequest, Error, FieldData, FieldInput, Tier};
+use py_wire_codec::{
+    parse_frame, DType, EncodeRequest, Error, FieldData, FieldInput, FieldSpec, Tier,
+};
+
+/// `meta` with the schema of `specs` (sequence field `seq`) embedded, as the codec writes it.
+fn embed(meta: &mut BTreeMap<String, String>, specs: &[FieldSpec], seq: Option<&str>) {
+    let schema = schema_of_specs("t", specs, seq).unwrap();
+    meta.insert("py_wire.schema".to_string(), schema.canonical);
+    meta.insert("py_wire.fingerprint".to_string(), schema.fingerprint);
+}
 
 /// A frame with no tensors at all whose metadata claims `rows` rows.
 fn fieldless_frame(rows: &str) -> Vec<u8> {
     let mut meta = BTreeMap::new();
     meta.insert("py_wire.format".to_string(), "3".to_string());
     meta.insert("py_wire.num_rows".to_string(), rows.to_string());
-    meta.insert("py_wire.fields".to_string(), "[]".to_string());
+    embed(&mut meta, &[], None);
     write_header(&meta, &[]).unwrap()
 }
 
@@ -213,16 +223,24 @@ fn huge_header_lengths_are_refused_before_reading() {
     }
 }
 
-/// `sample_frame` with its field table rewritten by `edit` (the tensors unchanged).
+/// `sample_frame` with the fields its embedded schema declares rewritten by `edit` (the
+/// tensors unchanged; the schema keeps `ids` as its sequence field while it declares it).
 fn with_field_table(edit: impl Fn(Vec<serde_json::Value>) -> Vec<serde_json::Value>) -> Vec<u8> {
     let frame = sample_frame();
     let header = py_wire_codec::frame::header::parse_header(&frame).unwrap();
     let mut meta = header.metadata.clone();
-    let table: Vec<serde_json::Value> = serde_json::from_str(&meta["py_wire.fields"]).unwrap();
-    meta.insert(
-        "py_wire.fields".into(),
-        serde_json::to_string(&edit(table)).unwrap(),
-    );
+    let layout = parse_frame(&frame).unwrap();
+    let table: Vec<serde_json::Value> = layout
+        .fields
+        .iter()
+        .map(|f| serde_json::to_value(&*f.spec).unwrap())
+        .collect();
+    let specs: Vec<FieldSpec> = edit(table)
+        .into_iter()
+        .map(|v| serde_json::from_value(v).unwrap())
+        .collect();
+    let seq = specs.iter().any(|f| f.name == "ids").then_some("ids");
+    embed(&mut meta, &specs, seq);
     let mut out = write_header(&meta, &header.entries).unwrap();
     out.extend_from_slice(&frame[header.data_start..header.frame_len]);
     out

@@ -78,13 +78,25 @@ fn an_embedded_schema_that_agrees_reads() {
             .collect::<Vec<_>>(),
         specs()
     );
-    // A bare codec frame (no schema entries at all) has only its field table to go by.
-    let bare = frame(None, None, DType::F32, "ids");
-    assert!(parse_header(&bare)
-        .unwrap()
-        .metadata
-        .contains_key(meta::FIELDS));
-    assert_eq!(specs_of(&parse_frame(&bare).unwrap()), specs());
+    // A request handed to the codec without a schema embeds the one its fields declare.
+    let codec = frame(None, None, DType::F32, "ids");
+    let header = parse_header(&codec).unwrap();
+    assert!(header.metadata.contains_key(meta::SCHEMA));
+    assert!(!header.metadata.contains_key(meta::FIELDS));
+    assert_eq!(specs_of(&parse_frame(&codec).unwrap()), specs());
+    // A header with a field table and no schema (the pre-1.0 bare form) is not read.
+    let mut md = header.metadata.clone();
+    md.remove(meta::SCHEMA);
+    md.remove(meta::FINGERPRINT);
+    md.insert(
+        meta::FIELDS.into(),
+        serde_json::to_string(&specs()).unwrap(),
+    );
+    md.insert(meta::SEQUENCE_FIELD.into(), "ids".into());
+    let mut bare = py_wire_codec::frame::header::write_header(&md, &header.entries).unwrap();
+    bare.extend_from_slice(&codec[header.data_start..header.frame_len]);
+    let msg = refusal(&bare);
+    assert!(msg.contains("carries no schema"), "{msg}");
 }
 
 #[test]

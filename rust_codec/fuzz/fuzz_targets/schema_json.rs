@@ -1,8 +1,9 @@
 //! The metadata a frame embeds, parsed as the codec parses it: the field table
 //! (`py_wire.fields`, `Vec<FieldSpec>`, then `FieldSpec::validate` on each, as `parse_frame`
 //! does), a placeholder contract (`PlaceholderContract`, as the `check_contracts` binding
-//! parses each contract string) and the schema text (`schema::text`: its checks, and the
-//! canonical serializer, whose output must read back as itself).
+//! parses each contract string) and the schema text (`schema::embedded`: its checks and the
+//! schema model; `schema::text`: the canonical serializer, whose output must read back as
+//! itself).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

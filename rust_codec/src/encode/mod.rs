@@ -198,24 +198,31 @@ fn lay_out_fields<'a>(
     Ok(layout)
 }
 
-/// The header's `__metadata__`: the request's entries, the format and row count, and (a bare
-/// codec frame only) the field table and sequence field.
+/// The name of the schema a frame written by the codec alone embeds
+/// ([`schema_of_specs`](crate::schema::model::schema_of_specs)).
+pub const CODEC_SCHEMA_NAME: &str = "py_wire.codec";
+
+/// The header's `__metadata__`: the request's entries, the format and row count. A request
+/// that neither embeds its schema (`py_wire.schema`) nor names it (`py_wire.schema_ref`), one
+/// the codec is handed alone, embeds the schema its fields declare: every frame carries a
+/// schema, and readers read one form.
 fn frame_metadata(request: &EncodeRequest<'_>, num_rows: u64) -> Result<BTreeMap<String, String>> {
     let mut metadata = request.metadata.clone();
     metadata.insert(meta::FORMAT.into(), meta::FORMAT_VERSION.into());
     metadata.insert(meta::NUM_ROWS.into(), num_rows.to_string());
-    // A frame that carries its schema (embedded, `py_wire.schema`) or names it (compact,
-    // `py_wire.schema_ref`) carries no field table and no sequence field: its reader derives
-    // both from the schema. Only a bare codec frame, written without a schema, carries them.
-    if !metadata.contains_key(meta::SCHEMA_REF) && !metadata.contains_key(meta::SCHEMA) {
-        let field_table: Vec<&FieldSpec> = request.fields.iter().map(|f| &f.spec).collect();
-        metadata.insert(
-            meta::FIELDS.into(),
-            serde_json::to_string(&field_table).map_err(|e| batch_err!("field table: {e}"))?,
-        );
-        if let Some(seq) = &request.sequence_field {
-            metadata.insert(meta::SEQUENCE_FIELD.into(), seq.clone());
-        }
+    let names_a_schema = [meta::SCHEMA_REF, meta::SCHEMA, meta::FINGERPRINT]
+        .iter()
+        .any(|k| metadata.contains_key(*k));
+    if !names_a_schema {
+        let specs: Vec<FieldSpec> = request.fields.iter().map(|f| f.spec.clone()).collect();
+        let schema = crate::schema::model::schema_of_specs(
+            CODEC_SCHEMA_NAME,
+            &specs,
+            request.sequence_field.as_deref(),
+        )
+        .map_err(|e| batch_err!("the request's fields as a schema: {}", e.message()))?;
+        metadata.insert(meta::SCHEMA.into(), schema.canonical);
+        metadata.insert(meta::FINGERPRINT.into(), schema.fingerprint);
     }
     Ok(metadata)
 }

@@ -49,7 +49,7 @@ pub struct PackedIndex {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedField {
     /// The field's layout facts, from the frame's schema (embedded or held; see
-    /// [`schema_field_table`]) or a bare codec frame's field table. Shared: a frame op's
+    /// [`schema_field_table`]). Shared: a frame op's
     /// output layout takes its sources' specs without copying them.
     pub spec: std::sync::Arc<FieldSpec>,
     /// Where the field's values tensor lies.
@@ -141,7 +141,7 @@ pub fn schema_field_table(specs: &[FieldSpec], header: &Header) -> Vec<FieldSpec
 /// - embedded (`py_wire.schema`, checked against `py_wire.fingerprint`, see
 ///   `schema::text`): from that schema; a header that also carries a field table or
 ///   sequence field mixes forms;
-/// - neither (a bare codec frame, written without a schema): the field table it carries.
+/// - neither: a `FrameError` (every writer embeds or names a schema).
 fn field_table(header: &Header) -> Result<(Vec<FieldSpec>, Option<String>)> {
     let metadata = &header.metadata;
     let reference = compact::schema_ref(metadata)?;
@@ -152,17 +152,13 @@ fn field_table(header: &Header) -> Result<(Vec<FieldSpec>, Option<String>)> {
         return Ok((specs, schema.sequence_field.clone()));
     }
     let Some(facts) = embedded::embedded_facts(metadata)? else {
-        let json = metadata.get(meta::FIELDS).ok_or_else(|| {
-            frame_err!(
-                "the frame carries no schema ({:?} or {:?}) and no field table ({:?})",
-                meta::SCHEMA,
-                meta::SCHEMA_REF,
-                meta::FIELDS
-            )
-        })?;
-        let specs: Vec<FieldSpec> =
-            serde_json::from_str(json).map_err(|e| frame_err!("field table is malformed: {e}"))?;
-        return Ok((specs, metadata.get(meta::SEQUENCE_FIELD).cloned()));
+        return Err(frame_err!(
+            "the frame carries no schema: neither {:?} (embedded) nor {:?} (compact); a reader \
+             of format {:?} reads no other form",
+            meta::SCHEMA,
+            meta::SCHEMA_REF,
+            meta::FORMAT_VERSION
+        ));
     };
     if let Some(key) = [meta::FIELDS, meta::SEQUENCE_FIELD]
         .into_iter()
@@ -180,8 +176,8 @@ fn field_table(header: &Header) -> Result<(Vec<FieldSpec>, Option<String>)> {
     ))
 }
 
-/// One table form per header kind: a compact header lists its tensors (`py_wire.tensors`);
-/// every other header (embedded or bare) has the safetensors table.
+/// One table form per header kind: a compact header lists its tensors (`py_wire.tensors`); an
+/// embedded one has the safetensors table.
 fn check_table_form(listed: bool, compact: bool) -> Result<()> {
     match (listed, compact) {
         (true, false) => Err(frame_err!(

@@ -243,7 +243,7 @@ fn ranges_field<'a>(
     })
 }
 
-/// The sources name one schema (its fingerprint, embedded or compact; bare frames none): the
+/// The sources name one schema (its fingerprint, embedded or compact): the
 /// output carries the first source's, so a field of another schema would be written under a
 /// schema that does not declare it.
 fn same_schema(sources: &[Source<'_>]) -> Result<()> {
@@ -258,9 +258,8 @@ fn same_schema(sources: &[Source<'_>]) -> Result<()> {
         let got = identity(s);
         if got != want {
             let shown = |v: &Option<String>| {
-                v.as_deref().map_or("none (a bare frame)".to_string(), |f| {
-                    f.chars().take(80).collect()
-                })
+                v.as_deref()
+                    .map_or("none".to_string(), |f| f.chars().take(80).collect())
             };
             return Err(frame_err!(
                 "frame {i} is of schema {} but frame 0 of {}: frames gathered into one must \

@@ -175,7 +175,7 @@ pub(super) fn picks(sources: &[Source<'_>], rows: &Rows) -> Result<Vec<RowSpan>>
 }
 
 /// The header entries a frame op's output takes from its first source: all of them but the
-/// ones the writer sets (format, row count, a bare frame's field table and sequence field).
+/// ones the writer sets (format, row count) and the pre-1.0 field table and sequence field.
 pub fn output_metadata(first: &FrameLayout) -> BTreeMap<String, String> {
     let mut metadata = first.header.metadata.clone();
     for key in [

@@ -116,7 +116,8 @@ pub fn checked_facts(text: &str, fingerprint_entry: &str) -> Result<Arc<SchemaFa
 /// An embedded frame's schema: its text checked against its fingerprint ([`check_text`],
 /// remembered by [`checked_facts`]) and the facts it implies, from which the reader derives the
 /// frame's field table and sequence field. `None` for a header with neither schema nor
-/// fingerprint (a compact or a bare codec frame); one without the other is a `FrameError`.
+/// fingerprint (a compact frame, or one the reader then refuses); one without the other is a
+/// `FrameError`.
 pub fn embedded_facts(metadata: &BTreeMap<String, String>) -> Result<Option<Arc<SchemaFacts>>> {
     match (metadata.get(meta::SCHEMA), metadata.get(meta::FINGERPRINT)) {
         (None, None) => Ok(None),
@@ -290,7 +291,7 @@ mod tests {
     fn embedded_headers_need_both_entries() {
         let text = canonical_schema();
         let mut md = BTreeMap::new();
-        assert!(embedded_facts(&md).unwrap().is_none()); // a bare codec frame
+        assert!(embedded_facts(&md).unwrap().is_none()); // no schema: compact, or refused
         md.insert(meta::SCHEMA.to_string(), text.clone());
         let err = embedded_facts(&md).unwrap_err();
         assert!(err.message().contains("no fingerprint"));

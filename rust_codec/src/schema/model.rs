@@ -161,6 +161,50 @@ pub fn resolve(value: &Json) -> Result<Resolved> {
     })
 }
 
+/// The schema a frame written by the codec alone embeds (an encode request with no schema of
+/// its own: the crate's tests, a Rust producer): its fields as `specs` declare them, in order,
+/// each required, `sequence_field` its sequence field, named `name`. Every frame carries a
+/// schema, so readers read one form.
+pub fn schema_of_specs(
+    name: &str,
+    specs: &[FieldSpec],
+    sequence_field: Option<&str>,
+) -> Result<Resolved> {
+    let fields = specs
+        .iter()
+        .map(|spec| {
+            let lossy = spec
+                .wire_dtype
+                .is_some_and(|w| crate::schema::cast::is_lossy(spec.dtype, w));
+            let field = object(vec![
+                ("tier", text(spec.tier.name())),
+                ("dtype", text(spec.dtype.name())),
+                (
+                    "wire_dtype",
+                    spec.wire_dtype.map_or(Json::Null, |w| text(w.name())),
+                ),
+                ("lossy", Json::Bool(lossy)),
+                (
+                    "shape",
+                    Json::Array(
+                        spec.shape
+                            .iter()
+                            .map(|d| d.map_or_else(|| text("*"), |n| Json::Int(n.to_string())))
+                            .collect(),
+                    ),
+                ),
+                ("pack_dim", Json::Int(spec.pack_dim.to_string())),
+            ]);
+            (code_points(&spec.name), field)
+        })
+        .collect();
+    resolve(&object(vec![
+        ("name", text(name)),
+        ("sequence_field", sequence_field.map_or(Json::Null, text)),
+        ("fields", Json::Object(fields)),
+    ]))
+}
+
 /// Reads one field (as `FieldDef(...)` in Python builds one, outside a schema): its keys
 /// typed, defaults filled, its own rules applied. Returns its full JSON.
 pub fn resolve_field(value: &Json) -> Result<String> {

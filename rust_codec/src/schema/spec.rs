@@ -294,9 +294,8 @@ pub mod meta {
     pub const FORMAT_VERSION: &str = "3";
     /// The number of rows in the batch, as a decimal string.
     pub const NUM_ROWS: &str = "py_wire.num_rows";
-    /// The field table: the frame's [`FieldSpec`](super::FieldSpec)s as JSON. Only a frame
-    /// without a schema (a bare codec frame, which the Python layer never writes or accepts)
-    /// and a format-1 embedded frame carry one.
+    /// The field table of the pre-1.0 forms (a frame without a schema, a format-1 embedded
+    /// frame): no frame a reader of format 3 reads carries it; a header that does is refused.
     pub const FIELDS: &str = "py_wire.fields";
     /// The name of the field whose rows define the per-token lengths, beside [`FIELDS`] (the
     /// same frames carry it, when they have one).
