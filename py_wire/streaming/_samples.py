@@ -20,7 +20,7 @@ images each row now holds): a sample paired with the wrong media is refused, nev
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from py_wire import _native
@@ -31,9 +31,9 @@ from py_wire._ops import concat
 from py_wire.interop.transfer_queue import MEDIA, TEXT, encode_group_frames, media_fields
 
 
-def split(frame: Frame) -> tuple[Frame, Frame | None, str | None, int]:
-    """A one-row sample frame as (text part, media part, media digest, tokens). A schema that
-    declares no media fields gives (the text part, None, None, tokens)."""
+def split(frame: Frame) -> tuple[Frame, Frame | None, str | None]:
+    """A one-row sample frame as (text part, media part, media digest). A schema that declares
+    no media fields gives (the text part, None, None)."""
     if frame.num_rows != 1:
         raise BatchError(
             f"a sample frame holds one row (one sample), not {frame.num_rows}: put a whole group "
@@ -44,22 +44,22 @@ def split(frame: Frame) -> tuple[Frame, Frame | None, str | None, int]:
     rows = decode_selected(frame, None, layout="list")
     columns = encode_group_frames(rows, sch, group_size=1)
     text = columns[TEXT][0]
-    layout = frame.layout
-    tokens = int(layout.total_tokens) if layout.seq_offsets is not None else 1
     if not names or MEDIA not in columns:
-        return text, None, None, tokens
+        return text, None, None
     held = [f.name for f in frame.layout.fields if f.name in names]
     digest = f"{sch.fingerprint}/{_native.content_digest(frame, held)}"
-    return text, columns[MEDIA][0], digest, tokens
+    return text, columns[MEDIA][0], digest
 
 
 def assemble(
-    texts: Sequence[Frame], digests: Sequence[str | None], media: dict[str, Frame], version: int
+    texts: Sequence[Frame],
+    digests: Sequence[str | None],
+    media: dict[str, Frame],
+    metadata: Mapping[str, str],
 ) -> Frame:
     """A group's frame from its samples' text parts (in sample order), each sample's media
-    digest and the media parts by digest; the caller's ``policy_version`` in its metadata."""
-    from py_wire.streaming.ray_buffer import VERSION_KEY
-
+    digest and the media parts by digest, with the caller's ``metadata`` (its policy
+    version)."""
     joined = concat(list(texts)) if len(texts) > 1 else texts[0]
     sch = checked_schema(joined)
     batch: dict[str, Any] = dict(decode_selected(joined, None))
@@ -72,4 +72,4 @@ def assemble(
         for name in names:
             rows = [None if d is None else parts[d].get(name) for d in digests]
             batch[name] = [None if r is None else r[0] for r in rows]
-    return encode(batch, sch, metadata={VERSION_KEY: str(version)})
+    return encode(batch, sch, metadata=metadata)

@@ -379,7 +379,8 @@ class RayBuffer:
         )
 
     def _put_sample(self, gid: str, frame: Frame, index: int, timeout_s: float | None) -> None:
-        text, media, digest, tokens = _samples.split(frame)
+        text, media, digest = _samples.split(frame)
+        tokens = _tokens(frame)
         meta = frame.metadata.get(VERSION_KEY)
         version = int(meta) if meta is not None and meta.lstrip("-").isdigit() else None
         if meta is not None and version is None:
@@ -462,7 +463,7 @@ def _group_frame(version: int, parts: Any) -> Frame:
     texts, digests, media = parts
     got = ray.get([*texts, *media.values()])
     by_digest = dict(zip(media, got[len(texts) :], strict=True))
-    return _samples.assemble(got[: len(texts)], digests, by_digest, version)
+    return _samples.assemble(got[: len(texts)], digests, by_digest, {VERSION_KEY: str(version)})
 
 
 def _tokens(frame: Frame) -> int:

@@ -13,7 +13,7 @@ import pytest
 
 import py_wire
 from py_wire.streaming import StreamConfig, StreamError, _samples
-from py_wire.streaming.ray_buffer import _Buffer
+from py_wire.streaming.ray_buffer import VERSION_KEY, _Buffer, _tokens
 from py_wire.synth.qwen import qwen2_5_vl_batch
 from py_wire.testing import assert_batch_equal
 from tests.helpers import small_text_batch, small_vlm_batch
@@ -36,7 +36,8 @@ def sample_frame(batch: dict[str, Any], row: int, schema: str = "qwen2_5_vl", **
 
 def put_sample(buf: _Buffer, gid: str, index: int, frame: py_wire.Frame) -> None:
     """What ``RayBuffer.put(gid, frame, sample=index)`` does, against the state directly."""
-    text, media, digest, tokens = _samples.split(frame)
+    text, media, digest = _samples.split(frame)
+    tokens = _tokens(frame)
     reason = buf.put_sample(gid, index, text, digest, None, tokens, None)
     if reason == "media":
         reason = buf.put_sample(gid, index, text, digest, media, tokens, None)
@@ -49,7 +50,7 @@ def taken_frames(buf: _Buffer) -> list[py_wire.Frame]:
     out = []
     for _gid, version, parts in got[1][0]:
         texts, digests, media = parts
-        out.append(_samples.assemble(texts, digests, media, version))
+        out.append(_samples.assemble(texts, digests, media, {VERSION_KEY: str(version)}))
     return out
 
 
@@ -60,15 +61,13 @@ def test_a_prompts_images_are_stored_once_whatever_order_its_samples_arrive_in()
     slots = [buf.reserve(0, samples=G) for _ in groups]
     arrivals = [(g, i) for g in range(2) for i in range(G)]
     random.Random(0).shuffle(arrivals)
-    media_bytes = 0
     for g, i in arrivals:
         assert buf.take(1, None) is None  # never half a group (a step needs both)
         frame = sample_frame(groups[g], i)
         slot = slots[g]
         assert slot is not None
         put_sample(buf, slot[0], i, frame)
-    for g in groups:
-        media_bytes += sum(int(p.nbytes) for row in g["pixel_values"][:1] for p in [row])
+    media_bytes = sum(g["pixel_values"][0].nbytes for g in groups)  # one copy per prompt
     stats = buf.stats()
     assert stats["stored"] == 2 and stats["media_parts"] == 2
     per_sample = sum(sample_frame(groups[g], i).nbytes for g in range(2) for i in range(G))
@@ -118,7 +117,9 @@ def test_bad_sample_puts_are_refused_by_name() -> None:
     whole = buf.reserve(2)
     assert slot is not None and whole is not None
     gid = slot[0]
-    text, media, digest, tokens = _samples.split(sample_frame(group, 0))
+    frame = sample_frame(group, 0)
+    text, media, digest = _samples.split(frame)
+    tokens = _tokens(frame)
     assert digest is not None and media is not None
     assert buf.put_sample(gid, 0, text, digest, None, tokens, None) == "media"
     assert buf.stats()["stored_bytes"] == 0  # asking for the media stored nothing
@@ -142,11 +143,11 @@ def test_a_sample_paired_with_another_prompts_images_is_refused() -> None:
     a = prompt_group(4)
     # The first seed after 4 whose prompt has a different image size.
     b = next(g for g in map(prompt_group, range(5, 50)) if image_tokens(g) != image_tokens(a))
-    text_a, _, _, _ = _samples.split(sample_frame(a, 0))
-    _, media_b, digest_b, _ = _samples.split(sample_frame(b, 0))
+    text_a, _, _ = _samples.split(sample_frame(a, 0))
+    _, media_b, digest_b = _samples.split(sample_frame(b, 0))
     assert media_b is not None and digest_b is not None
     with pytest.raises(py_wire.ContractError):
-        _samples.assemble([text_a], [digest_b], {digest_b: media_b}, 0)
+        _samples.assemble([text_a], [digest_b], {digest_b: media_b}, {})
 
 
 def test_a_partial_group_whose_producer_died_frees_its_samples() -> None:

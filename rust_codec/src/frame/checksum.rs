@@ -68,12 +68,7 @@ pub fn header_digest(metadata: &BTreeMap<String, String>, entries: &[Entry]) -> 
 fn groups(header: &Header, fields: &[String]) -> Vec<Vec<(usize, usize)>> {
     let mut owner: HashMap<String, usize> = HashMap::with_capacity(fields.len() * 5);
     for (i, f) in fields.iter().enumerate() {
-        for name in [
-            names::seg_shapes(f),
-            names::seg_offsets(f),
-            names::row_offsets(f),
-            names::row_segments(f),
-        ] {
+        for name in names::tables(f) {
             owner.insert(name, i);
         }
     }
@@ -167,12 +162,7 @@ pub fn content_digest(header: &Header, fields: &[String], frame: &[u8]) -> Resul
         h.update(s.as_bytes());
     };
     for field in fields {
-        let tables = [
-            names::seg_shapes(field),
-            names::seg_offsets(field),
-            names::row_offsets(field),
-            names::row_segments(field),
-        ];
+        let tables = names::tables(field);
         let mut found = false;
         text(&mut h, field);
         for entry in header

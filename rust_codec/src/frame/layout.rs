@@ -450,10 +450,7 @@ fn check_every_entry_claimed(header: &Header, fields: &[DecodedField]) -> Result
         let name = &f.spec.name;
         claimed.insert(name.clone());
         if f.spec.tier == Tier::Packed {
-            claimed.insert(names::seg_shapes(name));
-            claimed.insert(names::seg_offsets(name));
-            claimed.insert(names::row_offsets(name));
-            claimed.insert(names::row_segments(name));
+            claimed.extend(names::tables(name));
         }
     }
     for entry in &header.entries {

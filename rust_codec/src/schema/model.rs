@@ -184,15 +184,7 @@ pub fn schema_of_specs(
                     spec.wire_dtype.map_or(Json::Null, |w| text(w.name())),
                 ),
                 ("lossy", Json::Bool(lossy)),
-                (
-                    "shape",
-                    Json::Array(
-                        spec.shape
-                            .iter()
-                            .map(|d| d.map_or_else(|| text("*"), |n| Json::Int(n.to_string())))
-                            .collect(),
-                    ),
-                ),
+                ("shape", shape_json(&spec.shape)),
                 ("pack_dim", Json::Int(spec.pack_dim.to_string())),
             ]);
             (code_points(&spec.name), field)
@@ -408,15 +400,7 @@ impl Field {
         let mut out = vec![
             ("tier", text(self.tier.name())),
             ("dtype", text(self.dtype.name())),
-            (
-                "shape",
-                Json::Array(
-                    self.shape
-                        .iter()
-                        .map(|d| d.map_or_else(|| text("*"), |n| Json::Int(n.to_string())))
-                        .collect(),
-                ),
-            ),
+            ("shape", shape_json(&self.shape)),
             ("required", Json::Bool(self.required)),
             (
                 "stages",
@@ -967,6 +951,16 @@ fn code_points(s: &str) -> Vec<u32> {
 
 fn text(s: &str) -> Json {
     Json::Str(code_points(s))
+}
+
+/// A shape as a schema writes it: sizes, and `"*"` for a ragged dim.
+fn shape_json(shape: &[Option<u64>]) -> Json {
+    Json::Array(
+        shape
+            .iter()
+            .map(|d| d.map_or_else(|| text("*"), |n| Json::Int(n.to_string())))
+            .collect(),
+    )
 }
 
 fn object(items: Vec<(&str, Json)>) -> Json {

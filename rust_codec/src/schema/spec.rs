@@ -282,6 +282,16 @@ pub mod names {
     pub fn row_segments(field: &str) -> String {
         format!("{field}.row_segments")
     }
+
+    /// A packed field's index tables, in the order a frame writes them.
+    pub fn tables(field: &str) -> [String; 4] {
+        [
+            seg_shapes(field),
+            seg_offsets(field),
+            row_offsets(field),
+            row_segments(field),
+        ]
+    }
 }
 
 /// Keys of `__metadata__`.
