@@ -16,6 +16,8 @@ each row's media taken from the one media part its digest names, so rows that sh
 reference one segment and the group's frame stores them once, as a group put whole does.
 :func:`py_wire.encode` checks the result like any batch (placeholder tokens against the
 images each row now holds): a sample paired with the wrong media is refused, never trained.
+Fields with a wire cast are read back in their schema dtype (``source_dtype=True``) so that
+encode casts them again: a widening, then the same narrowing, gives the stored bytes back.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def split(frame: Frame) -> tuple[Frame, Frame | None, str | None]:
         )
     sch = checked_schema(frame)
     names = media_fields(sch)
-    rows = decode_selected(frame, None, layout="list")
+    rows = decode_selected(frame, None, layout="list", source_dtype=True)
     columns = encode_group_frames(rows, sch, group_size=1)
     text = columns[TEXT][0]
     if not names or MEDIA not in columns:
@@ -62,13 +64,13 @@ def assemble(
     version)."""
     joined = concat(list(texts)) if len(texts) > 1 else texts[0]
     sch = checked_schema(joined)
-    batch: dict[str, Any] = dict(decode_selected(joined, None))
+    batch: dict[str, Any] = dict(decode_selected(joined, None, source_dtype=True))
     names = media_fields(sch)
     if names:
         parts: dict[str, dict[str, Any]] = {}
         for digest in dict.fromkeys(d for d in digests if d is not None):
             part = media[digest]
-            parts[digest] = decode_selected(part, set(names))
+            parts[digest] = decode_selected(part, set(names), source_dtype=True)
         for name in names:
             rows = [None if d is None else parts[d].get(name) for d in digests]
             batch[name] = [None if r is None else r[0] for r in rows]
