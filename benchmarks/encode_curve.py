@@ -171,7 +171,7 @@ def run_size(target: int, reps: int, seed: int, only: str | None = None) -> dict
     rows = [i for i, p in enumerate(batch["pixel_values"]) if p is not None]
     pv = decoded["pixel_values"]
     for i in (rows[0], rows[-1]) if rows else ():
-        got = pv.tensors[i]  # one segment per row: no shared segments in this batch
+        (got,) = pv[i]  # one segment per row
         assert torch.equal(got.view(torch.uint8), batch["pixel_values"][i].view(torch.uint8))
     assert decoded["input_lengths"].shape[0] == len(batch["input_ids"])
     del pooled, borrowed, decoded, pv

@@ -223,7 +223,11 @@ def by_sample(ranks: list[list[dict[str, Any]]]) -> dict[int, dict[str, Any]]:
                     if k == "__samples__" or k == "attention_mask":
                         continue
                     if k in MEDIA:
-                        segs = v.rows()[j] if hasattr(v, "rows") else v.slice([j]).tensors
+                        segs = (
+                            v.rows()[j]
+                            if isinstance(v, py_wire.PackedTensor)
+                            else v.slice([j]).tensors
+                        )
                         row[k] = [s for s in (segs or []) if s is not None]
                     elif k in PER_TOKEN:
                         row[k] = v[j, : int(lengths[j])]

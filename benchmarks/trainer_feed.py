@@ -188,7 +188,7 @@ def pickle_section(frame: py_wire.Frame, micro: int) -> None:
         if isinstance(value, torch.Tensor):
             return own_bytes([value.values(), value.offsets()]) if value.is_nested else value.nbytes
         if isinstance(value, py_wire.PackedTensor):
-            return sum(t.nbytes for t in value.tensors if t is not None)
+            return sum(t.nbytes for t in value.segments)
         if isinstance(value, dict):
             return sum(own_bytes(v) for v in value.values())
         if isinstance(value, list | tuple):

@@ -85,8 +85,6 @@ def _packed_rows(value: Any, where: str) -> list[list[Any]]:
     """Rows of a packed value in any accepted form, as lists of segments ([] for none)."""
     if isinstance(value, PackedTensor):
         rows = [value[i] for i in range(len(value))]
-    elif hasattr(value, "tensors") and hasattr(value, "dim_to_pack"):
-        rows = list(value.tensors)
     elif isinstance(value, list | tuple):
         rows = list(value)
     else:
@@ -161,8 +159,9 @@ def assert_batch_equal(
     Comparison is bit-exact (NaN payloads and -0.0 included; fields with a declared wire cast
     compare against the input cast with torch, any NaN matching any NaN), and dtypes and shapes
     must match exactly. Either side may use any form py_wire accepts or returns: packed rows as
-    lists (of tensors, ``None``, lists of tensors), :class:`py_wire.PackedTensor` or
-    NeMo-RL-like objects (a row ``None`` and a row ``[]`` both mean "no segments"); per-token
+    lists (of tensors, ``None``, lists of tensors) or :class:`py_wire.PackedTensor` (a row
+    ``None`` and a row ``[]`` both mean "no segments"); fields with an ``encoding`` as lists
+    of per-row values, compared with ``==`` and by type; per-token
     fields as lists of rows, jagged nested tensors, or padded ``[B, L, ...]`` tensors with the
     schema's lengths field (decoded padded tensors must be padded with the field's pad value);
     scalars as ``[B, ...]`` tensors; numpy arrays anywhere. Absent and ``None`` fields are the
@@ -193,6 +192,14 @@ def assert_batch_equal(
         if field.tier == "scalar":
             _compare(decoded[name], original[name], where, field)
             n = _as_torch(decoded[name]).shape[0]
+        elif field.encoding is not None:
+            want_values, found_values = list(original[name]), list(decoded[name])
+            if len(found_values) != len(want_values):
+                _fail(where, f"decoded {len(found_values)} rows, expected {len(want_values)}")
+            for r, (a, b) in enumerate(zip(found_values, want_values, strict=True)):
+                if a != b or type(a) is not type(b):
+                    _fail(f"{where}, row {r}", f"decoded {a!r:.80}, expected {b!r:.80}")
+            n = len(found_values)
         elif field.tier == "packed":
             want = _packed_rows(original[name], where)
             found_value = decoded[name]

@@ -34,6 +34,7 @@ from py_wire._native import (
 )
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._rows import RowWindow
+from py_wire._rowvalues import decode_rows
 from py_wire._schema import Schema, load_schema
 from py_wire._source import as_frame
 from py_wire._storage import StorageSlicer
@@ -431,6 +432,9 @@ class _FieldDecoder:
             values, tables, in_order = self.window.packed(values, tables, in_order)
         values = self.own(_owned(values, cast, self.options.clone))
         packed = PackedTensor._from_frame(_FrameRows(values, tables, in_order), f.pack_dim)
+        encoding = self.schema.fields[f.name].encoding
+        if encoding is not None:
+            return decode_rows(f.name, packed, encoding)
         return packed.rows() if self.options.layout == "list" else packed
 
     def _per_token(self, name: str, values: torch.Tensor, cast: torch.dtype | None) -> Any:
@@ -494,6 +498,9 @@ def add_missing_fields(
     for name in missing:
         field = schema.fields[name]
         if field.tier != "packed":
+            continue
+        if field.encoding is not None:
+            out[name] = [None] * num_rows
             continue
         empty = PackedTensor._no_segments(
             num_rows, len(field.shape), DTYPES[field.stored_dtype], field.pack_dim

@@ -18,6 +18,7 @@ from py_wire._dtypes import DTYPES
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, WireError
 from py_wire._packed import PackedTensor
+from py_wire._rowvalues import encode_rows
 from py_wire._schema import FieldDef, Schema, load_schema
 from py_wire._typing import as_jagged
 
@@ -35,13 +36,16 @@ def encode(
 ) -> Frame:
     """Encode ``batch`` (field name → value) into one frame.
 
-    Packed fields take a :class:`PackedTensor`, any object with ``.tensors`` and
-    ``.dim_to_pack``, ``list[Tensor | None]`` or ``list[list[Tensor]]``. Per-token fields take a
-    list of per-row tensors, a jagged nested tensor, or a padded ``[B, L, ...]`` tensor plus the
-    schema's lengths field. Scalars take a ``[B, ...]`` tensor. numpy arrays work wherever
-    tensors do. Every ``required`` field must be present; with ``stage``, exactly the required
-    fields that stage needs (``schema.required_for(stage)``): an optional field is never
-    demanded, and fields outside the stage may be present (they are encoded) or absent.
+    Packed fields take a :class:`PackedTensor`, ``list[Tensor | None]`` or
+    ``list[list[Tensor]]`` (NeMo-RL's ``PackedTensor`` goes through
+    :func:`py_wire.interop.nemo_rl.to_frame`). Fields with an ``encoding`` take one value per
+    row: a ``str`` (``"utf8"``; ``None`` for none) or a JSON value (``"json"``). Per-token
+    fields take a list of per-row tensors, a jagged nested tensor, or a padded ``[B, L, ...]``
+    tensor plus the schema's lengths field. Scalars take a ``[B, ...]`` tensor. numpy arrays
+    work wherever tensors do. Every ``required`` field must be present; with ``stage``,
+    exactly the required fields that stage needs (``schema.required_for(stage)``): an optional
+    field is never demanded, and fields outside the stage may be present (they are encoded) or
+    absent.
 
     ``threads`` caps the copy threads (an int from 1 to 1024; default: ``PY_WIRE_THREADS`` or
     the core count; a thread is used per 8 MiB of payload).
@@ -164,6 +168,8 @@ def _fields(
         value = batch.get(name)
         if value is None:
             continue
+        if field.encoding is not None and not isinstance(value, PackedTensor):
+            value = encode_rows(name, items(f"field {name!r}", value), field.encoding)
         if field.accept:
             value = _widen(value, field)
         kind, first, second = _classify(name, field, value, lengths)
@@ -199,29 +205,8 @@ def _widen(value: Any, field: FieldDef) -> Any:
     if isinstance(value, list | tuple):
         return rows(value)
     if isinstance(value, PackedTensor):
-        if value._frame is not None and value._frame.flat.dtype not in accepted:
-            return value  # decoded, already in a wire dtype: no per-row work
-        return PackedTensor(rows(value.rows()), value.dim_to_pack)
-    if hasattr(value, "tensors") and hasattr(value, "dim_to_pack"):  # NeMo-RL's PackedTensor
-        tensors = value.tensors
-        if not any(isinstance(t, torch.Tensor) and t.dtype in accepted for t in tensors or ()):
-            return value
-        return _DuckPacked(value, rows(list(tensors)))
+        return value._map(one)
     return value
-
-
-class _DuckPacked:
-    """A NeMo-RL-shaped packed value with its ``tensors`` replaced (same rows, same CSR)."""
-
-    def __init__(self, source: Any, tensors: list[Any]) -> None:
-        self.tensors = tensors
-        self.dim_to_pack = source.dim_to_pack
-        self._row_offsets = getattr(source, "_row_offsets", None)
-        self._segment_indices = getattr(source, "_segment_indices", None)
-        self._len = len(source)
-
-    def __len__(self) -> int:
-        return self._len
 
 
 def _classify(name: str, field: FieldDef, value: Any, lengths: Any) -> tuple[str, Any, Any]:
@@ -231,11 +216,17 @@ def _classify(name: str, field: FieldDef, value: Any, lengths: Any) -> tuple[str
             csr = value._csr()
             if csr is not None:  # decoded: hand over its tables, O(1) here
                 return "csr", csr[0], csr[1:]
-            return "rows", value.rows(), None
-        if hasattr(value, "tensors") and hasattr(value, "dim_to_pack"):
-            return _duck_packed(name, field, value)
+            segments, offsets, refs = value.csr()
+            return "shared", segments, (offsets, refs, len(value))
         if isinstance(value, list | tuple):
             return "rows", list(value), None
+        if hasattr(value, "tensors") and hasattr(value, "dim_to_pack"):
+            raise BatchError(
+                f"field {name!r}: a {type(value).__name__} with .tensors (NeMo-RL's "
+                "PackedTensor) is not py_wire's: convert the batch with "
+                "py_wire.interop.nemo_rl.from_nemo(batch), or encode it with "
+                "py_wire.interop.nemo_rl.to_frame"
+            )
         raise BatchError(
             f"field {name!r} is packed: pass a PackedTensor or a list with one entry per row "
             f"(a tensor, None, or a list of tensors), not {type(value).__name__}"
@@ -268,43 +259,6 @@ def _classify(name: str, field: FieldDef, value: Any, lengths: Any) -> tuple[str
         f"field {name!r} is a scalar field: pass a [B, ...] tensor or array, "
         f"not {type(value).__name__}"
     )
-
-
-def _duck_packed(name: str, field: FieldDef, value: Any) -> tuple[str, Any, Any]:
-    """An object shaped like NeMo-RL's ``PackedTensor``. Without its dedup tables each entry
-    of ``tensors`` is a row; with ``_row_offsets`` and ``_segment_indices`` (both set),
-    ``tensors`` are physical segments and logical row ``r`` is
-    ``[tensors[i] for i in _segment_indices[_row_offsets[r]:_row_offsets[r + 1]]]`` (a ``None``
-    physical entry is no media). Either way ``len(value)`` is the row count, and must agree."""
-    _check_pack_dim(name, field, value.dim_to_pack)
-    tensors = value.tensors
-    if isinstance(tensors, torch.Tensor | np.ndarray):
-        tensors = [tensors]
-    tensors = list(tensors)
-    offsets = getattr(value, "_row_offsets", None)
-    indices = getattr(value, "_segment_indices", None)
-    try:
-        rows = len(value)
-    except TypeError:
-        rows = None
-    if offsets is not None and indices is not None:
-        if rows is None:
-            raise BatchError(
-                f"field {name!r}: a packed input with _row_offsets must define len() "
-                "(its logical row count)"
-            )
-        return "logical", tensors, (offsets, indices, rows)
-    if (offsets is None) != (indices is None):
-        raise BatchError(
-            f"field {name!r}: the packed input has only one of _row_offsets and "
-            "_segment_indices; both or neither"
-        )
-    if rows is not None and rows != len(tensors):
-        raise BatchError(
-            f"field {name!r}: the packed input's len() is {rows} but it holds "
-            f"{len(tensors)} rows in .tensors"
-        )
-    return "rows", tensors, None
 
 
 def _check_pack_dim(name: str, field: FieldDef, dim: int) -> None:

@@ -1,23 +1,24 @@
-"""``PackedTensor``: rows of 0..k tensor segments, concatenated along a pack dim on demand.
+"""``PackedTensor``: rows of 0..k tensor segments that concatenate along a pack dim.
 
-Semantics follow NeMo-RL's PackedTensor (``as_tensor`` concatenates along ``dim_to_pack``,
-``pad_to_max_shape`` pads every other dim, ``None`` marks a row without media) with CSR rows:
-a row holds any number of segments, and decoded rows are lazy views into the frame.
+py_wire's own CSR form: physical ``segments``, ``row_offsets`` (one more than the rows) over
+``row_segments`` (indices into ``segments``). A segment several rows use (a GRPO group's
+shared image) is one tensor, referenced by each. Decoded values are views of the frame, built
+on first use. NeMo-RL's ``PackedTensor`` converts to and from this form in
+``py_wire.interop.nemo_rl``.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from py_wire._args import count, flag, integer, padded_cells_backed
 from py_wire._args import device as device_arg
+from py_wire._args import flag, integer, padded_cells_backed
 from py_wire._args import items as items_arg
 from py_wire._native import BatchError, FrameError, RowIndexError, WireError
 from py_wire._rows import resolve_slice
@@ -26,13 +27,9 @@ from py_wire._storage import RowCutter, StorageSlicer
 Row = list[torch.Tensor] | None
 
 
-#: The most rows ``empty_rows_like`` makes: each costs a list entry, and nothing backs them.
-MAX_EMPTY_ROWS = 1 << 24
-
-
 class PackedRowIndexError(RowIndexError, IndexError):
-    """A row of a :class:`PackedTensor` out of range: the ``IndexError`` NeMo-RL's raises, and
-    py_wire's :class:`RowIndexError`."""
+    """A row of a :class:`PackedTensor` out of range: a :class:`RowIndexError` that is also an
+    ``IndexError``, as Python's sequences raise."""
 
 
 def _row_error(argument: str, row: int, num_rows: int) -> PackedRowIndexError:
@@ -42,106 +39,106 @@ def _row_error(argument: str, row: int, num_rows: int) -> PackedRowIndexError:
 
 
 class PackDimError(BatchError, IndexError):
-    """``dim_to_pack`` out of range for the segments: a ``BatchError`` that is also the
-    ``IndexError`` NeMo-RL's ``PackedTensor`` raises."""
+    """``dim_to_pack`` out of range for the segments: a :class:`BatchError` that is also an
+    ``IndexError``."""
 
 
 class PackedTensor:
-    """A logical batch of rows backed by packable tensor segments: NeMo-RL's ``PackedTensor``
-    (``nemo_rl/data/multimodal_utils.py``), method by method, plus lazy decoded views.
+    """The value of a packed field: ``len()`` rows, each holding 0..k tensor segments that
+    concatenate along ``dim_to_pack`` (an image's patches, an audio clip's frames).
 
-    NeMo-RL's representation: ``tensors`` holds one entry per row (``None``: no media) unless
-    the CSR map is set: then ``tensors`` are *physical* segments, ``_row_offsets`` partitions
-    the logical references and ``_segment_indices`` maps each to ``tensors``;
-    ``_segment_provenance`` (one id per physical segment) turns deduplication on. ``len()`` is
-    the logical row count.
+    Build it from rows, ``PackedTensor([seg, None, [seg_a, seg_b]], dim_to_pack=0)`` (a row
+    is a tensor, ``None`` or a list of tensors; a tensor object in several rows is stored
+    once), or from its CSR tables with :meth:`from_csr`. ``pt[i]`` is row ``i``'s segments or
+    ``None``; ``pt[a:b]`` and :meth:`slice` select rows (views, shared segments stay shared);
+    :meth:`as_tensor` concatenates every segment; :meth:`concat` joins values. A value is not
+    changed after it is built: :meth:`to` returns a new one.
 
-    py_wire extras: build from ``list[Tensor | None | list[Tensor]]`` (a row with several
-    segments gives the CSR form); ``pt[i]`` is row ``i``'s segments or ``None``; ``pt[a:b]``
-    is :meth:`slice` over that range; ``rows()`` and ``segment_counts()``. A decoded value is
-    backed by the frame: ``tensors`` and the CSR lists are built once, on first use, as views;
-    ``as_tensor()`` is a view of the frame while the segments are stored in row order and
-    ``tensors`` still holds them (reading ``tensors`` or iterating rows does not change that).
+    A decoded value is backed by its frame: rows are views, built on first use, and
+    ``as_tensor()`` of rows stored in order is a view of the frame.
     """
 
-    def __init__(
-        self,
-        tensors: Any,
-        dim_to_pack: int = 0,
-        *,
-        pad_to_max_shape: bool = False,
-        _row_offsets: list[int] | None = None,
-        _segment_indices: list[int] | None = None,
-        _segment_provenance: list[bytes] | None = None,
-    ) -> None:
-        if tensors is None:
-            raise WireError("Input tensors to PackedTensor cannot be None")
-        if isinstance(tensors, torch.Tensor):
-            tensors = [tensors]
-        elif not isinstance(tensors, list):
-            tensors = items_arg("tensors", tensors)
-        if _row_offsets is None and any(
-            r is not None and not isinstance(r, torch.Tensor) for r in tensors
-        ):
-            # py_wire's rows of several segments: the CSR form over physical segments.
-            flat: list[torch.Tensor | None] = []
-            offsets, indices = [0], []
-            for i, r in enumerate(tensors):
-                segs = [] if r is None else [r] if isinstance(r, torch.Tensor) else None
-                if segs is None:
-                    segs = items_arg(f"tensors[{i}]", r)
-                    for j, seg in enumerate(segs):
-                        if not isinstance(seg, torch.Tensor):
-                            raise TypeError(
-                                f"tensors[{i}][{j}] must be a tensor, not {type(seg).__name__}"
-                            )
-                for seg in segs:
-                    indices.append(len(flat))
-                    flat.append(seg)
-                offsets.append(len(indices))
-            tensors, _row_offsets, _segment_indices = flat, offsets, indices
-        if (_row_offsets is None) != (_segment_indices is None):
-            raise WireError(
-                "_row_offsets and _segment_indices must either both be set or both be None"
+    __slots__ = ("_frame", "_row_offsets", "_row_segments", "_segments", "dim_to_pack")
+
+    def __init__(self, rows: Any, dim_to_pack: int = 0) -> None:
+        if isinstance(rows, torch.Tensor | np.ndarray) or rows is None:
+            raise TypeError(
+                "PackedTensor(rows): rows must be a list with one entry per row (a tensor, "
+                f"None or a list of tensors), not {type(rows).__name__}"
             )
-        if _row_offsets is not None:
-            assert _segment_indices is not None
-            if not _row_offsets or _row_offsets[0] != 0:
-                raise WireError("_row_offsets must start with 0")
-            if any(a > b for a, b in itertools.pairwise(_row_offsets)):
-                raise WireError("_row_offsets must be non-decreasing")
-            if _row_offsets[-1] != len(_segment_indices):
-                raise WireError("_row_offsets must end at the number of logical segment references")
-            if _segment_indices and (
-                min(_segment_indices) < 0 or max(_segment_indices) >= len(tensors)
-            ):
-                raise WireError(
-                    "_segment_indices cannot reference an out-of-range physical segment"
-                )
-        if _segment_provenance is not None and len(_segment_provenance) != len(tensors):
-            raise WireError("_segment_provenance must have one entry per physical segment")
-        dim_to_pack = integer("dim_to_pack", dim_to_pack)
-        flag("pad_to_max_shape", pad_to_max_shape)
-        self._frame: _FrameRows | None = None
-        self._built: list[Any] | None = None  # what the frame's tensors list was built as
-        self._tensors: list[torch.Tensor | None] | None = tensors
+        rows = items_arg("rows", rows)
+        segments: list[torch.Tensor] = []
+        offsets, refs = [0], []
+        where: dict[int, int] = {}
+        for i, row in enumerate(rows):
+            if row is None:
+                segs: list[Any] = []
+            elif isinstance(row, torch.Tensor):
+                segs = [row]
+            else:
+                segs = items_arg(f"rows[{i}]", row)
+            for j, seg in enumerate(segs):
+                if not isinstance(seg, torch.Tensor):
+                    raise TypeError(f"rows[{i}][{j}] must be a tensor, not {type(seg).__name__}")
+                k = where.get(id(seg))
+                if k is None:
+                    k = where[id(seg)] = len(segments)
+                    segments.append(seg)
+                refs.append(k)
+            offsets.append(len(refs))
+        self._set(None, segments, offsets, refs, integer("dim_to_pack", dim_to_pack))
+
+    @classmethod
+    def from_csr(
+        cls,
+        segments: Sequence[torch.Tensor],
+        row_offsets: Sequence[int],
+        row_segments: Sequence[int],
+        dim_to_pack: int = 0,
+    ) -> PackedTensor:
+        """Rows from CSR tables: row ``r`` holds ``segments[i]`` for each ``i`` in
+        ``row_segments[row_offsets[r]:row_offsets[r + 1]]``. Offsets start at 0, never
+        decrease and end at ``len(row_segments)``; every index names a segment."""
+        segs = items_arg("segments", segments)
+        for i, seg in enumerate(segs):
+            if not isinstance(seg, torch.Tensor):
+                raise TypeError(f"segments[{i}] must be a tensor, not {type(seg).__name__}")
+        offsets = _int_list("row_offsets", row_offsets)
+        refs = _int_list("row_segments", row_segments)
+        if not offsets or offsets[0] != 0:
+            raise WireError(f"row_offsets must start at 0, got {offsets[:1]}")
+        for r, (a, b) in enumerate(itertools.pairwise(offsets)):
+            if a > b:
+                raise WireError(f"row_offsets decrease at row {r}: {a} then {b}")
+        if offsets[-1] != len(refs):
+            raise WireError(
+                f"row_offsets end at {offsets[-1]}, not at the {len(refs)} row_segments"
+            )
+        for i, s in enumerate(refs):
+            if not 0 <= s < len(segs):
+                raise WireError(f"row_segments[{i}] is {s}: out of range for {len(segs)} segments")
+        pt = cls.__new__(cls)
+        pt._set(None, segs, offsets, refs, integer("dim_to_pack", dim_to_pack))
+        return pt
+
+    def _set(
+        self,
+        frame: _FrameRows | None,
+        segments: list[torch.Tensor] | None,
+        row_offsets: list[int] | None,
+        row_segments: list[int] | None,
+        dim_to_pack: int,
+    ) -> None:
+        self._frame = frame
+        self._segments = segments
+        self._row_offsets = row_offsets
+        self._row_segments = row_segments
         self.dim_to_pack = dim_to_pack
-        self.pad_to_max_shape = pad_to_max_shape
-        self.__row_offsets = _row_offsets
-        self.__segment_indices = _segment_indices
-        self._segment_provenance = _segment_provenance
 
     @classmethod
     def _from_frame(cls, frame_rows: _FrameRows, dim_to_pack: int) -> PackedTensor:
         pt = cls.__new__(cls)
-        pt._frame = frame_rows
-        pt._built = None
-        pt._tensors = None
-        pt.dim_to_pack = dim_to_pack
-        pt.pad_to_max_shape = False
-        pt.__row_offsets = None
-        pt.__segment_indices = None
-        pt._segment_provenance = None
+        pt._set(frame_rows, None, None, None, dim_to_pack)
         return pt
 
     @classmethod
@@ -157,128 +154,67 @@ class PackedTensor:
         }
         return cls._from_frame(_FrameRows(torch.zeros(0, dtype=dtype), tables, True), dim_to_pack)
 
-    # -- NeMo-RL's state, built lazily from a frame -------------------------------------------
+    # -- the CSR tables ------------------------------------------------------------------------
 
     def _materialize(self) -> None:
-        """Build ``tensors`` (views) and the CSR lists from the frame, once. Rows with at most
-        one segment and no sharing give NeMo-RL's legacy form (one entry per row); otherwise
-        the CSR form, with provenance when segments are shared (deduplication on)."""
-        if self._tensors is not None:
+        """Build the segment views and the CSR lists from the frame, once: the segments these
+        rows use, in the order of first use."""
+        if self._segments is not None:
             return
         f = self._frame
         assert f is not None
         _, _, row_offsets, row_segments = f._tables()
         base, end = row_offsets[0], row_offsets[-1]
         refs = row_segments[base:end]
-        physical = list(dict.fromkeys(refs))  # the segments these rows use, first use first
-        segs = [f._segment(i) for i in physical]
-        counts = [b - a for a, b in itertools.pairwise(row_offsets)]
-        shared = len(physical) < len(refs)
-        if not shared and all(c <= 1 for c in counts):
-            self._tensors = [
-                f._segment(row_segments[a]) if b > a else None
-                for a, b in itertools.pairwise(row_offsets)
-            ]
-        else:
-            where = {p: i for i, p in enumerate(physical)}
-            self._tensors = list(segs)
-            self.__row_offsets = [o - base for o in row_offsets]
-            self.__segment_indices = [where[p] for p in refs]
-            if shared:
-                self._segment_provenance = [uuid.uuid4().bytes for _ in segs]
-        self._built = list(self._tensors)
+        physical = list(dict.fromkeys(refs))
+        where = {p: i for i, p in enumerate(physical)}
+        self._segments = [f._segment(p) for p in physical]
+        self._row_offsets = [o - base for o in row_offsets]
+        self._row_segments = [where[p] for p in refs]
 
     @property
-    def tensors(self) -> list[torch.Tensor | None]:
-        """NeMo-RL's ``tensors``: one stable list (writes to it persist)."""
+    def segments(self) -> list[torch.Tensor]:
+        """The physical segments, each once (a new list; the tensors are the value's own)."""
         self._materialize()
-        assert self._tensors is not None
-        return self._tensors
-
-    @tensors.setter
-    def tensors(self, value: list[torch.Tensor | None]) -> None:
-        self._materialize()
-        self._tensors = value
+        assert self._segments is not None
+        return list(self._segments)
 
     @property
-    def _row_offsets(self) -> list[int] | None:
+    def row_offsets(self) -> list[int]:
+        """Row ``r``'s references are ``row_segments[row_offsets[r]:row_offsets[r + 1]]``."""
         self._materialize()
-        return self.__row_offsets
-
-    @_row_offsets.setter
-    def _row_offsets(self, value: list[int] | None) -> None:
-        self._materialize()
-        self.__row_offsets = value
+        assert self._row_offsets is not None
+        return list(self._row_offsets)
 
     @property
-    def _segment_indices(self) -> list[int] | None:
+    def row_segments(self) -> list[int]:
+        """Each row's segments, as indices into :attr:`segments`, rows one after another."""
         self._materialize()
-        return self.__segment_indices
+        assert self._row_segments is not None
+        return list(self._row_segments)
 
-    @_segment_indices.setter
-    def _segment_indices(self, value: list[int] | None) -> None:
-        self._materialize()
-        self.__segment_indices = value
+    def csr(self) -> tuple[list[torch.Tensor], list[int], list[int]]:
+        """``(segments, row_offsets, row_segments)``: what :meth:`from_csr` takes."""
+        return self.segments, self.row_offsets, self.row_segments
 
-    def _frame_intact(self) -> _FrameRows | None:
-        """The frame, while ``tensors`` still holds exactly the views built from it."""
-        f = self._frame
-        if f is None:
-            return None
-        if self._tensors is None:
-            return f
-        built = self._built
-        if (
-            built is not None
-            and len(built) == len(self._tensors)
-            and all(a is b for a, b in zip(built, self._tensors, strict=True))
-        ):
-            return f
-        return None
-
-    def __getstate__(self) -> dict[str, Any]:
-        self._materialize()
-        return {
-            "tensors": self._tensors,
-            "dim_to_pack": self.dim_to_pack,
-            "pad_to_max_shape": self.pad_to_max_shape,
-            "_row_offsets": self.__row_offsets,
-            "_segment_indices": self.__segment_indices,
-            "_segment_provenance": self._segment_provenance,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(  # type: ignore[misc]
-            state["tensors"],
-            state["dim_to_pack"],
-            pad_to_max_shape=state.get("pad_to_max_shape", False),
-            _row_offsets=state.get("_row_offsets"),
-            _segment_indices=state.get("_segment_indices"),
-            _segment_provenance=state.get("_segment_provenance"),
-        )
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (*self.csr(), self.dim_to_pack))
 
     # -- rows ----------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        if self._tensors is None and self._frame is not None:
-            return self._frame.num_rows
-        if self.__row_offsets is not None:
-            return len(self.__row_offsets) - 1
-        assert self._tensors is not None
-        return len(self._tensors)
-
-    def _row_segment_indices(self, row: int) -> list[int]:
         if self._row_offsets is None:
-            return [row]
-        assert self._segment_indices is not None
-        return self._segment_indices[self._row_offsets[row] : self._row_offsets[row + 1]]
+            assert self._frame is not None
+            return self._frame.num_rows
+        return len(self._row_offsets) - 1
 
     def _row(self, row: int) -> Row:
-        f = self._frame_intact()
-        if f is not None and self._tensors is None:
-            return f.row(row)
-        segs = [self.tensors[i] for i in self._row_segment_indices(row)]
-        return [s for s in segs if s is not None] or None
+        if self._segments is None:
+            assert self._frame is not None
+            return self._frame.row(row)
+        assert self._row_offsets is not None and self._row_segments is not None
+        refs = self._row_segments[self._row_offsets[row] : self._row_offsets[row + 1]]
+        return [self._segments[i] for i in refs] or None
 
     def rows(self) -> list[Row]:
         """Every row's segments (views for decoded data), ``None`` for rows without any."""
@@ -302,136 +238,80 @@ class PackedTensor:
         return (self._row(r) for r in range(len(self)))
 
     def segment_counts(self) -> list[int]:
-        """Segments per row (0 for rows without media)."""
-        return self.logical_segment_counts_by_row()
-
-    def logical_segment_counts_by_row(self) -> list[int]:
-        """The number of non-empty media segments in each logical row."""
-        f = self._frame_intact()
-        if f is not None and self._tensors is None:
-            return f.segment_counts()
+        """Segments per row (0 for rows without any)."""
         if self._row_offsets is None:
-            return [int(t is not None) for t in self.tensors]
-        assert self._segment_indices is not None
-        t, ro, si = self.tensors, self._row_offsets, self._segment_indices
-        return [sum(t[i] is not None for i in si[ro[r] : ro[r + 1]]) for r in range(len(self))]
-
-    def iter_logical_segments(self) -> Iterator[torch.Tensor | None]:
-        """Physical tensor segments in logical row / segment order."""
-        if self._segment_indices is None:
-            yield from self.tensors
-            return
-        for i in self._segment_indices:
-            yield self.tensors[i]
+            assert self._frame is not None
+            return self._frame.segment_counts()
+        return [b - a for a, b in itertools.pairwise(self._row_offsets)]
 
     @property
     def num_segments(self) -> int:
+        """Segment references over all rows (a shared segment counts once per row)."""
         return sum(self.segment_counts())
-
-    @property
-    def deduplication_enabled(self) -> bool:
-        """Whether this value carries stable physical-segment provenance."""
-        self._materialize() if self._frame is not None else None
-        return self._segment_provenance is not None
-
-    def enable_deduplication(self) -> PackedTensor:
-        """Assign stable provenance without changing logical contents."""
-        if self._segment_provenance is None:
-            self._segment_provenance = [uuid.uuid4().bytes for _ in range(len(self.tensors))]
-        return self
 
     def _csr(self) -> tuple[torch.Tensor, ...] | None:
         """(flat values, flat segment shapes, segment offsets, row offsets, row segments) of a
         decoded PackedTensor, for re-encoding without per-row work; ``None`` otherwise."""
-        f = self._frame_intact()
+        f = self._frame
         if f is None:
             return None
         return f.flat, f.seg_shapes.reshape(-1), f.seg_offsets, f.row_offsets, f.row_segments
 
-    # -- whole-batch views ------------------------------------------------------------------
+    # -- whole-value operations -------------------------------------------------------------
 
     def as_tensor(
-        self, device: Any = None, *, pad_to_max_shape: bool | None = None
+        self, device: Any = None, *, pad_to_max_shape: bool = False
     ) -> torch.Tensor | None:
-        """All segments in logical order, concatenated along ``dim_to_pack``; ``None`` when
-        there are none. NeMo-RL's signature: ``device`` first (moving ``tensors`` there in
-        place, as NeMo-RL does); ``pad_to_max_shape`` (keyword only) overrides the attribute.
-
-        Decoded data stored in row order is returned as a view without copying (then moved to
-        ``device`` if one is given).
-        """
-        if pad_to_max_shape is not None:
-            flag("pad_to_max_shape", pad_to_max_shape)
-        pad = self.pad_to_max_shape if pad_to_max_shape is None else pad_to_max_shape
+        """Every row's segments in order, concatenated along ``dim_to_pack`` (on ``device`` if
+        given); ``None`` when there are none. ``pad_to_max_shape=True`` zero-pads every other
+        dim to its maximum first. Decoded rows stored in order give a view of the frame."""
+        flag("pad_to_max_shape", pad_to_max_shape)
         if device is not None:
             device = device_arg("device", device)
-        f = self._frame_intact()
-        if f is not None and not pad:
+        f = self._frame
+        if f is not None and not pad_to_max_shape:
             whole = f.contiguous_values()
             if whole is not None:
                 if not (whole.numel() or f.num_refs):
                     return None
-                if device is not None:
-                    self.to(device)
-                    return whole.to(device)
-                return whole
-        if device is not None:
-            self.to(device)
+                return whole if device is None else whole.to(device)
         labelled = [
             (r, j, s) for r, row in enumerate(self.rows()) if row for j, s in enumerate(row)
         ]
         if not labelled:
             return None
         dim = self.dim_to_pack
-        if pad:
+        if pad_to_max_shape:
             padded = _pad_to_max([s for _, _, s in labelled], dim)
             labelled = [(r, j, p) for (r, j, _), p in zip(labelled, padded, strict=True)]
         out = _cat(labelled, dim, "PackedTensor.as_tensor()")
         return out if device is None else out.to(device)
 
-    def to(self, device: str | torch.device) -> PackedTensor:
-        """Move physical segments in place, keeping provenance (a value-preserving move)."""
+    def to(self, device: str | torch.device, *, non_blocking: bool = False) -> PackedTensor:
+        """The same rows on ``device``. A decoded value moves its frame's values once (one
+        transfer, not one per segment); its row tables stay on the host."""
         device = device_arg("device", device)
-        self.tensors = [t.to(device) if t is not None else None for t in self.tensors]
-        return self
+        flag("non_blocking", non_blocking)
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
-    def to_dtype(self, dtype: torch.dtype) -> PackedTensor:
-        """An independent wrapper with floating segments cast to ``dtype`` (integer geometry
-        untouched); a real conversion mints new provenance, as NeMo-RL's does."""
-        if not isinstance(dtype, torch.dtype):
-            raise TypeError(f"dtype must be a torch.dtype, not {type(dtype).__name__} {dtype!r}")
-        tensors = self.tensors
-        convert = any(t is not None and t.is_floating_point() and t.dtype != dtype for t in tensors)
-        new = (
-            [t.to(dtype) if t is not None and t.is_floating_point() else t for t in tensors]
-            if convert
-            else list(tensors)
-        )
-        prov = self._segment_provenance
-        return type(self)(
-            new,
-            self.dim_to_pack,
-            pad_to_max_shape=self.pad_to_max_shape,
-            _row_offsets=_copy(self._row_offsets),
-            _segment_indices=_copy(self._segment_indices),
-            _segment_provenance=(
-                None
-                if prov is None
-                else [uuid.uuid4().bytes for _ in tensors]
-                if convert
-                else list(prov)
-            ),
-        )
+    def _map(self, move: Any) -> PackedTensor:
+        f = self._frame
+        if f is not None and self._segments is None:
+            return type(self)._from_frame(f.with_values(move(f.values)), self.dim_to_pack)
+        segments, offsets, refs = self.csr()
+        out = type(self).__new__(type(self))
+        out._set(None, [move(s) for s in segments], offsets, refs, self.dim_to_pack)
+        return out
 
     def slice(self, indices: Any) -> PackedTensor:
-        """The rows at ``indices`` (a list, a tensor, a range or a ``slice``), as NeMo-RL's:
-        legacy values stay legacy, CSR values keep their sharing. Views, no copy; a row range
-        of decoded in-order data stays a view of the frame."""
+        """The rows at ``indices`` (a list, a tensor, a range or a ``slice``): views, no copy;
+        segments the picked rows share stay shared. A row range of decoded in-order data
+        stays a view of the frame."""
         if isinstance(indices, slice):
             picked = resolve_slice(indices, len(self), "indices")
             start, stop, step = picked.start, picked.stop, picked.step
-            f = self._frame_intact()
-            if step == 1 and f is not None and self._tensors is None:
+            f = self._frame
+            if step == 1 and f is not None and self._segments is None:
                 return type(self)._from_frame(
                     f.row_range(start, max(start, stop)), self.dim_to_pack
                 )
@@ -444,139 +324,57 @@ class PackedTensor:
             if not -n <= row < n:
                 raise _row_error(f"indices[{i}]", row, n)
             idx[i] = row % n
-        if not self.deduplication_enabled and self._row_offsets is None:
-            return type(self)(
-                [self.tensors[i] for i in idx],
-                self.dim_to_pack,
-                pad_to_max_shape=self.pad_to_max_shape,
-            )
+        self._materialize()
+        assert self._segments is not None and self._row_offsets is not None
+        assert self._row_segments is not None
         remap: dict[int, int] = {}
-        tensors: list[torch.Tensor | None] = []
-        provenances: list[bytes] = []
-        indices_out: list[int] = []
+        segments: list[torch.Tensor] = []
+        refs: list[int] = []
         offsets = [0]
         for row in idx:
-            for p in self._row_segment_indices(row):
+            for p in self._row_segments[self._row_offsets[row] : self._row_offsets[row + 1]]:
                 if p not in remap:
-                    remap[p] = len(tensors)
-                    tensors.append(self.tensors[p])
-                    if self._segment_provenance is not None:
-                        provenances.append(self._segment_provenance[p])
-                indices_out.append(remap[p])
-            offsets.append(len(indices_out))
-        return type(self)(
-            tensors,
-            self.dim_to_pack,
-            pad_to_max_shape=self.pad_to_max_shape,
-            _row_offsets=offsets,
-            _segment_indices=indices_out,
-            _segment_provenance=provenances if self._segment_provenance is not None else None,
-        )
+                    remap[p] = len(segments)
+                    segments.append(self._segments[p])
+                refs.append(remap[p])
+            offsets.append(len(refs))
+        out = type(self).__new__(type(self))
+        out._set(None, segments, offsets, refs, self.dim_to_pack)
+        return out
 
     @classmethod
-    def empty_like(cls, other: Any) -> PackedTensor:
-        """Empty logical rows matching ``other``."""
-        _packed_items([other], "other")
-        return cls.empty_rows_like(other, len(other))
-
-    @classmethod
-    def empty_rows_like(cls, other: Any, num_rows: int) -> PackedTensor:
-        """``num_rows`` logical rows without media, in ``other``'s form (NeMo-RL's rules)."""
-        _packed_items([other], "other")
-        num_rows = count("num_rows", num_rows, maximum=MAX_EMPTY_ROWS)
-        pad = getattr(other, "pad_to_max_shape", False)
-        if _has_csr(other):
-            return cls([], other.dim_to_pack, pad_to_max_shape=pad,
-                       _row_offsets=[0] * (num_rows + 1), _segment_indices=[],
-                       _segment_provenance=[])  # fmt: skip
-        if num_rows == 0:
-            return cls([], other.dim_to_pack, pad_to_max_shape=pad, _row_offsets=[0],
-                       _segment_indices=[])  # fmt: skip
-        return cls([None] * num_rows, other.dim_to_pack, pad_to_max_shape=pad)
-
-    @classmethod
-    def concat(cls, from_packed_tensors: Sequence[Any]) -> PackedTensor:
-        """Rows of every item in order (items may be NeMo-RL's own ``PackedTensor``). With any
-        CSR or dedup item the result is CSR and re-interns segments by provenance."""
-        items = _packed_items(from_packed_tensors)
+    def concat(cls, values: Sequence[PackedTensor]) -> PackedTensor:
+        """The rows of every value, in order. Segments that are the same tensor, or views of
+        the same bytes (two slices of one decoded value), are stored once."""
+        items = items_arg("values", values)
         if not items:
-            raise WireError("concat: from_packed_tensors needs at least one PackedTensor")
+            raise WireError("concat: values needs at least one PackedTensor")
+        for i, p in enumerate(items):
+            if not isinstance(p, PackedTensor):
+                raise TypeError(f"values[{i}] must be a PackedTensor, not {type(p).__name__}")
         dims = {p.dim_to_pack for p in items}
         if len(dims) != 1:
-            raise WireError(
-                f"from_packed_tensors: all packed tensors must have one dim_to_pack, got {dims}"
-            )
-        pads = {getattr(p, "pad_to_max_shape", False) for p in items}
-        if len(pads) != 1:
-            raise WireError(
-                "from_packed_tensors: all packed tensors must have one pad_to_max_shape setting"
-            )
-        dim, pad = dims.pop(), pads.pop()
-        if not any(_has_csr(p) for p in items):
-            return cls([t for p in items for t in p.tensors], dim, pad_to_max_shape=pad)
-        tensors: list[torch.Tensor | None] = []
-        provenances: list[bytes] = []
-        seen: dict[bytes, int] = {}
-        indices: list[int] = []
+            raise WireError(f"concat: the values pack along different dims {sorted(dims)}")
+        segments: list[torch.Tensor] = []
+        seen: dict[tuple[Any, ...], int] = {}
+        refs: list[int] = []
         offsets = [0]
         for p in items:
-            prov = getattr(p, "_segment_provenance", None)
-            remap: dict[int, int] = {}
-            for i, t in enumerate(p.tensors):
-                key = prov[i] if prov is not None else None
-                if key is not None and key in seen:
-                    remap[i] = seen[key]
-                    continue
-                remap[i] = len(tensors)
-                tensors.append(t)
-                key = key if key is not None else uuid.uuid4().bytes
-                provenances.append(key)
-                seen[key] = remap[i]
-            ro, si = getattr(p, "_row_offsets", None), getattr(p, "_segment_indices", None)
-            for r in range(len(p)):
-                refs = [r] if ro is None or si is None else si[ro[r] : ro[r + 1]]
-                indices.extend(remap[i] for i in refs)
-                offsets.append(len(indices))
-        return cls(tensors, dim, pad_to_max_shape=pad, _row_offsets=offsets,
-                   _segment_indices=indices, _segment_provenance=provenances)  # fmt: skip
-
-    @classmethod
-    def merge_segments(cls, from_packed_tensors: Sequence[Any]) -> PackedTensor:
-        """Message turns merged: legacy inputs concatenate; CSR / dedup ones collapse into one
-        logical row."""
-        items = _packed_items(from_packed_tensors)
-        if not any(_has_csr(p) for p in items):
-            return cls.concat(items)
-        c = cls.concat(items)
-        return cls(c.tensors, c.dim_to_pack, pad_to_max_shape=c.pad_to_max_shape,
-                   _row_offsets=[0, len(c._segment_indices or [])],
-                   _segment_indices=c._segment_indices,
-                   _segment_provenance=c._segment_provenance)  # fmt: skip
-
-    @classmethod
-    def flattened_concat(cls, from_packed_tensors: Sequence[Any]) -> PackedTensor:
-        """Each item packed into one tensor (``as_tensor()``), then one row per item; CSR /
-        dedup items (one logical row each) concatenate instead."""
-        items = _packed_items(from_packed_tensors)
-        if not items:
-            raise WireError("from_packed_tensors needs at least one PackedTensor")
-        dims = {p.dim_to_pack for p in items}
-        if len(dims) != 1:
-            raise WireError(
-                "from_packed_tensors: all packed tensors must have the same dim_to_pack"
-            )
-        pads = {getattr(p, "pad_to_max_shape", False) for p in items}
-        if len(pads) != 1:
-            raise WireError(
-                "from_packed_tensors: all packed tensors must have one pad_to_max_shape setting"
-            )
-        if any(_has_csr(p) for p in items):
-            if not all(len(p) == 1 for p in items):
-                raise WireError(
-                    "from_packed_tensors: flattened_concat requires one logical row per input"
-                )
-            return cls.concat(items)
-        return cls([p.as_tensor() for p in items], dims.pop(), pad_to_max_shape=pads.pop())
+            segs, ro, rs = p.csr()
+            remap = []
+            for s in segs:
+                key = _location(s)
+                k = seen.get(key)
+                if k is None:
+                    k = seen[key] = len(segments)
+                    segments.append(s)
+                remap.append(k)
+            base = len(refs)
+            refs.extend(remap[i] for i in rs)
+            offsets.extend(base + o for o in ro[1:])
+        out = cls.__new__(cls)
+        out._set(None, segments, offsets, refs, dims.pop())
+        return out
 
     def __repr__(self) -> str:
         return (
@@ -585,26 +383,28 @@ class PackedTensor:
         )
 
 
-def _packed_items(values: Any, name: str = "from_packed_tensors") -> list[Any]:
-    """A list of packed tensors (py_wire's or NeMo-RL's: anything with ``tensors`` and
-    ``dim_to_pack``), else a ``TypeError`` naming ``name``."""
-    out = items_arg(name, values)
-    for i, p in enumerate(out):
-        if not (hasattr(p, "tensors") and hasattr(p, "dim_to_pack")):
-            where = name if name == "other" else f"{name}[{i}]"
-            raise TypeError(f"{where} must be a PackedTensor, not {type(p).__name__}")
-    return out
+def _rebuild(
+    segments: list[torch.Tensor], row_offsets: list[int], row_segments: list[int], dim: int
+) -> PackedTensor:
+    return PackedTensor.from_csr(segments, row_offsets, row_segments, dim)
 
 
-def _copy(x: list[Any] | None) -> list[Any] | None:
-    return None if x is None else list(x)
-
-
-def _has_csr(p: Any) -> bool:
+def _location(t: torch.Tensor) -> tuple[Any, ...]:
+    """Where a tensor's elements are: equal for two views of the same bytes."""
     return (
-        getattr(p, "_segment_provenance", None) is not None
-        or getattr(p, "_row_offsets", None) is not None
+        t.device,
+        t.dtype,
+        t.untyped_storage().data_ptr(),
+        t.storage_offset(),
+        tuple(t.shape),
+        t.stride(),
     )
+
+
+def _int_list(name: str, value: Any) -> list[int]:
+    if isinstance(value, torch.Tensor | np.ndarray):
+        value = value.tolist()
+    return [integer(f"{name}[{i}]", v) for i, v in enumerate(items_arg(name, value))]
 
 
 def _cat(labelled: list[tuple[int, int, torch.Tensor]], dim: int, what: str) -> torch.Tensor:
@@ -740,6 +540,18 @@ class _FrameRows:
 
     def segment_counts(self) -> list[int]:
         return torch.diff(self.row_offsets).tolist()
+
+    def with_values(self, values: torch.Tensor) -> _FrameRows:
+        """These rows over ``values`` (the same values elsewhere: on a device, pinned)."""
+        tables = {
+            "seg_shapes": self.seg_shapes,
+            "seg_offsets": self.seg_offsets,
+            "row_offsets": self.row_offsets,
+            "row_segments": self.row_segments,
+        }
+        out = _FrameRows(values, tables, self.in_order)
+        out.num_rows, out._lists, out._value_range = self.num_rows, self._lists, self._value_range
+        return out
 
     def row_range(self, start: int, stop: int) -> _FrameRows:
         """Rows ``start..stop`` over the same values and segment tables (views, O(1) torch

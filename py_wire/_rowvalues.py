@@ -21,35 +21,26 @@ from py_wire._packed import PackedTensor
 Encoding = Literal["utf8", "json"]
 
 
-class SharedRows:
-    """Packed rows in the CSR form ``encode`` accepts from NeMo-RL-shaped objects: physical
-    ``tensors``, ``_row_offsets`` over logical references, ``_segment_indices`` into
-    ``tensors``."""
-
-    def __init__(self, tensors: list[Any], offsets: list[int], indices: list[int]) -> None:
-        self.tensors = tensors
-        self.dim_to_pack = 0
-        self._row_offsets = offsets
-        self._segment_indices = indices
-
-    def __len__(self) -> int:
-        return len(self._row_offsets) - 1
-
-
-def shared_rows(rows: Sequence[Any], key: Any) -> SharedRows:
-    """One segment (or none, for ``None``) per row; rows whose ``key`` is equal share one."""
-    tensors: list[Any] = []
+def _share(rows: Sequence[Any], key: Any) -> tuple[list[Any], list[int], list[int]]:
+    """One entry (or none, for ``None``) per row; rows whose ``key`` is equal share one:
+    ``(distinct values, row offsets, row references)``."""
+    distinct: list[Any] = []
     seen: dict[Any, int] = {}
-    offsets, indices = [0], []
+    offsets, refs = [0], []
     for row in rows:
         if row is not None:
             k = key(row)
             if k not in seen:
-                seen[k] = len(tensors)
-                tensors.append(row)
-            indices.append(seen[k])
-        offsets.append(len(indices))
-    return SharedRows(tensors, offsets, indices)
+                seen[k] = len(distinct)
+                distinct.append(row)
+            refs.append(seen[k])
+        offsets.append(len(refs))
+    return distinct, offsets, refs
+
+
+def shared_rows(rows: Sequence[Any], key: Any) -> PackedTensor:
+    """One segment (or none, for ``None``) per row; rows whose ``key`` is equal share one."""
+    return PackedTensor.from_csr(*_share(rows, key))
 
 
 def _plain(value: Any) -> Any:
@@ -97,7 +88,7 @@ def _text(name: str, row: int, value: Any, encoding: Encoding) -> str:
         ) from None
 
 
-def encode_rows(name: str, values: Sequence[Any], encoding: Encoding) -> SharedRows:
+def encode_rows(name: str, values: Sequence[Any], encoding: Encoding) -> PackedTensor:
     """One segment of UTF-8 bytes per row (``utf8``: ``None`` is a row with no segment;
     ``json``: ``None`` is JSON ``null``); equal texts share a segment."""
     texts: list[str | None] = []
@@ -106,20 +97,18 @@ def encode_rows(name: str, values: Sequence[Any], encoding: Encoding) -> SharedR
             texts.append(None)
         else:
             texts.append(_text(name, row, value, encoding))
-    shared = shared_rows(texts, lambda t: t)
-    shared.tensors = [
-        torch.from_numpy(np.frombuffer(bytearray(t.encode()), dtype=np.uint8))
-        for t in shared.tensors
-    ]
-    return shared
+    distinct, offsets, refs = _share(texts, lambda t: t)
+    segments = [torch.from_numpy(np.frombuffer(bytearray(t.encode()), np.uint8)) for t in distinct]
+    return PackedTensor.from_csr(segments, offsets, refs)
 
 
-def decode_rows(name: str, value: PackedTensor, encoding: Encoding) -> np.ndarray:
-    """The rows of a decoded field as a numpy object array (as verl keeps them); rows that
-    share a segment share one Python object. A row of two segments, text that is not UTF-8,
-    or (``json``) not JSON is a :class:`BatchError` naming the field and row (the frame is
-    valid; its rows are not what the encoding says)."""
-    out = np.empty(len(value), dtype=object)
+def decode_rows(name: str, value: PackedTensor, encoding: Encoding) -> list[Any]:
+    """The rows of a decoded field as Python values (``utf8``: ``str``, ``None`` for a row
+    without a segment; ``json``: the JSON value); rows that share a segment share one object.
+    A row of two segments, text that is not UTF-8, or (``json``) not JSON is a
+    :class:`BatchError` naming the field and row (the frame is valid; its rows are not what
+    the encoding says)."""
+    out: list[Any] = [None] * len(value)
     cache: dict[tuple[int, int], Any] = {}
     for i, row in enumerate(value.rows()):
         if row is not None and len(row) > 1:

@@ -118,8 +118,8 @@ def _plan(value: Any, leaves: list[torch.Tensor], seen: dict[int, int]) -> Any:
             leaves.append(value.contiguous())
         return ("tensor", index)
     if isinstance(value, PackedTensor):
-        tensors = [None if t is None else _plan(t, leaves, seen) for t in value.tensors]
-        return ("packed", tensors, value)
+        segments, offsets, refs = value.csr()
+        return ("packed", [_plan(t, leaves, seen) for t in segments], (offsets, refs, value))
     if isinstance(value, dict):
         return ("dict", {k: _plan(v, leaves, seen) for k, v in value.items()})
     if isinstance(value, list):
@@ -134,15 +134,9 @@ def _build(plan: Any, views: list[torch.Tensor]) -> Any:
     if kind == "nested":
         return jagged(_build(plan[1], views), _build(plan[2], views))
     if kind == "packed":
-        source: PackedTensor = plan[2]
-        return PackedTensor(
-            [None if t is None else _build(t, views) for t in plan[1]],
-            source.dim_to_pack,
-            pad_to_max_shape=source.pad_to_max_shape,
-            _row_offsets=source._row_offsets,
-            _segment_indices=source._segment_indices,
-            _segment_provenance=source._segment_provenance,
-        )
+        offsets, refs, source = plan[2]
+        segments = [_build(t, views) for t in plan[1]]
+        return PackedTensor.from_csr(segments, offsets, refs, source.dim_to_pack)
     if kind == "dict":
         return {k: _build(v, views) for k, v in plan[1].items()}
     if kind == "list":

@@ -15,7 +15,7 @@ import torch
 
 from py_wire import _native
 from py_wire._args import count, flag, optional_count
-from py_wire._packed import PackedTensor, _FrameRows
+from py_wire._packed import PackedTensor
 from py_wire._source import as_frame
 from py_wire._staging import checked_device, checked_pin_memory
 
@@ -166,24 +166,7 @@ def to(
         if isinstance(x, torch.Tensor):
             return move(x)
         if isinstance(x, PackedTensor):
-            f = x._frame
-            if f is not None and x._tensors is None:  # still lazy views: move the values once
-                tables = {
-                    "seg_shapes": f.seg_shapes,
-                    "seg_offsets": f.seg_offsets,
-                    "row_offsets": f.row_offsets,
-                    "row_segments": f.row_segments,
-                }
-                rows = _FrameRows(move(f.values), tables, f.in_order)
-                return PackedTensor._from_frame(rows, x.dim_to_pack)
-            return PackedTensor(
-                [None if t is None else move(t) for t in x.tensors],
-                x.dim_to_pack,
-                pad_to_max_shape=x.pad_to_max_shape,
-                _row_offsets=x._row_offsets,
-                _segment_indices=x._segment_indices,
-                _segment_provenance=x._segment_provenance,
-            )
+            return x._map(move)  # a decoded value moves its frame's values once
         if isinstance(x, Mapping):
             return {k: walk(v) for k, v in x.items()}
         if isinstance(x, list):

@@ -360,17 +360,6 @@ def _tensor(
     return t
 
 
-class _NemoLikePacked:
-    """Shaped like NeMo-RL's PackedTensor: one tensor (or ``None``) per row, and a pack dim."""
-
-    def __init__(self, tensors: list[torch.Tensor | None], dim_to_pack: int) -> None:
-        self.tensors = tensors
-        self.dim_to_pack = dim_to_pack
-
-    def __repr__(self) -> str:
-        return f"NemoLikePacked(tensors={self.tensors!r}, dim_to_pack={self.dim_to_pack})"
-
-
 # ---------------------------------------------------------------------------------------------
 # batches
 # ---------------------------------------------------------------------------------------------
@@ -395,14 +384,12 @@ def _packed_value(
             for i, d in enumerate(field.shape)
         ]
 
-    form = draw(st.sampled_from(("list", "packed_tensor", "nemo")))
+    form = draw(st.sampled_from(("list", "packed_tensor")))
     made: list[Any] = []
     out: list[Any] = []
     for _ in range(rows):
         if no_media:
-            kind = draw(st.sampled_from(("none", "empty"))) if form != "nemo" else "none"
-        elif form == "nemo":
-            kind = draw(st.sampled_from(("none", "tensor")))
+            kind = draw(st.sampled_from(("none", "empty")))
         else:
             kind = draw(st.sampled_from(("none", "empty", "tensor", "segments", "tuple")))
         if kind == "none":
@@ -426,8 +413,37 @@ def _packed_value(
     pack_dim = field.pack_dim - rank if draw(st.booleans()) else field.pack_dim
     if form == "packed_tensor":
         return PackedTensor(out, pack_dim)
-    if form == "nemo":
-        return _NemoLikePacked(out, pack_dim)
+    return out
+
+
+#: JSON values a field with ``encoding = "json"`` holds per row.
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@st.composite
+def _encoded_value(draw: st.DrawFn, encoding: str | None, rows: int) -> list[Any]:
+    """One value per row for a field with an ``encoding``: text (``None`` sometimes) or a JSON
+    value, equal values often (rows that share one stored segment)."""
+    one = st.none() | st.text(max_size=12) if encoding == "utf8" else _JSON
+    seen: list[Any] = []
+    out = []
+    for _ in range(rows):
+        if seen and draw(st.integers(0, 3)) == 0:
+            out.append(draw(st.sampled_from(seen)))
+        else:
+            value = draw(one)
+            seen.append(value)
+            out.append(value)
     return out
 
 
@@ -527,6 +543,8 @@ def _batches(
             else:
                 values = [draw(st.integers(0, max_dim)) for _ in range(rows)]
             batch[name] = draw(_int_column(values, field.dtype))
+        elif field.encoding is not None:
+            batch[name] = draw(_encoded_value(field.encoding, rows))
         elif field.tier == "packed":
             no_media = name in contracted
             batch[name] = draw(
@@ -552,8 +570,8 @@ def batches(
 
     Rows: 0..``max_rows`` (0 and 1 are drawn often), sometimes all of one length. Packed fields:
     a list of rows (``None``, ``[]``, one tensor, a list or tuple of 1..``max_segments``
-    segments, segments shared between rows), a :class:`py_wire.PackedTensor` or a NeMo-RL-like
-    object with ``.tensors`` and ``.dim_to_pack`` (pack dims sometimes negative); ragged dims
+    segments, segments shared between rows) or a :class:`py_wire.PackedTensor` (pack dims
+    sometimes negative); fields with an ``encoding``, one ``str`` or JSON value a row; ragged dims
     0..``max_dim``, so zero-size segments occur. Per-token fields: lists or tuples of rows,
     jagged nested tensors (rows > 0; values sometimes extend past the offsets' span, and
     sometimes rows have holes between them and the tensor carries ``lengths``, as

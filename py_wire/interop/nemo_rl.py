@@ -15,12 +15,16 @@ gives ``BatchedDataDict.make_microbatch_iterator(n)``'s micro-batches, in the sa
 batching does). ``get(keys, partition_id, stage=...)`` and ``get_by_meta(meta, ...)`` are
 NeMo-RL's TransferQueue fetch (its ``materialize``) over groups or samples that
 :func:`py_wire.interop.transfer_queue.put` stored: padded to the longest row fetched (or
-``pad_to_seqlen``), in NeMo-RL's classes.
+``pad_to_seqlen``), in NeMo-RL's classes; ``put`` is the producer's side. NeMo-RL's
+``PackedTensor`` is read here and only here (:func:`from_nemo_packed`, :func:`from_nemo`):
+the core takes py_wire's :class:`~py_wire.PackedTensor`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import itertools
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +32,12 @@ import numpy as np
 import torch
 
 from py_wire._args import batch_mapping, flag, optional_count, padded_cells_backed
+from py_wire._args import items as items_arg
 from py_wire._decode import MAX_PAD_MULTIPLE, Writable, decode
 from py_wire._encode import encode
 from py_wire._errors import with_context
 from py_wire._micro import Groups, MicroBatches
-from py_wire._native import Frame, FrameError, WireError
+from py_wire._native import BatchError, Frame, FrameError, WireError
 from py_wire._packed import PackedTensor
 from py_wire._schema import Schema, load_schema
 from py_wire._source import as_frame
@@ -71,7 +76,7 @@ def to_frame(
     ``[B, L]`` per-token tensors (``L``, often a multiple NeMo-RL chose) goes into the frame's
     metadata, so that :func:`from_frame` gives back ``[B, L]``, not ``[B, longest row]``."""
     schema = load_schema(schema)
-    batch = dict(batch_mapping("batched_data_dict", batched_data_dict))
+    batch = from_nemo(batched_data_dict)
     width = _padded_width(batch, schema)
     metadata = None if width is None else {PADDED_WIDTH_KEY: str(width)}
     return encode(batch, schema, stage=stage, metadata=metadata)
@@ -125,6 +130,21 @@ def from_frame(
     )
     _broadcast_into_padding(out, _row_lengths(frame))
     return _as_nemo_batch(out)
+
+
+def put(
+    batched_data_dict: Mapping[str, Any],
+    schema: Schema | str | Path,
+    keys: Sequence[str],
+    partition_id: str,
+    **options: Any,
+) -> Any:
+    """NeMo-RL's producer side of TransferQueue: :func:`from_nemo`, then
+    :func:`py_wire.interop.transfer_queue.put` with ``options`` (``group_size``, ``tags``,
+    ``stage``)."""
+    from py_wire.interop import transfer_queue as ptq
+
+    return ptq.put(from_nemo(batched_data_dict), schema, keys, partition_id, **options)
 
 
 def get(
@@ -344,11 +364,109 @@ def _longest_row(frame: Frame) -> int:
 
 
 def _as_nemo(value: PackedTensor, nemo: type) -> Any:
-    return nemo(
-        list(value.tensors),
-        value.dim_to_pack,
-        pad_to_max_shape=value.pad_to_max_shape,
-        _row_offsets=value._row_offsets,
-        _segment_indices=value._segment_indices,
-        _segment_provenance=value._segment_provenance,
-    )
+    return nemo(**_nemo_state(value))
+
+
+def _nemo_state(value: PackedTensor) -> dict[str, Any]:
+    """The constructor arguments of NeMo-RL's ``PackedTensor`` holding ``value``'s rows (views,
+    no copy): its legacy form (one tensor or ``None`` per row) when every row has at most one
+    segment and none is shared, else its CSR form (``tensors`` the physical segments,
+    ``_row_offsets`` over ``_segment_indices``), with ``_segment_provenance`` (deduplication
+    on, one new id per segment) when rows share segments."""
+    segments, offsets, refs = value.csr()
+    counts = [b - a for a, b in itertools.pairwise(offsets)]
+    shared = len(segments) < len(refs)
+    state: dict[str, Any] = {"dim_to_pack": value.dim_to_pack}
+    if not shared and all(c <= 1 for c in counts):
+        state["tensors"] = [
+            segments[refs[a]] if b > a else None for a, b in itertools.pairwise(offsets)
+        ]
+        return state
+    state.update(tensors=segments, _row_offsets=offsets, _segment_indices=refs)
+    if shared:
+        state["_segment_provenance"] = [uuid.uuid4().bytes for _ in segments]
+    return state
+
+
+def from_nemo_packed(value: Any, name: str = "value") -> PackedTensor:
+    """NeMo-RL's ``PackedTensor`` (or any object with its attributes) as py_wire's, over the
+    same tensors (no copy). Without its dedup tables each entry of ``tensors`` is a row
+    (``None``: no media); with ``_row_offsets`` and ``_segment_indices`` (both set),
+    ``tensors`` are physical segments and logical row ``r`` is
+    ``[tensors[i] for i in _segment_indices[_row_offsets[r]:_row_offsets[r + 1]]]`` (a ``None``
+    physical entry is no media). ``len(value)`` must agree. Errors name ``name``."""
+    if not (hasattr(value, "tensors") and hasattr(value, "dim_to_pack")):
+        raise TypeError(
+            f"{name}: not a NeMo-RL PackedTensor (no tensors and dim_to_pack): "
+            f"{type(value).__name__}"
+        )
+    tensors = value.tensors
+    if isinstance(tensors, torch.Tensor):
+        tensors = [tensors]
+    tensors = items_arg(f"{name}.tensors", tensors)
+    offsets = getattr(value, "_row_offsets", None)
+    indices = getattr(value, "_segment_indices", None)
+    if (offsets is None) != (indices is None):
+        raise BatchError(
+            f"{name}: has only one of _row_offsets and _segment_indices; both or neither"
+        )
+    try:
+        rows = len(value)
+    except TypeError:
+        rows = None
+    try:
+        if offsets is None:
+            if rows is not None and rows != len(tensors):
+                raise BatchError(
+                    f"{name}: len() is {rows} but it holds {len(tensors)} rows in .tensors"
+                )
+            return PackedTensor(tensors, value.dim_to_pack)
+        if rows is None:
+            raise BatchError(f"{name}: a packed value with _row_offsets must define len()")
+        physical = [t for t in tensors if t is not None]
+        where: list[int | None] = []
+        k = 0
+        for t in tensors:
+            where.append(None if t is None else k)
+            k += t is not None
+        offs = [int(o) for o in items_arg(f"{name}._row_offsets", offsets)]
+        idx = [int(i) for i in items_arg(f"{name}._segment_indices", indices)]
+        if len(offs) - 1 != rows:
+            raise BatchError(
+                f"{name}: len() is {rows} but its _row_offsets describe {len(offs) - 1} rows"
+            )
+        bad = [i for i in idx if not 0 <= i < len(tensors)]
+        if bad:
+            raise BatchError(
+                f"{name}: _segment_indices names segment {bad[0]} of {len(tensors)} tensors"
+            )
+        out_offsets, refs = [0], list[int]()
+        for r, (lo, hi) in enumerate(itertools.pairwise(offs)):
+            if not 0 <= lo <= hi <= len(idx):
+                raise BatchError(
+                    f"{name}: row {r}: _row_offsets [{lo}, {hi}] decrease or pass the "
+                    f"{len(idx)} segment indices"
+                )
+            refs.extend(w for i in idx[lo:hi] if (w := where[i]) is not None)
+            out_offsets.append(len(refs))
+        if offs[0] != 0 or offs[-1] != len(idx):
+            raise BatchError(
+                f"{name}: _row_offsets must run from 0 to the {len(idx)} segment indices, "
+                f"got {offs[0]}..{offs[-1]}"
+            )
+        return PackedTensor.from_csr(physical, out_offsets, refs, value.dim_to_pack)
+    except WireError as e:
+        raise BatchError(f"{name}: {e}") from None
+
+
+def from_nemo(batched_data_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``BatchedDataDict`` (any mapping) with NeMo-RL's ``PackedTensor`` values as py_wire's
+    (same tensors, no copy), for :func:`py_wire.encode` and
+    :func:`py_wire.interop.transfer_queue.put`; other values as they are."""
+    batch = batch_mapping("batched_data_dict", batched_data_dict)
+    return {
+        k: from_nemo_packed(v, f"field {k!r}")
+        if not isinstance(v, PackedTensor) and hasattr(v, "tensors") and hasattr(v, "dim_to_pack")
+        else v
+        for k, v in batch.items()
+    }

@@ -94,6 +94,7 @@ from py_wire._encode import _fields, plain_tensors
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
 from py_wire._ops import concat, take_rows
+from py_wire._packed import PackedTensor
 from py_wire._schema import FINGERPRINT_KEY, SCHEMA_KEY, Schema, load_schema
 from py_wire._typing import as_jagged
 
@@ -267,8 +268,17 @@ def _rows(name: str, value: Any, start: int, stop: int) -> Any:
         raise TypeError(f"field {name!r}: a 0-d {type(value).__name__} has no rows")
     if isinstance(value, torch.Tensor | np.ndarray | list | tuple):
         return value[start:stop]
-    if hasattr(value, "tensors") and hasattr(value, "slice"):  # PackedTensor, NeMo-RL's too
+    if isinstance(value, PackedTensor):
         return value.slice(range(start, stop))
+    if hasattr(value, "tensors") and hasattr(value, "dim_to_pack"):
+        raise with_field(
+            BatchError(
+                f"field {name!r}: a {type(value).__name__} with .tensors (NeMo-RL's "
+                "PackedTensor) is not py_wire's: put it with py_wire.interop.nemo_rl.put, or "
+                "convert the batch with py_wire.interop.nemo_rl.from_nemo first"
+            ),
+            name,
+        )
     raise TypeError(
         f"field {name!r}: cannot take rows of a {type(value).__name__} (give lists, tensors, "
         "numpy arrays, jagged nested tensors or PackedTensors)"

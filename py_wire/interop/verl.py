@@ -73,7 +73,7 @@ from py_wire._encode import encode
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError, WireError
 from py_wire._packed import PackedTensor
-from py_wire._rowvalues import decode_rows, encode_rows, json_text, shared_rows
+from py_wire._rowvalues import encode_rows, json_text, shared_rows
 from py_wire._schema import FieldDef, Schema, load_schema
 from py_wire._source import as_frame
 
@@ -305,13 +305,19 @@ def _gather(columns: Mapping[str, Any], sch: Schema) -> tuple[str, Any, dict[str
     return name, encode_rows(name, rows or [], "json"), record
 
 
-def _spread(
-    name: str, value: PackedTensor, record: Mapping[str, Any], b: int
-) -> dict[str, np.ndarray]:
+def _object_array(values: list[Any]) -> np.ndarray:
+    """Decoded per-row values as the numpy object array verl keeps (one Python object a row,
+    never broadcast into more dims)."""
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+def _spread(name: str, rows: list[Any], record: Mapping[str, Any], b: int) -> dict[str, np.ndarray]:
     """The gathered columns back, each with its recorded dtype and row shape: the inverse of
     :func:`_gather`. Rows that are not JSON objects holding every recorded key are a
     :class:`BatchError` naming the field, row and key."""
-    rows = decode_rows(name, value, "json")
     out: dict[str, np.ndarray] = {}
     for key, (dtype, tail) in record.items():
         values = []
@@ -676,10 +682,10 @@ def _to_verl(
     for name, value in fields.items():
         field = sch.fields[name]
         pad = record.pads.get(name, 0)
-        if field.gather is not None and isinstance(value, PackedTensor) and record.gathered:
+        if field.gather is not None and record.gathered:
             non_tensor.update(_spread(name, value, record.gathered, b))
         elif field.encoding is not None:
-            non_tensor[FIELD_TO_KEY.get(name, name)] = decode_rows(name, value, field.encoding)
+            non_tensor[FIELD_TO_KEY.get(name, name)] = _object_array(value)
         elif name in record.non_tensor and isinstance(value, torch.Tensor):
             non_tensor[FIELD_TO_KEY.get(name, name)] = value.numpy()
         elif isinstance(value, PackedTensor) and name == "position_ids":

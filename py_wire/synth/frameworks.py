@@ -132,10 +132,7 @@ def _verl(batch: dict[str, Any], gen: torch.Generator, group_size: int) -> dict[
         "token_level_rewards": scores,
         "advantages": adv,
         "returns": adv,
-        "uid": [
-            torch.tensor(list(f"group-{i // group_size}".encode()), dtype=torch.uint8)
-            for i in range(len(ids))
-        ],
+        "uid": [f"group-{i // group_size}" for i in range(len(ids))],
     }
     if "pixel_values" in batch:
         out["pixel_values"] = batch["pixel_values"]

@@ -43,9 +43,7 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
         else:
             yield value
     elif isinstance(value, py_wire.PackedTensor):
-        for t in value.tensors:
-            if t is not None:
-                yield t
+        yield from value.segments
         whole = value.as_tensor()
         if whole is not None:
             yield whole
@@ -156,7 +154,7 @@ def test_a_read_only_mmap_decodes_from_a_private_copy(vlm: py_wire.Frame, tmp_pa
             assert frame.copy_on_write() is None
             assert "does not keep its bytes unchanged" in (frame.copy_on_write_refusal() or "")
             out = py_wire.decode(source)
-            pixels = out["pixel_values"].tensors[0]
+            pixels = out["pixel_values"].segments[0]
             line = mapping_of(pixels.data_ptr())
             inode = str(os.stat(path).st_ino)
             assert line.split()[4] != inode, line  # not the file's pages: a private copy

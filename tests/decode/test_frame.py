@@ -286,9 +286,9 @@ def test_packed_tensor_input_and_api():
     pt = py_wire.PackedTensor(rows)
     assert pt.segment_counts() == [1, 0, 2] and pt.num_segments == 3
     assert pt.as_tensor().shape == (6, 1176)
-    # NeMo-RL's CSR form: physical segments, rows as offsets into them
-    assert [t.shape[0] for t in pt.tensors] == [2, 1, 3]
-    assert pt._row_offsets == [0, 1, 1, 3] and pt._segment_indices == [0, 1, 2]
+    # the CSR form: segments, rows as offsets into references to them
+    assert [t.shape[0] for t in pt.segments] == [2, 1, 3]
+    assert pt.row_offsets == [0, 1, 1, 3] and pt.row_segments == [0, 1, 2]
     assert len(pt.slice([0, 2])) == 2
     assert len(py_wire.PackedTensor.concat([pt, pt])) == 6
     assert py_wire.PackedTensor([None, None]).as_tensor() is None

@@ -159,11 +159,9 @@ def test_padded_row_longer_than_width():
     expect(r'"advantages", row 1: length 3 exceeds the padded width 2', batch, schema=TEXT)
 
 
-def test_nemo_style_pack_dim_mismatch():
-    from tests.nemo_rl_model import PackedTensor as NemoPacked
-
+def test_pack_dim_mismatch():
     batch = small_vlm_batch()
-    batch["pixel_values"] = NemoPacked([torch.randn(2, 1176), None, None], 1)
+    batch["pixel_values"] = py_wire.PackedTensor([torch.randn(2, 1176), None, None], 1)
     expect(r"packs along dim 1 but the schema says pack_dim = 0", batch)
 
 

@@ -17,6 +17,7 @@ import torch
 
 import py_wire
 from py_wire import BatchError
+from py_wire.interop import nemo_rl
 from tests.helpers import END, PAD, START
 from tests.nemo_rl_model import PackedTensor as NemoPacked
 
@@ -328,7 +329,12 @@ def test_dedup_key_includes_dtype() -> None:
     assert layout["x"].num_segments == 1  # the same tensor twice is still stored once
 
 
-# 6. NeMo-RL's deduplicated PackedTensor ------------------------------------------------------
+# 6. NeMo-RL's deduplicated PackedTensor, through py_wire.interop.nemo_rl.from_nemo ----------
+
+
+def test_core_encode_points_nemo_rl_s_packed_tensor_to_the_interop() -> None:
+    with pytest.raises(BatchError, match=r"field 'x'.*nemo_rl\.from_nemo"):
+        py_wire.encode({"x": NemoPacked([torch.randn(3)], 0)}, S)
 
 
 def test_nemo_dedup_csr_reproducer_round_trips() -> None:
@@ -350,7 +356,7 @@ def test_nemo_dedup_csr_reproducer_round_trips() -> None:
             [ga, gb, None], 0, _row_offsets=[0, 2, 3], _segment_indices=[0, 1, 2]
         ),
     }
-    decoded = py_wire.decode(py_wire.encode(batch, QWEN), QWEN)
+    decoded = py_wire.decode(py_wire.encode(nemo_rl.from_nemo(batch), QWEN), QWEN)
     pv = rows(decoded["pixel_values"])
     assert [len(r) for r in pv] == [2, 0]
     assert torch.equal(pv[0][0], a) and torch.equal(pv[0][1], b)
@@ -362,7 +368,7 @@ def test_nemo_dedup_csr_reproducer_round_trips() -> None:
 def test_nemo_dedup_shared_media_is_stored_once() -> None:
     a, b = torch.randn(3), torch.randn(5)
     packed = NemoPacked([a, b], 0, _row_offsets=[0, 1, 3, 3, 4], _segment_indices=[0, 0, 1, 1])
-    f = py_wire.encode({"x": packed}, S)
+    f = py_wire.encode(nemo_rl.from_nemo({"x": packed}), S)
     got = rows(py_wire.decode(f, S)["x"])
     assert [len(r) for r in got] == [1, 2, 0, 1]
     assert torch.equal(got[0][0], a) and torch.equal(got[1][0], a)
@@ -377,7 +383,7 @@ def test_nemo_offsets_as_tensors() -> None:
     # NeMo-RL's slicing can leave the CSR lists as tensors.
     packed._row_offsets = torch.tensor([0, 1, 1])  # type: ignore[assignment]
     packed._segment_indices = torch.tensor([0])  # type: ignore[assignment]
-    got = rows(py_wire.decode(py_wire.encode({"x": packed}, S), S)["x"])
+    got = rows(py_wire.decode(py_wire.encode(nemo_rl.from_nemo({"x": packed}), S), S)["x"])
     assert [len(r) for r in got] == [1, 0]
 
 
@@ -388,13 +394,18 @@ def test_nemo_len_mismatch_is_refused() -> None:
 
     a = torch.randn(3)
     with pytest.raises(BatchError, match=r"field .x..*len\(\) is 3.*describe 2 rows"):
-        py_wire.encode({"x": Lying([a], 0, _row_offsets=[0, 1, 1], _segment_indices=[0])}, S)
+        py_wire.encode(
+            nemo_rl.from_nemo({"x": Lying([a], 0, _row_offsets=[0, 1, 1], _segment_indices=[0])}), S
+        )
     with pytest.raises(BatchError, match=r"field .x..*len\(\) is 3.*holds 2 rows"):
-        py_wire.encode({"x": Lying([a, a], 0)}, S)
-    with pytest.raises(BatchError, match=r"field .x..*physical segment 5"):
-        py_wire.encode({"x": NemoPacked([a], 0, _row_offsets=[0, 1], _segment_indices=[5])}, S)
+        py_wire.encode(nemo_rl.from_nemo({"x": Lying([a, a], 0)}), S)
+    with pytest.raises(BatchError, match=r"field .x..*names segment 5 of 1"):
+        py_wire.encode(
+            nemo_rl.from_nemo({"x": NemoPacked([a], 0, _row_offsets=[0, 1], _segment_indices=[5])}),
+            S,
+        )
     with pytest.raises(BatchError, match=r"field .x..*only one of"):
-        py_wire.encode({"x": NemoPacked([a], 0, _row_offsets=[0, 1])}, S)
+        py_wire.encode(nemo_rl.from_nemo({"x": NemoPacked([a], 0, _row_offsets=[0, 1])}), S)
 
 
 # 7. Argument errors --------------------------------------------------------------------------

@@ -201,18 +201,19 @@ def _materialize(out: dict[str, Any], layout: str | None) -> dict[str, list[Any]
             for seg_list in v:
                 for s in seg_list or ():
                     s.sum()
-            v.tensors  # noqa: B018
+            v.csr()
             if layout is None and len(v):
                 v[0]
                 v[-1]
             rows[name] = r
-        elif isinstance(v, list):  # layout="list": per-token rows, or packed rows
+        elif isinstance(v, list):  # layout="list": per-token or packed rows, or encoded values
             for r in v:
                 if isinstance(r, torch.Tensor):
                     r.sum()
-                elif r is not None:
+                elif isinstance(r, list):
                     for s in r:
-                        s.sum()
+                        if isinstance(s, torch.Tensor):
+                            s.sum()
             rows[name] = v
         elif v.is_nested:
             parts = list(v.unbind())
@@ -239,6 +240,10 @@ def _same(a: Any, b: Any) -> bool:
 
     if a is None or b is None:
         return a is None and b is None
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        return type(a) is type(b) and a == b  # a row of an encoded field: a Python value
     if isinstance(a, list) or isinstance(b, list):
         return (
             isinstance(a, list)

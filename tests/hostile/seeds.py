@@ -57,7 +57,7 @@ def _schema_files():
 
 def _shrink_gemma3(batch: dict[str, object]) -> dict[str, object]:
     pv = batch["pixel_values"]
-    rows = list(pv.tensors) if hasattr(pv, "tensors") else list(pv)  # type: ignore[union-attr]
+    rows = pv.rows() if isinstance(pv, py_wire.PackedTensor) else list(pv)  # type: ignore[union-attr]
     small = []
     cache: dict[int, torch.Tensor] = {}
     for r in rows:

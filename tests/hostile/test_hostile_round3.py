@@ -134,8 +134,8 @@ def test_as_tensor_pad_to_max_shape_is_bounded() -> None:
     pt = PackedTensor([torch.empty(2**40, 0), torch.empty(0, 2**40)])
     with pytest.raises(WireError, match="pad_to_max_shape"):
         pt.as_tensor(pad_to_max_shape=True)
-    small = PackedTensor([torch.ones(1, 2), torch.ones(2, 3)], pad_to_max_shape=True)
-    assert tuple(small.as_tensor().shape) == (3, 3)
+    small = PackedTensor([torch.ones(1, 2), torch.ones(2, 3)])
+    assert tuple(small.as_tensor(pad_to_max_shape=True).shape) == (3, 3)
 
 
 @pytest.mark.parametrize(
@@ -162,14 +162,14 @@ def test_as_tensor_device_is_checked(device: Any, error: type[Exception]) -> Non
         (lambda: PackedTensor([torch.ones(1)])[torch.tensor([[0]]) * 1.5], TypeError, "indices"),
         (lambda: PackedTensor([torch.ones(1)])[::0], WireError, "indices"),
         (lambda: PackedTensor([torch.ones(1)])[np.float32(0.0)], TypeError, "index"),
-        (lambda: PackedTensor(HugeLen()), WireError, "tensors"),
+        (lambda: PackedTensor(HugeLen()), WireError, "rows"),
         (lambda: py_wire.placeholder_runs(HugeLen(), 3), WireError, "input_ids"),
         (lambda: nemo_rl.to_frame("text", "nemo_rl/qwen2_5_vl"), TypeError, "batched_data_dict"),
         (lambda: py_wire.load_schema("a" * 300), py_wire.SchemaError, "schema"),
         (lambda: py_wire.load(1), TypeError, "path"),
         (lambda: py_wire.save(TEN, 1), TypeError, "path"),
         (lambda: py_wire.concat(1), TypeError, "frames"),
-        (lambda: PackedTensor(1), TypeError, "tensors"),
+        (lambda: PackedTensor(1), TypeError, "rows"),
     ],
 )
 def test_the_sweep_escapes(call: Any, error: type[Exception], names: str) -> None:

@@ -193,9 +193,12 @@ TARGETS: list[Target] = [
         "name": "c", "media_field": "m", "token_id": 1, "count": "fixed",
         "tokens_per_image": 1, **kw}), "token_id", "count", "merge_size", "downsample_ratio"),
     # PackedTensor: the constructor and every method that takes an argument.
-    *_targets("PackedTensor", lambda tensors=ONE, **kw: PackedTensor(
-        [ONE] if tensors is ONE else tensors, **kw), "tensors",
-        "dim_to_pack", "pad_to_max_shape"),
+    *_targets("PackedTensor", lambda rows=ONE, **kw: PackedTensor(
+        [ONE] if rows is ONE else rows, **kw), "rows", "dim_to_pack"),
+    *_targets("PackedTensor.from_csr", lambda segments=None, row_offsets=(0, 1),
+              row_segments=(0,), **kw: PackedTensor.from_csr(
+        [ONE] if segments is None else segments, row_offsets, row_segments, **kw),
+        "segments", "row_offsets", "row_segments", "dim_to_pack"),
     *_targets("PackedTensor[]", lambda index: _pt()[index], "index", index="indices"),
     *_targets("decoded PackedTensor[]", lambda index: _decoded_pt()[index], "index",
               index="indices"),
@@ -206,18 +209,13 @@ TARGETS: list[Target] = [
               "pad_to_max_shape"),
     *_targets("decoded PackedTensor.as_tensor", lambda **kw: _decoded_pt().as_tensor(**kw),
               "device", "pad_to_max_shape"),
-    *_targets("PackedTensor.to", lambda device: _pt().to(device), "device"),
-    *_targets("PackedTensor.to_dtype", lambda dtype: _pt().to_dtype(dtype), "dtype"),
-    *_targets("PackedTensor.empty_rows_like", lambda other=None, num_rows=2: (
-        PackedTensor.empty_rows_like(_pt() if other is None else other, num_rows)),
-        "other", "num_rows"),
-    *_targets("PackedTensor.empty_like", lambda other: PackedTensor.empty_like(other), "other"),
-    *_targets("PackedTensor.concat", lambda from_packed_tensors: PackedTensor.concat(
-        from_packed_tensors), "from_packed_tensors"),
-    *_targets("PackedTensor.merge_segments", lambda from_packed_tensors: (
-        PackedTensor.merge_segments(from_packed_tensors)), "from_packed_tensors"),
-    *_targets("PackedTensor.flattened_concat", lambda from_packed_tensors: (
-        PackedTensor.flattened_concat(from_packed_tensors)), "from_packed_tensors"),
+    *_targets("PackedTensor.to", lambda device="cpu", **kw: _pt().to(device, **kw), "device",
+              "non_blocking"),
+    *_targets("PackedTensor.concat", lambda values: PackedTensor.concat(values), "values"),
+    *_targets("nemo_rl.from_nemo_packed", lambda value: nemo_rl.from_nemo_packed(value),
+              "value"),
+    *_targets("nemo_rl.from_nemo", lambda batched_data_dict: nemo_rl.from_nemo(
+        batched_data_dict), "batched_data_dict", **BATCH_ALIASES),
     # py_wire.trainer: the frame arguments (the others are in CALLS).
     *_targets("trainer.micro_batches", lambda frame: trainer.micro_batches(frame, 8), "frame",
               **FRAME_ALIASES),
@@ -267,17 +265,16 @@ EXCLUDED = {
     "transfer_queue.decode_columns": "swept against a running TQ: test_hostile_tq.py",
     "transfer_queue.meta_keys": "swept against a running TQ: test_hostile_tq.py",
     "nemo_rl.get": "swept against a running TQ: test_hostile_tq.py",
+    "nemo_rl.put": "swept against a running TQ: test_hostile_tq.py",
     "nemo_rl.get_by_meta": "swept against a running TQ: test_hostile_tq.py",
     "nemo_rl.batched_data_dict_class": "takes no argument",
     "transfer_queue.stores_frames_as_objects": "takes no argument",
     "transfer_queue.with_field": "annotates an error py_wire raised; any str is a field name",
     "verl.dataproto_class": "takes no argument",
     "nemo_rl.nemo_packed_class": "takes no argument",
-    "PackedTensor.enable_deduplication": "takes no argument",
+    "PackedTensor.csr": "takes no argument",
     "PackedTensor.rows": "takes no argument",
     "PackedTensor.segment_counts": "takes no argument",
-    "PackedTensor.logical_segment_counts_by_row": "takes no argument",
-    "PackedTensor.iter_logical_segments": "takes no argument",
 }
 
 #: Outcomes per target, for the campaign report (``PY_WIRE_HOSTILE_REPORT=path``).
@@ -365,7 +362,7 @@ def test_every_public_callable_is_swept() -> None:
     ("name", "argument", "value", "want"),
     [
         ("take_rows", "rows", HugeLen(), "WireError"),
-        ("PackedTensor", "tensors", HugeLen(), "WireError"),
+        ("PackedTensor", "rows", HugeLen(), "WireError"),
         ("placeholder_runs", "input_ids", HugeLen(), "WireError"),
         ("decode", "layout", np.zeros(2), "WireError"),
         ("encode", "batch", [1, 2], "TypeError"),
@@ -377,7 +374,7 @@ def test_every_public_callable_is_swept() -> None:
         ("load", "path", 1, "TypeError"),
         ("save", "path", 1, "TypeError"),
         ("concat", "frames", 1, "TypeError"),
-        ("PackedTensor", "tensors", 1, "TypeError"),
+        ("PackedTensor", "rows", 1, "TypeError"),
         ("PackedTensor.as_tensor", "device", "bogus", "WireError"),
         ("PackedTensor.as_tensor", "device", 2**63, "WireError"),
     ],

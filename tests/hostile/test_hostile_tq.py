@@ -68,9 +68,9 @@ def transfer_queue() -> Iterator[None]:
         ray.shutdown()
 
 
-def _put(**kw: Any) -> Any:
+def _put_with(put: Any, batch_argument: str, **kw: Any) -> Any:
     args = {
-        "batch": ROLLOUT,
+        batch_argument: ROLLOUT,
         "schema": NEMO,
         "keys": [f"k{next(_names)}", f"k{next(_names)}"],
         "partition_id": PARTITION,
@@ -78,7 +78,15 @@ def _put(**kw: Any) -> Any:
         "stage": "logprob",
         **kw,
     }
-    return ptq.put(args.pop("batch"), args.pop("schema"), args.pop("keys"), **args)
+    return put(args.pop(batch_argument), args.pop("schema"), args.pop("keys"), **args)
+
+
+def _put(**kw: Any) -> Any:
+    return _put_with(ptq.put, "batch", **kw)
+
+
+def _nemo_put(**kw: Any) -> Any:
+    return _put_with(nemo_rl.put, "batched_data_dict", **kw)
 
 
 def _stored() -> list[str]:
@@ -145,6 +153,7 @@ TQ_ALIASES = {
     "keys": "key",
     "partition_id": "partition",
     "batch": "field",
+    "batched_data_dict": "batch field",
     "schema": "Schema",
     "fields": "field",
     "samples": "sample",
@@ -167,6 +176,8 @@ TARGETS: list[Target] = [
     *_targets("transfer_queue.write_back", _write_back, "keys", "partition_id", "fields",
               "replace", **TQ_ALIASES),
     *_targets("transfer_queue.meta_keys", _meta_keys, "meta", **TQ_ALIASES),
+    *_targets("nemo_rl.put", _nemo_put, "batched_data_dict", "schema", "keys",
+              "partition_id", "group_size", "tags", "stage", **TQ_ALIASES),
     *_targets("nemo_rl.get", _nemo_get, "keys", "partition_id", "stage", "fields",
               "pad_to_multiple_of", "pad_to_seqlen", "writable", **TQ_ALIASES),
     *_targets("nemo_rl.get_by_meta", _nemo_get_by_meta, "meta", "stage", "fields",

@@ -67,6 +67,8 @@ def assert_same(want: dict[str, Any], got: dict[str, Any]) -> None:
                 assert (ra is None) == (rb is None), (name, i)
                 for sa, sb in zip(ra or [], rb or [], strict=True):
                     assert sa.dtype == sb.dtype and torch.equal(sa, sb), (name, i)
+        elif isinstance(a, list):  # a field with an encoding: one value a row
+            assert a == b, name
         elif a.is_nested:
             assert torch.equal(a.offsets(), b.offsets()), name
             assert a.dtype == b.dtype and torch.equal(a.values(), b.values()), name
@@ -569,3 +571,31 @@ def test_nemo_rl_get_is_materialize_in_one_call() -> None:
     back = nemo_rl.get_by_meta(meta, stage="train")
     assert torch.equal(back["input_lengths"], full["input_lengths"].view(4, 2).flip(0).reshape(-1))
     tq.kv_clear(keys=names, partition_id="nemo_get")
+
+
+def test_nemo_rl_put_takes_nemo_rl_s_packed_tensor_with_its_dedup() -> None:
+    """NeMo-RL's producer side: its PackedTensor (the model of its class, dedup CSR on) goes in
+    through nemo_rl.put; the groups come back as the whole batch decodes, images once."""
+    from py_wire.interop import nemo_rl
+    from tests.nemo_rl_model import PackedTensor as Nemo
+
+    full = _nemo_batch()
+    rows = full["pixel_values"]
+    segments = list({id(r): r for r in rows if r is not None}.values())
+    where = {id(t): i for i, t in enumerate(segments)}
+    offsets, refs = [0], []
+    for r in rows:
+        refs.extend([] if r is None else [where[id(r)]])
+        offsets.append(len(refs))
+    nemo = dict(full)
+    nemo["pixel_values"] = Nemo(
+        segments, 0, _row_offsets=offsets, _segment_indices=refs
+    ).enable_deduplication()
+    assert any(r is not None for r in rows)  # the batch has media to check
+    names = keys("nemo_put", 4)
+    nemo_rl.put(nemo, NEMO, names, "nemo_put", group_size=2)
+    got = ptq.get(names, "nemo_put")
+    assert_same(py_wire.decode(py_wire.encode(full, NEMO)), got)
+    with pytest.raises(py_wire.BatchError, match=r"nemo_rl\.from_nemo"):
+        ptq.put(nemo, NEMO, keys("nemo_raw", 4), "nemo_put", group_size=2)
+    tq.kv_clear(keys=names, partition_id="nemo_put")

@@ -515,9 +515,15 @@ def test_position_rows_that_disagree_with_input_ids_are_refused() -> None:
     assert (e.value.field, e.value.row) == ("position_ids", 0)
 
 
+def _utf8(value: str) -> list[torch.Tensor]:
+    return [torch.tensor(list(value.encode()), dtype=torch.uint8)]
+
+
 def test_a_uid_row_of_two_strings_is_refused() -> None:
     def two_strings(rows: dict[str, Any]) -> None:
-        rows["uid"][2] = [torch.tensor(list(b"abc"), dtype=torch.uint8)] * 2
+        raw = [_utf8(v) for v in rows["uid"]]
+        raw[2] = [torch.tensor(list(b"abc"), dtype=torch.uint8)] * 2
+        rows["uid"] = py_wire.PackedTensor(raw)  # the stored bytes, as a producer could write
 
     with pytest.raises(py_wire.BatchError, match=r"'uid', row 2: 2 values") as e:
         pw_verl.from_frame(_edited_frame("verl/text", two_strings))
@@ -526,7 +532,9 @@ def test_a_uid_row_of_two_strings_is_refused() -> None:
 
 def test_a_uid_that_is_not_utf8_is_a_batch_error() -> None:
     def not_utf8(rows: dict[str, Any]) -> None:
-        rows["uid"][1] = [torch.tensor([0x61, 0xFF, 0x62], dtype=torch.uint8)]
+        raw = [_utf8(v) for v in rows["uid"]]
+        raw[1] = [torch.tensor([0x61, 0xFF, 0x62], dtype=torch.uint8)]
+        rows["uid"] = py_wire.PackedTensor(raw)
 
     with pytest.raises(py_wire.BatchError, match=r"'uid', row 1: not UTF-8") as e:
         pw_verl.from_frame(_edited_frame("verl/text", not_utf8))

@@ -39,13 +39,17 @@ def _feed(h: Any, value: Any) -> None:
         h.update(f"L{len(value)}".encode())
         for v in value:
             _feed(h, v)
+    elif isinstance(value, str):
+        # A row of a utf8 field, digested as the one uint8 segment the frame stores it in
+        # (as decode returned it before fields with an encoding decoded to str).
+        _feed(h, [torch.tensor(list(value.encode()), dtype=torch.uint8)])
     else:
         raise TypeError(f"cannot digest {type(value).__name__}")
 
 
 def digests(decoded: Mapping[str, Any]) -> dict[str, str]:
     """Per field, the SHA-256 of what ``decode(..., layout="list")`` returned: every row's
-    tensors (dtype, shape, bytes) or ``None``."""
+    tensors (dtype, shape, bytes) or ``None``; a ``utf8`` row as its one segment of bytes."""
     out = {}
     for name, value in decoded.items():
         h = hashlib.sha256()

@@ -670,8 +670,8 @@ def test_ragged_segments_whose_other_dims_differ() -> None:
         assert part in message, message
     assert "pad_to_max_shape=True" in message
     assert pt.as_tensor(pad_to_max_shape=True).shape == (7, 5)
-    # .tensors is NeMo-RL's list of physical segments: nothing to concatenate, nothing to fail
-    assert [list(t.shape) for t in pt.tensors] == [[2, 3], [1, 3], [4, 5]]
+    # .segments lists them: nothing to concatenate, nothing to fail
+    assert [list(t.shape) for t in pt.segments] == [[2, 3], [1, 3], [4, 5]]
     with pytest.raises(BatchError, match="rank 3 differs from rank 2"):
         py_wire.PackedTensor([torch.zeros(2, 3), torch.zeros(2, 3, 1)]).as_tensor()
     with pytest.raises(BatchError, match="one rank"):

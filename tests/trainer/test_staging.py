@@ -25,7 +25,7 @@ def _leaves(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value.values(), value.offsets()] if value.is_nested else [value]
     if isinstance(value, py_wire.PackedTensor):
-        return [t for t in value.tensors if t is not None]
+        return value.segments
     if isinstance(value, dict):
         return [t for v in value.values() for t in _leaves(v)]
     if isinstance(value, list):

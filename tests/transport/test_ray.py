@@ -182,7 +182,7 @@ def test_default_decode_in_a_worker_is_copy_on_write(
 
         refusal = f.copy_on_write_refusal()
         out = py_wire.decode(f, SCHEMA)
-        pixels = out["pixel_values"].tensors[0]
+        pixels = out["pixel_values"].segments[0]
         source = _mapping_of(_span(f)[0])
         target = _mapping_of(pixels.data_ptr())
         pixels.zero_()

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 
 use super::codec::Codec;
 use super::errors::{BatchError, SchemaError};
-use super::extract::{index_values, logical_rows, rows, tensor_ref};
+use super::extract::{index_values, rows, shared_rows, tensor_ref};
 use super::owners::Owners;
 use super::staged::{per_token_rows, StageLimits};
 use crate::contract::PlaceholderContract;
@@ -40,16 +40,16 @@ fn field_input<'a>(
                 row_offsets,
             }
         }
-        "logical" => {
-            // A NeMo-RL PackedTensor with its dedup CSR: (_row_offsets, _segment_indices, len()).
+        "shared" => {
+            // A PackedTensor's CSR tables: (row_offsets, row_segments, len()).
             let (offsets, indices, expected_rows): (Bound<'_, PyAny>, Bound<'_, PyAny>, u64) =
                 need_second()?.extract().map_err(|_| {
                     BatchError::new_err(format!(
-                        "field {name:?}: logical input needs (row offsets, segment indices, rows)"
+                        "field {name:?}: shared input needs (row offsets, row segments, rows)"
                     ))
                 })?;
             let (segments, row_offsets) =
-                logical_rows(name, first, &offsets, &indices, expected_rows, keep)?;
+                shared_rows(name, first, &offsets, &indices, expected_rows, keep)?;
             FieldInput::Segments {
                 segments,
                 row_offsets,

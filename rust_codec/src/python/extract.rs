@@ -500,22 +500,21 @@ fn int_list(
     }
 }
 
-/// Rows of a packed field held NeMo-RL's deduplicated way: `tensors` are physical segments
-/// (a tensor or `None`), logical row `r` references `tensors[segment_indices[i]]` for `i` in
-/// `row_offsets[r]..row_offsets[r + 1]`, and a `None` reference contributes no segment (no
-/// media). Each physical tensor is read once; rows that share one reference the same view, so
-/// the encoder stores it once. `expected_rows` is the object's `len()`.
-pub fn logical_rows<'a>(
+/// Rows of a packed field in CSR form (a `PackedTensor`'s tables): row `r` references
+/// `segments[row_segments[i]]` for `i` in `row_offsets[r]..row_offsets[r + 1]`; a `None`
+/// segment contributes nothing. Each segment is read once; rows that share one reference the
+/// same view, so the encoder stores it once. `expected_rows` is the value's `len()`.
+pub fn shared_rows<'a>(
     field: &str,
     tensors: &Bound<'_, PyAny>,
     row_offsets: &Bound<'_, PyAny>,
-    segment_indices: &Bound<'_, PyAny>,
+    row_segments: &Bound<'_, PyAny>,
     expected_rows: u64,
     keep: &'a Owners,
 ) -> PyResult<(Vec<TensorRef<'a>>, Vec<u64>)> {
     let list = tensors.cast::<PyList>().map_err(|_| {
         BatchError::new_err(format!(
-            "field {field:?}: a packed input's tensors must be a list"
+            "field {field:?}: a packed input's segments must be a list"
         ))
     })?;
     let mut physical = Vec::with_capacity(list.len());
@@ -523,27 +522,27 @@ pub fn logical_rows<'a>(
         if t.is_none() {
             physical.push(None);
         } else {
-            let loc = || format!("field {field:?}, physical segment {i} (tensors[{i}])");
+            let loc = || format!("field {field:?}, segment {i}");
             physical.push(Some(tensor_ref(&t, keep, &loc)?));
         }
     }
     let offsets = int_list(row_offsets, keep, &|| {
-        format!("field {field:?} _row_offsets")
+        format!("field {field:?} row_offsets")
     })?;
-    let indices = int_list(segment_indices, keep, &|| {
-        format!("field {field:?} _segment_indices")
+    let indices = int_list(row_segments, keep, &|| {
+        format!("field {field:?} row_segments")
     })?;
     let bad = |m: String| BatchError::new_err(format!("field {field:?}: {m}"));
     if offsets.first() != Some(&0) {
         return Err(bad(format!(
-            "_row_offsets must start at 0, found {:?}",
+            "row_offsets must start at 0, found {:?}",
             offsets.first()
         )));
     }
     let rows_read = offsets.len() as u64 - 1;
     if rows_read != expected_rows {
         return Err(bad(format!(
-            "the packed input's len() is {expected_rows} but its _row_offsets describe \
+            "the packed value's len() is {expected_rows} but its row_offsets describe \
              {rows_read} rows"
         )));
     }
@@ -553,7 +552,7 @@ pub fn logical_rows<'a>(
     for (row, w) in offsets.windows(2).enumerate() {
         if w[0] > w[1] || w[1] > indices.len() as u64 {
             return Err(bad(format!(
-                "row {row}: _row_offsets [{}, {}] are decreasing or past the {} segment indices",
+                "row {row}: row_offsets [{}, {}] are decreasing or past the {} segment indices",
                 w[0],
                 w[1],
                 indices.len()
@@ -562,7 +561,7 @@ pub fn logical_rows<'a>(
         for (seg, &p) in indices[w[0] as usize..w[1] as usize].iter().enumerate() {
             let slot = physical.get(p as usize).ok_or_else(|| {
                 bad(format!(
-                    "row {row}, segment {seg}: _segment_indices names physical segment {p} but \
+                    "row {row}, segment {seg}: row_segments names segment {p} but \
                      there are {}",
                     physical.len()
                 ))
@@ -576,7 +575,7 @@ pub fn logical_rows<'a>(
     let last = offsets.last().copied().unwrap_or(0);
     if last != indices.len() as u64 {
         return Err(bad(format!(
-            "_row_offsets end at {last} but there are {} segment indices",
+            "row_offsets end at {last} but there are {} segment indices",
             indices.len()
         )));
     }
