@@ -429,12 +429,18 @@ class RayBuffer:
         wait_until(check, timeout_s, "take")
         waited = time.perf_counter() - start
         lease, parts = got[0]
+        # Every group put whole is fetched in one ray.get: one round trip for the step.
+        whole = [stored[0] for part in parts for _, _, stored in part if isinstance(stored, list)]
+        fetched = iter(_fetch(whole))
         frames: list[Frame | None] = []
         for part in parts:
             if not part:
                 frames.append(None)
                 continue
-            group_frames = [_group_frame(version, parts) for _, version, parts in part]
+            group_frames = [
+                next(fetched) if isinstance(stored, list) else _assembled(version, stored)
+                for _, version, stored in part
+            ]
             frames.append(concat(group_frames, per_row={VERSION_KEY: VERSION_KEY}))
         return Step(
             lease,
@@ -454,14 +460,18 @@ class RayBuffer:
         return dict(self._call("stats"))
 
 
-def _group_frame(version: int, parts: Any) -> Frame:
-    """One taken group's frame: the frame put whole, or its samples assembled."""
+def _fetch(refs: list[Any]) -> list[Frame]:
+    if not refs:
+        return []
     import ray
 
-    if isinstance(parts, list):
-        return cast(Frame, ray.get([parts[0]])[0])
-    texts, digests, media = parts
-    got = ray.get([*texts, *media.values()])
+    return cast(list[Frame], ray.get(refs))
+
+
+def _assembled(version: int, stored: Any) -> Frame:
+    """A group put as samples: its text parts and media parts, assembled into one frame."""
+    texts, digests, media = stored
+    got = _fetch([*texts, *media.values()])
     by_digest = dict(zip(media, got[len(texts) :], strict=True))
     return _samples.assemble(got[: len(texts)], digests, by_digest, {VERSION_KEY: str(version)})
 
