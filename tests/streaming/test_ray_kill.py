@@ -8,6 +8,7 @@ lapses, and every committed group is trained once."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import ray
@@ -15,16 +16,23 @@ import torch
 
 import py_wire
 from py_wire.streaming import RayBuffer, StreamConfig
+from py_wire.testing import assert_batch_equal
 from tests.helpers import small_text_batch
 
 # Ray start-up on a loaded 2-core machine can take minutes (spawned processes: see markers).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400), pytest.mark.usefixtures("ray_session")]
 
 
-def group_frame(group: int, version: int) -> py_wire.Frame:
+def group_batch(group: int, lengths: tuple[int, int] = (3, 4)) -> dict[str, object]:
     """A 2-row group whose rows carry the group id in ``reward`` (to find doubles)."""
-    batch = small_text_batch((3, 4))
+    batch = small_text_batch(lengths)
     batch["reward"] = torch.full((2,), float(group))
+    batch["input_ids"] = [ids + 100 * group for ids in batch["input_ids"]]  # type: ignore[attr-defined]
+    return batch
+
+
+def group_frame(group: int, version: int, lengths: tuple[int, int] = (3, 4)) -> py_wire.Frame:
+    batch = group_batch(group, lengths)
     return py_wire.encode(batch, "text_grpo", metadata={"policy_version": str(version)})
 
 
@@ -33,9 +41,12 @@ class Producer:
     def __init__(self, buffer: RayBuffer) -> None:
         self.buffer = buffer
 
-    def produce(self, group: int, version: int) -> None:
+    def produce(self, group: int, version: int, lengths: tuple[int, int] = (3, 4)) -> None:
         gid, _ = self.buffer.reserve(version, timeout_s=30)
-        self.buffer.put(gid, group_frame(group, version))
+        self.buffer.put(gid, group_frame(group, version, lengths))
+
+    def exit(self) -> None:
+        os._exit(1)
 
     def die_mid_put(self, group: int, version: int) -> None:
         self.buffer.reserve(version, timeout_s=30)
@@ -99,3 +110,36 @@ def test_a_producer_dying_mid_put_leaves_no_partial_group() -> None:
     assert sorted(trained) == [0, 1]
     stats = buffer.stats()
     assert stats["abandoned"] == 1 and stats["acked"] == 2 and stats["open_groups"] == 0
+
+
+def test_a_group_outlives_the_producer_that_put_it() -> None:
+    """Groups committed by a producer that then dies are taken whole and bit for bit: the
+    buffer holds bytes of its own, not an object the producer owns (Ray frees those with their
+    owner). The rows are long enough (about 1 MB a frame) for Ray to pass the frame through its
+    object store rather than inline in the call."""
+    lengths = (20_000, 30_000)
+    buffer = RayBuffer(StreamConfig(max_staleness=0, batch_groups=2))
+    producer = Producer.remote(buffer)
+    ray.get([producer.produce.remote(i, 0, lengths) for i in range(2)])
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(producer.exit.remote())
+    time.sleep(3)  # Ray learns of the death and frees what the producer owned
+    # Objects of the same size, so the store has the freed memory to reuse.
+    nbytes = group_frame(0, 0, lengths).nbytes
+    assert nbytes > 100 * 1024  # Ray's largest inline argument
+    churn = [ray.put(torch.full((nbytes,), 0xAB, dtype=torch.uint8)) for _ in range(4)]
+    step = buffer.take(timeout_s=30)
+    assert step.frames[0] is not None
+    want: dict[str, object] = {}
+    for group in (group_batch(0, lengths), group_batch(1, lengths)):
+        for name, value in group.items():
+            if isinstance(value, list):
+                want[name] = [*want.get(name, []), *value]  # type: ignore[list-item]
+            else:
+                prev = want.get(name)
+                want[name] = value if prev is None else torch.cat([prev, value])  # type: ignore[list-item]
+    want["policy_version"] = torch.zeros(4, dtype=torch.int64)
+    got = py_wire.decode(step.frames[0], layout="list")
+    assert_batch_equal(got, want, py_wire.load_schema("text_grpo"))
+    assert buffer.ack(step)
+    del churn
