@@ -126,6 +126,17 @@ class VerlMessageQueue:
 
 
 @ray.remote(num_cpus=0)
+class Sink:
+    """Receives a frame and drops it: Ray's floor for moving one group to an actor."""
+
+    def take(self, frame: Any) -> None:
+        return None
+
+    def keep(self, frame: Any) -> None:
+        self.kept = ray.put(frame)  # the actor's own copy, which outlives the producer
+
+
+@ray.remote(num_cpus=0)
 class Producer:
     """A rollout worker, started once and pointed at each path in turn."""
 
@@ -143,6 +154,41 @@ class Producer:
         if self.path.startswith("ray"):
             return int(self.handle.stats()["trainer_version"])
         return int(ray.get(self.handle.get_version.remote()))
+
+    def floor(self, group_size: int, reps: int) -> dict[str, float]:
+        """Ray's own cost of moving one median group from this producer, unloaded: an actor
+        call carrying its frame (which Ray writes into its object store), a bare ``ray.put``
+        of it, an actor call carrying nothing; beside py_wire's ``RayBuffer.put`` of the same
+        frame (reserve excluded). Medians in ms."""
+        frame = py_wire.encode(
+            make_group(0, group_size, 1.0), SCHEMA, metadata={"policy_version": "0"}
+        )
+        sink = Sink.remote()
+        buffer = RayBuffer(StreamConfig(max_staleness=reps, batch_groups=1))
+
+        def median_ms(fn: Any) -> float:
+            fn()
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+            return float(np.median(times) * 1e3)
+
+        puts = []
+        for _ in range(reps):
+            gid, _ = buffer.reserve(0)
+            t0 = time.perf_counter()
+            buffer.put(gid, frame)
+            puts.append(time.perf_counter() - t0)
+        return {
+            "frame_mb": frame.nbytes / 1e6,
+            "call with frame": median_ms(lambda: ray.get(sink.take.remote(frame))),
+            "call + actor ray.put": median_ms(lambda: ray.get(sink.keep.remote(frame))),
+            "ray.put": median_ms(lambda: ray.put(frame)),
+            "empty call": median_ms(lambda: ray.get(sink.take.remote(None))),
+            "RayBuffer.put": float(np.median(puts) * 1e3),
+        }
 
     def run(self, seeds: list[int], median_s: float, group_size: int) -> dict[str, Any]:
         rng = np.random.default_rng(seeds[0])
@@ -391,6 +437,16 @@ def main() -> int:
             )
             if stored > 0.5 * r["sample_bytes"]:
                 fails.append(f"{path}: stored {stored} bytes of {r['sample_bytes']} sent")
+    floor = ray.get(producers[0].floor.remote(args.group_size, 20))
+    kept = floor["call + actor ray.put"]
+    print(
+        f"Ray's floor, one {floor['frame_mb']:.2f} MB group from a producer, unloaded (ms): "
+        f"an actor call carrying it {floor['call with frame']:.2f} (and the actor's ray.put of "
+        f"it {floor['call + actor ray.put']:.2f}), ray.put "
+        f"{floor['ray.put']:.2f}, an empty call {floor['empty call']:.2f}; RayBuffer.put "
+        f"{floor['RayBuffer.put']:.2f} ({floor['RayBuffer.put'] / kept:.2f}x "
+        "the call and the actor's ray.put)"
+    )
     if "verl" in results:
         base = results["verl"]["data_s"] + results["verl"]["producer_data_s"]
         for path in (p for p in paths if p != "verl"):

@@ -28,6 +28,7 @@ def _quick_run(paths: str) -> None:
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     for path in paths.split(","):
         assert f"{path:5s} 200 groups" in run.stdout, run.stdout
+    assert "Ray's floor, one " in run.stdout, run.stdout
 
 
 def test_quick_run_holds_every_property() -> None:
