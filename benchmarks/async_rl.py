@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import ray
 import torch
+from timing import medians_ms_interleaved  # benchmarks/ is sys.path[0] when run as a script
 
 import py_wire
 from py_wire.streaming import RayBuffer, StreamConfig
@@ -166,27 +167,24 @@ class Producer:
         sink = Sink.remote()
         buffer = RayBuffer(StreamConfig(max_staleness=reps, batch_groups=1))
 
-        def median_ms(fn: Any) -> float:
-            fn()
-            times = []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-            return float(np.median(times) * 1e3)
-
         puts = []
         for _ in range(reps):
             gid, _ = buffer.reserve(0)
             t0 = time.perf_counter()
             buffer.put(gid, frame)
             puts.append(time.perf_counter() - t0)
+        ray_costs = medians_ms_interleaved(
+            {
+                "call with frame": lambda: ray.get(sink.take.remote(frame)),
+                "call + actor ray.put": lambda: ray.get(sink.keep.remote(frame)),
+                "ray.put": lambda: ray.put(frame),
+                "empty call": lambda: ray.get(sink.take.remote(None)),
+            },
+            reps,
+        )
         return {
             "frame_mb": frame.nbytes / 1e6,
-            "call with frame": median_ms(lambda: ray.get(sink.take.remote(frame))),
-            "call + actor ray.put": median_ms(lambda: ray.get(sink.keep.remote(frame))),
-            "ray.put": median_ms(lambda: ray.put(frame)),
-            "empty call": median_ms(lambda: ray.get(sink.take.remote(None))),
+            **ray_costs,
             "RayBuffer.put": float(np.median(puts) * 1e3),
         }
 
