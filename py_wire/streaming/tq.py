@@ -187,29 +187,39 @@ class TQStream:
         self.config = config
         self.partition_id = partition_id
         self._seq = 0
+        self._untagged: dict[str, float] = {}
         #: Seconds the last :meth:`take` waited for the sampler to hand a step.
         self.last_wait_s = 0.0
 
     # -- producers ----------------------------------------------------------------------------
 
-    def _open(self, before: tuple[float, str] | None = None) -> tuple[int, int]:
+    def _open(self, before_key: str | None = None) -> tuple[int, int]:
         """Groups open (reserved within their time, or stored) and bytes stored, from TQ's
-        tags in one controller round trip. ``before``: count only the reservations made
-        before this one (``(time, key)`` order), so racing producers agree who came first."""
+        tags in one controller round trip. ``before_key``: count only the keys TQ's controller
+        created before this one. ``kv_list`` lists keys in the order the controller created
+        them, so every producer agrees who came first, and each key created earlier is in the
+        list by the time the later producer counts; a producer's own clock cannot give that
+        order (a reservation stamped first may become visible last). Keys listed without tags
+        yet are reservations whose tags are on their way (TQ creates a key and sets its tags
+        in two calls): counted as open, until this stream has seen one untagged for longer
+        than a reservation lasts (its producer died between the two calls)."""
         listed = _tq().kv_list(partition_id=self.partition_id).get(self.partition_id, {})
         now = time.time()
         open_groups = stored = 0
         for key, tags in listed.items():
+            if before_key is not None and str(key) == before_key:
+                break
             if tags.get("state") == "reserved":
-                at = float(tags.get("at", 0))
-                if now - at > self.config.reservation_s:
-                    continue
-                if before is not None and (at, str(key)) >= before:
+                if now - float(tags.get("at", 0)) > self.config.reservation_s:
                     continue
                 open_groups += 1
             elif VERSION_KEY in tags:
                 open_groups += 1
                 stored += int(tags.get("nbytes", 0))
+            elif before_key is not None and not tags:
+                seen = self._untagged.setdefault(str(key), now)
+                if now - seen <= self.config.reservation_s:
+                    open_groups += 1
         return open_groups, stored
 
     def reserve(
@@ -218,13 +228,13 @@ class TQStream:
         """Waits for a slot (admission: at most ``(k + 1) * batch_groups`` groups open), then
         adds ``key`` to the partition with its tags only. Checking and reserving are two
         controller calls, so after reserving a producer counts again the groups open before
-        its reservation (``(time, key)`` order, the same for every producer) and, where those
-        fill the window, withdraws it and waits again. ``version`` may be a callable, read once
-        admitted (the weights a producer syncs to after waiting) and again once the
-        reservation is visible to the sampler, until the two agree: a trainer step that sampled
-        before the reservation was visible cannot have waited for it, so the group takes the
-        newer weights rather than train past the bound. (With a fixed ``version`` that race is
-        the caller's.) Returns the version."""
+        its reservation (in the order TQ's controller created the keys, the same for every
+        producer) and, where those fill the window, withdraws it and waits again. ``version``
+        may be a callable, read once admitted (the weights a producer syncs to after waiting)
+        and again once the reservation is visible to the sampler, until the two agree: a
+        trainer step that sampled before the reservation was visible cannot have waited for
+        it, so the group takes the newer weights rather than train past the bound. (With a
+        fixed ``version`` that race is the caller's.) Returns the version."""
         admitted: list[int] = []
 
         def check() -> str | None:
@@ -239,7 +249,7 @@ class TQStream:
                 partition_id=self.partition_id,
                 tag={"state": "reserved", VERSION_KEY: v, "at": at},
             )
-            earlier, stored = self._open(before=(at, key))
+            earlier, stored = self._open(before_key=key)
             reason = admits(earlier, stored, 0, self.config)
             if reason is not None:  # another producer reserved first: withdraw, wait again
                 _tq().kv_clear(keys=[key], partition_id=self.partition_id)

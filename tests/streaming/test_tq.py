@@ -17,7 +17,7 @@ import torch
 import transfer_queue as tq
 
 import py_wire
-from py_wire.streaming import StreamConfig
+from py_wire.streaming import AdmissionTimeout, StreamConfig
 from py_wire.streaming.tq import TQStream, tq_config, versions_of
 from tests.helpers import small_text_batch
 
@@ -76,3 +76,32 @@ def test_steps_leases_and_reservations() -> None:
     stream.ack(meta)
     assert sorted(trained) == [0, 1, 2]
     assert versions_of(meta) == [0, 0]
+
+
+def test_a_reservation_that_becomes_visible_late_still_counts_the_earlier_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two producers race for the last slot. A stamps its reservation first, but B's becomes
+    visible first (A's call to TQ is slow). Counted by the producers' clocks, each would find
+    the other later than itself and both would be admitted: one group more than the staleness
+    bound allows, which trained 2 versions stale under the bound 1 in a CI run. Counted in the
+    order TQ's controller created the keys, A finds B before it and waits."""
+    config = StreamConfig(max_staleness=0, batch_groups=1, admission_timeout_s=0.5)
+    a = TQStream(config, partition_id="race")
+    b = TQStream(config, partition_id="race")
+    real_put = tq.kv_put
+    raced: list[str] = []
+
+    def slow_put(*args: object, **kwargs: object) -> object:
+        if kwargs.get("key") == "a" and not raced:
+            raced.append("b")
+            b.reserve("b", 0)  # B reserves, and is admitted, while A's call is on its way
+        return real_put(*args, **kwargs)
+
+    monkeypatch.setattr(tq, "kv_put", slow_put)
+    with pytest.raises(AdmissionTimeout, match="1 groups are open"):
+        a.reserve("a", 0)
+    assert raced == ["b"]
+    listed = tq.kv_list(partition_id="race")["race"]
+    assert list(listed) == ["b"]  # A withdrew its reservation; B's stands
+    assert listed["b"]["state"] == "reserved"
