@@ -45,7 +45,6 @@ import machine
 import torch
 from compact_frames import batch as small_batch
 from grpo_shard import build
-from second_hop import cold_section
 from timing import medians_ms_interleaved
 
 import py_wire
@@ -262,6 +261,8 @@ def main() -> None:
     shapes_section(frame, original)
     pickle_section(frame, args.micro)
     small_section(args.reps)
+    from second_hop import cold_section  # imports Ray: here, so stage_overlap.py runs without it
+
     cold_section()
 
 

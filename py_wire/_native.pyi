@@ -48,6 +48,7 @@ __all__ = [
     "hold_schema",
     "interleaved_shard_ranges",
     "micro_batch_rows",
+    "pack_into",
     "pack_rows",
     "pad_rows",
     "placeholder_runs",
@@ -305,6 +306,12 @@ def gather(
     schema_entries: Mapping[str, str] | None = None,
     per_row: Sequence[tuple[str, str]] | None = None,
 ) -> Frame: ...
+def pack_into(
+    tensors: Sequence[torch.Tensor | _BufferLike],
+    offsets: Sequence[int],
+    out: _BufferLike,
+    threads: int | None = None,
+) -> None: ...
 def hold_schema(text: str, learnt: bool = False) -> tuple[bool, str]: ...
 def held_schema(fingerprint: str) -> str | None: ...
 def resolve_schema(text: str) -> tuple[str, str, str]: ...

@@ -113,3 +113,88 @@ def test_staging_arguments(vlm: py_wire.Frame) -> None:
             py_wire.trainer.iter_micro_batches(vlm, 4, device="cpu", pin_memory=True)
     with pytest.raises(py_wire.WireError, match="pass device="):
         py_wire.trainer.iter_micro_batches(vlm, 4, pin_memory=True)
+
+
+needs_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device (docs/trainer.md: what ran where)"
+)
+
+
+@needs_cuda
+@pytest.mark.parametrize("pin_memory", [False, True], ids=["pageable", "pinned"])
+@pytest.mark.parametrize(
+    "options", [{}, {"layout": "padded", "attention_mask": True}, {"layout": "list"}], ids=str
+)
+def test_cuda_staged_micro_batches_equal_the_host_ones(
+    vlm: py_wire.Frame, options: dict, pin_memory: bool
+) -> None:
+    plain = list(py_wire.trainer.iter_micro_batches(vlm, 4, **options))
+    staged = py_wire.trainer.iter_micro_batches(
+        vlm, 4, device="cuda", pin_memory=pin_memory, **options
+    )
+    count = 0
+    for want, got in zip(plain, staged, strict=True):
+        leaves = _leaves(got)
+        assert leaves and all(t.is_cuda for t in leaves)
+        assert len({t.untyped_storage().data_ptr() for t in leaves}) == 1
+        back = py_wire.trainer.to(got, "cpu")
+        assert back.keys() == want.keys()
+        for k in want:
+            assert _equal(back[k], want[k]), k
+        count += 1
+    assert count == len(plain) == 3
+
+
+@needs_cuda
+@pytest.mark.parametrize("pin_memory", [False, True], ids=["pageable", "pinned"])
+def test_each_micro_batch_is_read_whole_while_later_copies_are_in_flight(
+    vlm: py_wire.Frame, pin_memory: bool
+) -> None:
+    """The trainer's stream is kept busy (matmuls queued before each read), so the copies run
+    ahead of it and each micro-batch is dropped before its read has run. Without the wait on
+    the copy's event the read could see bytes not yet copied; without ``record_stream`` the
+    caching allocator could hand the freed buffer to the next copy under the read. The sums
+    read on the device at the end equal the host's."""
+    want = [
+        mb["input_ids"].values().sum().item() for mb in py_wire.trainer.iter_micro_batches(vlm, 2)
+    ]
+    busy = torch.randn(2048, 2048, device="cuda")
+    sums = []
+    for mb in py_wire.trainer.iter_micro_batches(vlm, 2, device="cuda", pin_memory=pin_memory):
+        for _ in range(20):
+            busy = busy @ busy / 2048**0.5
+        sums.append(mb["input_ids"].values().sum())
+        del mb
+    torch.cuda.synchronize()
+    assert [s.item() for s in sums] == want
+
+
+def test_strided_and_large_leaves_are_packed_in_c_order_on_several_threads() -> None:
+    strided = torch.arange(12, dtype=torch.int32).view(3, 4).t()  # not contiguous
+    large = torch.randn(6 << 20)  # 24 MiB: past the copy threads' 8 MiB-per-thread threshold
+    batch = {"strided": strided, "large": large, "rows": [strided[1:], None]}
+    got, _, buffer = _staging.Stager("cpu", threads=4).stage(batch)
+    assert torch.equal(got["strided"], strided) and got["strided"].is_contiguous()
+    assert torch.equal(got["large"], large)
+    assert torch.equal(got["rows"][0], strided[1:]) and got["rows"][1] is None
+    assert {t.untyped_storage().data_ptr() for t in _leaves(got)} == {buffer.data_ptr()}
+
+
+def test_pack_into_refuses_offsets_and_buffers_it_cannot_honour() -> None:
+    from py_wire._native import pack_into
+
+    t = torch.arange(4, dtype=torch.int64)  # 32 bytes
+    out = torch.zeros(64, dtype=torch.uint8)
+    with pytest.raises(py_wire.WireError, match="tensor 1 starts at offset 16, inside the piece"):
+        pack_into([t, t], [0, 16], out.numpy())
+    with pytest.raises(py_wire.WireError, match=r"tensor 0 \(32 bytes at offset 40\) does not fit"):
+        pack_into([t], [40], out.numpy())
+    with pytest.raises(py_wire.WireError, match="2 tensors but 1 offsets"):
+        pack_into([t, t], [0], out.numpy())
+    with pytest.raises(py_wire.BatchError, match="tensor 0 overlaps `out`"):
+        pack_into([out[:8]], [16], out.numpy())
+    with pytest.raises(py_wire.BatchError, match="writable"):
+        pack_into([t], [0], bytes(64))
+    assert out.eq(0).all()  # nothing written by a refused call
+    pack_into([t, t], [0, 32], out.numpy())
+    assert torch.equal(out.view(torch.int64), torch.cat([t, t]))

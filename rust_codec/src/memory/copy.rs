@@ -1,11 +1,11 @@
 //! The one payload copy: strided gathers, fused dtype casts and multi-threaded bulk copies.
 
 use crate::error::Result;
-use crate::internal_err;
 use crate::memory::stream::Stores;
 use crate::schema::cast;
 use crate::schema::dtype::DType;
 use crate::tensor::TensorRef;
+use crate::{argument_err, internal_err};
 
 /// Copies below this many bytes per thread are not worth a thread.
 pub const DEFAULT_PARALLEL_THRESHOLD: usize = 8 << 20;
@@ -226,6 +226,58 @@ pub fn run_jobs(
     )
 }
 
+/// Packs each of `srcs`, in C order and its own dtype, into `out` at the matching byte offset
+/// of `offsets` (ascending, each piece inside `out`, no two overlapping), on up to `threads`
+/// threads. The bytes of `out` between pieces are left as they are. This is a micro-batch's
+/// host staging buffer filled before one transfer to a device.
+pub fn pack(
+    srcs: &[TensorRef<'_>],
+    offsets: &[usize],
+    out: &mut [u8],
+    threads: usize,
+    threshold: usize,
+) -> Result<()> {
+    if srcs.len() != offsets.len() {
+        return Err(argument_err!(
+            "pack: {} tensors but {} offsets",
+            srcs.len(),
+            offsets.len()
+        ));
+    }
+    let mut end_of_previous = 0usize;
+    let mut jobs = Vec::with_capacity(srcs.len());
+    for (i, (src, &offset)) in srcs.iter().zip(offsets).enumerate() {
+        let len = usize::try_from(src.nbytes()).map_err(|_| {
+            argument_err!(
+                "pack: tensor {i} holds {} bytes, past this machine's address space",
+                src.nbytes()
+            )
+        })?;
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= out.len())
+            .ok_or_else(|| {
+                argument_err!(
+                "pack: tensor {i} ({len} bytes at offset {offset}) does not fit the {}-byte buffer",
+                out.len()
+            )
+            })?;
+        if offset < end_of_previous {
+            return Err(argument_err!(
+                "pack: tensor {i} starts at offset {offset}, inside the piece before it (which \
+                 ends at {end_of_previous}): offsets must ascend and pieces not overlap"
+            ));
+        }
+        end_of_previous = end;
+        jobs.push(CopyJob {
+            src: src.clone(),
+            dst_dtype: src.dtype,
+            dst_offset: offset,
+        });
+    }
+    run_jobs(&jobs, out, threads, threshold)
+}
+
 /// How many threads copy `total` bytes: at most `threads`, each with at least `threshold`.
 pub(crate) fn copy_threads(total: usize, threads: usize, threshold: usize) -> usize {
     threads.max(1).min(total / threshold.max(1)).max(1)
@@ -297,6 +349,39 @@ mod tests {
             out.extend_from_slice(&src.bytes[b..b + es]);
         }
         out
+    }
+
+    #[test]
+    fn pack_places_each_tensor_at_its_offset_and_leaves_the_gaps() {
+        let a: Vec<u8> = (0..40u8).collect();
+        let b: Vec<u8> = (100..112u8).collect();
+        let ta = TensorRef::contiguous(DType::F32, &[10], &a).unwrap();
+        // Every other row of a 3x2 i16 tensor: a strided source, gathered in C order.
+        let tb = TensorRef::strided(DType::I16, &[2, 2], &[4, 1], &b).unwrap();
+        let mut out = vec![0xAAu8; 64 + 8];
+        pack(&[ta, tb], &[0, 64], &mut out, 4, 1).unwrap();
+        assert_eq!(&out[..40], &a[..]);
+        assert!(out[40..64].iter().all(|&x| x == 0xAA));
+        assert_eq!(&out[64..72], &[100, 101, 102, 103, 108, 109, 110, 111]);
+    }
+
+    #[test]
+    fn pack_refuses_pieces_that_overlap_or_do_not_fit() {
+        let a = [0u8; 16];
+        let t = TensorRef::contiguous(DType::U8, &[16], &a).unwrap();
+        let mut out = [0u8; 32];
+        let err = |offsets: &[usize], n: usize| {
+            let srcs = vec![t.clone(); n];
+            let mut out = out;
+            pack(&srcs, offsets, &mut out, 1, 1)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(&[0, 8], 2).contains("inside the piece before it"));
+        assert!(err(&[20], 1).contains("does not fit the 32-byte buffer"));
+        assert!(err(&[usize::MAX], 1).contains("does not fit"));
+        assert!(err(&[0, 16], 1).contains("1 tensors but 2 offsets"));
+        pack(&[t.clone(), t], &[0, 16], &mut out, 2, 1).unwrap();
     }
 
     proptest! {

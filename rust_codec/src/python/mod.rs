@@ -494,6 +494,57 @@ fn gather(
     .map_err(to_py)
 }
 
+/// Packs `tensors` (CPU tensors or buffer-protocol arrays, any strides) into `out` (a
+/// writable, C-contiguous byte buffer: a pinned staging buffer's `.numpy()`), each in C order
+/// at its byte offset of `offsets` (ascending, not overlapping), on up to `threads` copy
+/// threads (`PY_WIRE_THREADS` or the core count by default) with the GIL released.
+#[pyfunction]
+#[pyo3(signature = (tensors, offsets, out, threads=None))]
+fn pack_into(
+    py: Python<'_>,
+    tensors: Vec<Bound<'_, PyAny>>,
+    offsets: Vec<usize>,
+    out: Bound<'_, PyAny>,
+    threads: Option<usize>,
+) -> PyResult<()> {
+    let keep = Owners::default();
+    let srcs = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| tensor_ref(t, &keep, &|| format!("pack_into: tensor {i}")))
+        .collect::<PyResult<Vec<_>>>()?;
+    let buffer: pyo3::buffer::PyBuffer<u8> = pyo3::buffer::PyBuffer::get(&out)
+        .map_err(|e| BatchError::new_err(format!("out is not a writable byte buffer: {e}")))?;
+    if buffer.readonly() || !buffer.is_c_contiguous() {
+        return Err(BatchError::new_err(
+            "out must be a writable, C-contiguous buffer",
+        ));
+    }
+    let (start, len) = (buffer.buf_ptr() as usize, buffer.len_bytes());
+    let end = start.saturating_add(len);
+    if let Some(i) = srcs.iter().position(|t| {
+        let p = t.bytes.as_ptr() as usize;
+        !t.bytes.is_empty() && p < end && start < p.saturating_add(t.bytes.len())
+    }) {
+        return Err(BatchError::new_err(format!(
+            "pack_into: tensor {i} overlaps `out` ({len} bytes at {start:#x}): pack into \
+             another buffer"
+        )));
+    }
+    let options = EncodeOptions::default();
+    let threads = threads.unwrap_or(options.threads);
+    // SAFETY: `buffer` is a writable, C-contiguous export of `len` bytes, held (and so kept
+    // alive and unmoved) until this function returns; no source overlaps it (checked above),
+    // so this is the only reference to those bytes while the copy runs.
+    let dst = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
+    py.detach(|| {
+        guarded(OnPanic::Internal, || {
+            crate::memory::copy::pack(&srcs, &offsets, dst, threads, options.parallel_threshold)
+        })
+    })
+    .map_err(to_py)
+}
+
 /// Holds a schema for this process (see `frame::compact::hold_text`), given as its JSON (the
 /// full form, or a frame's canonical text): compact frames that name its fingerprint can be
 /// read from then on, and `held_schema` returns the text. `learnt` marks a schema read from a
@@ -697,7 +748,8 @@ mod _native {
     use super::{check_frame_contracts, placeholder_runs};
     #[pymodule_export]
     use super::{
-        content_digest, gather, held_schema, hold_schema, reserved_metadata_key, split_rows,
+        content_digest, gather, held_schema, hold_schema, pack_into, reserved_metadata_key,
+        split_rows,
     };
     #[pymodule_export]
     use super::{encode, encode_parts};
