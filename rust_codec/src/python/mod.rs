@@ -494,6 +494,11 @@ fn gather(
     .map_err(to_py)
 }
 
+/// A thread per 2 MiB when packing: a micro-batch of tens of MB is staged while the trainer's
+/// step runs, and with the encoder's 8 MiB per thread the packing used a few of the cores
+/// (16 GB/s on the H200 machine of docs/trainer.md).
+const PACK_PARALLEL_THRESHOLD: usize = 2 << 20;
+
 /// Packs `tensors` (CPU tensors or buffer-protocol arrays, any strides) into `out` (a
 /// writable, C-contiguous byte buffer: a pinned staging buffer's `.numpy()`), each in C order
 /// at its byte offset of `offsets` (ascending, not overlapping), on up to `threads` copy
@@ -539,7 +544,7 @@ fn pack_into(
     let dst = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
     py.detach(|| {
         guarded(OnPanic::Internal, || {
-            crate::memory::copy::pack(&srcs, &offsets, dst, threads, options.parallel_threshold)
+            crate::memory::copy::pack(&srcs, &offsets, dst, threads, PACK_PARALLEL_THRESHOLD)
         })
     })
     .map_err(to_py)
