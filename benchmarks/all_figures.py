@@ -153,6 +153,14 @@ def steps(out: Path) -> list[Step]:
             "benchmarks/SCALING.md: a frame to the GPU (prints a note and skips without CUDA)",
         ),
         Step(
+            "stage_overlap",
+            "stage_overlap.py",
+            ["--reps", "5"],
+            ["--prompts", "2", "--group", "4", "--reps", "2"],
+            "docs/trainer.md: micro-batches staged onto the GPU while a step computes (skips "
+            "without CUDA)",
+        ),
+        Step(
             "contract_check",
             "contract_check.py",
             ["--tokens", "32768", "--images", "16", "--reps", "200"],
