@@ -220,6 +220,8 @@ class TQStream:
                 seen = self._untagged.setdefault(str(key), now)
                 if now - seen <= self.config.reservation_s:
                     open_groups += 1
+        if self._untagged:  # forget keys gone from the partition or tagged since
+            self._untagged = {k: t for k, t in self._untagged.items() if not listed.get(k, True)}
         return open_groups, stored
 
     def reserve(

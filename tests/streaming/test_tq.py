@@ -105,3 +105,26 @@ def test_a_reservation_that_becomes_visible_late_still_counts_the_earlier_one(
     listed = tq.kv_list(partition_id="race")["race"]
     assert list(listed) == ["b"]  # A withdrew its reservation; B's stands
     assert listed["b"]["state"] == "reserved"
+
+
+def test_a_key_created_but_not_yet_tagged_counts_as_open_until_a_reservation_would_lapse() -> None:
+    """TQ's ``kv_put`` creates a key, then sets its tags: two calls. A key between the two is a
+    reservation on its way and must count in the re-check (else both producers are admitted),
+    but a producer that died between the calls must not hold its slot for ever."""
+    from transfer_queue.interface import _maybe_create_tq_client
+
+    config = StreamConfig(
+        max_staleness=0, batch_groups=1, admission_timeout_s=0.3, reservation_s=1.5
+    )
+    stream = TQStream(config, partition_id="ghost")
+    _maybe_create_tq_client().kv_retrieve_meta(keys=["ghost"], partition_id="ghost", create=True)
+    assert tq.kv_list(partition_id="ghost")["ghost"] == {"ghost": {}}  # listed, no tags
+    with pytest.raises(AdmissionTimeout, match="1 groups are open"):
+        stream.reserve("late", 0)
+    assert list(tq.kv_list(partition_id="ghost")["ghost"]) == ["ghost"]  # withdrawn
+    assert "ghost" in stream._untagged
+    time.sleep(1.6)  # past reservation_s since the stream first saw it untagged
+    assert stream.reserve("late", 0, timeout_s=2.0) == 0
+    tq.kv_clear(keys=["ghost"], partition_id="ghost")
+    stream._open()
+    assert stream._untagged == {}  # forgotten once gone from the partition
