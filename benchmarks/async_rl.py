@@ -188,6 +188,61 @@ class Producer:
             "RayBuffer.put": float(np.median(puts) * 1e3),
         }
 
+    def tq_floor(self, group_size: int, reps: int, config: StreamConfig) -> dict[str, float]:
+        """TQ's own cost of moving one median group from this producer (after the ``tq``
+        path, whose client this producer holds), unloaded: a ``kv_batch_put`` of the frame's
+        bytes with its tags (what ``TQStream.put`` sends), a ``kv_put`` of tags alone (a
+        reservation), a ``kv_list`` (one controller round trip); beside ``TQStream.reserve``
+        then ``TQStream.put`` with the run's byte budget, interleaved. Medians in ms."""
+        import itertools
+
+        import transfer_queue as tq
+        from tensordict import TensorDict
+
+        from py_wire.interop.transfer_queue import TEXT
+
+        frame = py_wire.encode(
+            make_group(0, group_size, 1.0), SCHEMA, metadata={"policy_version": "0"}
+        )
+        keys = itertools.count()
+        raw = torch.frombuffer(bytearray(memoryview(frame)), dtype=torch.uint8)
+        offsets = torch.tensor([0, raw.numel()])
+        column = torch.nested.nested_tensor_from_jagged(raw, offsets)
+
+        def put() -> None:
+            tq.kv_batch_put(
+                keys=[f"put{next(keys)}"],
+                partition_id="floor",
+                fields=TensorDict({TEXT: column}, batch_size=[1]),
+                tags=[{"state": "stored", "nbytes": frame.nbytes}],
+            )
+
+        window = StreamConfig(
+            max_staleness=2 * reps, batch_groups=1, max_bytes=config.max_bytes, reservation_s=600
+        )
+        stream = TQStream(window, partition_id="floor-stream")
+
+        def reserve_and_put() -> None:
+            key = f"s{next(keys)}"
+            stream.reserve(key, 0)
+            stream.put([key], [frame], [0])
+
+        costs = medians_ms_interleaved(
+            {
+                "kv_batch_put": put,
+                "kv_put of tags": lambda: tq.kv_put(
+                    key=f"tag{next(keys)}", partition_id="floor", tag={"state": "reserved"}
+                ),
+                "kv_list": lambda: tq.kv_list(partition_id="floor"),
+                "TQStream.reserve + put": reserve_and_put,
+            },
+            reps,
+        )
+        listed = tq.kv_list()
+        for partition in ("floor", "floor-stream"):
+            tq.kv_clear(keys=list(listed.get(partition, {})), partition_id=partition)
+        return costs
+
     def run(self, seeds: list[int], median_s: float, group_size: int) -> dict[str, Any]:
         rng = np.random.default_rng(seeds[0])
         data_s = admit_s = 0.0
@@ -445,6 +500,15 @@ def main() -> int:
         f"{floor['RayBuffer.put']:.2f} ({floor['RayBuffer.put'] / kept:.2f}x "
         "the call and the actor's ray.put)"
     )
+    if "tq" in results:
+        tqf = ray.get(producers[0].tq_floor.remote(args.group_size, 20, config))
+        ours = tqf["TQStream.reserve + put"]
+        print(
+            f"TQ's floor, the same group, unloaded (ms): kv_batch_put {tqf['kv_batch_put']:.2f}, "
+            f"kv_put of tags {tqf['kv_put of tags']:.2f}, kv_list {tqf['kv_list']:.2f}; "
+            f"TQStream.reserve + put {ours:.2f} ({ours / tqf['kv_batch_put']:.2f}x TQ's put of "
+            "the group)"
+        )
     if "verl" in results:
         base = results["verl"]["data_s"] + results["verl"]["producer_data_s"]
         for path in (p for p in paths if p != "verl"):
