@@ -55,26 +55,42 @@ SCHEMA = "nemo_rl/qwen2_5_vl"
 STUBBED: list[str] = []
 
 
+STAND_INS = (
+    ("PIL", {"Image": types.SimpleNamespace(Image=object)}),
+    ("requests", {}),
+    ("transformers", {"PreTrainedTokenizerBase": object}),
+    ("transformers.audio_utils", {"load_audio": None}),
+    ("transformers.video_utils", {"load_video": None}),
+)
+
+
 def import_batched_data_dict(checkout: Path) -> Any:
-    """NeMo-RL's ``BatchedDataDict`` from ``checkout``, unmodified."""
+    """NeMo-RL's ``BatchedDataDict`` from ``checkout``, unmodified. Where an installed
+    transformers lacks a name NeMo-RL's media loaders import, every stand-in is used."""
     sys.path.insert(0, str(checkout))
-    for module, attrs in (
-        ("PIL", {"Image": types.SimpleNamespace(Image=object)}),
-        ("requests", {}),
-        ("transformers", {"PreTrainedTokenizerBase": object}),
-        ("transformers.audio_utils", {"load_audio": None}),
-        ("transformers.video_utils", {"load_video": None}),
-    ):
+    for module, attrs in STAND_INS:
         try:
             importlib.import_module(module)
         except Exception:  # any import failure: stand in for it
-            stub = types.ModuleType(module)
-            stub.__dict__.update(attrs)
-            sys.modules[module] = stub
-            STUBBED.append(module)
-    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+            _stand_in(module, attrs)
+    try:
+        from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+    except ImportError:
+        for name in [m for m in sys.modules if m.split(".")[0] == "nemo_rl"]:
+            del sys.modules[name]
+        for module, attrs in STAND_INS:
+            if module not in STUBBED:
+                _stand_in(module, attrs)
+        from nemo_rl.distributed.batched_data_dict import BatchedDataDict
 
     return BatchedDataDict
+
+
+def _stand_in(module: str, attrs: dict[str, Any]) -> None:
+    stub = types.ModuleType(module)
+    stub.__dict__.update(attrs)
+    sys.modules[module] = stub
+    STUBBED.append(module)
 
 
 def train_batch(prompts: int, group: int, images: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -242,11 +258,15 @@ def main() -> None:
     os.environ.setdefault("PY_WIRE_THREADS", "1")
     torch.set_num_threads(1)
     bdd_class = import_batched_data_dict(args.nemo_rl)
-    commit = subprocess.run(
-        ["git", "-C", str(args.nemo_rl), "rev-parse", "--short", "HEAD"],
+    # The checkout's own commit: not that of a repository it merely sits inside.
+    top, _, commit = subprocess.run(
+        ["git", "-C", str(args.nemo_rl), "rev-parse", "--show-toplevel", "--short", "HEAD"],
         capture_output=True,
         text=True,
-    ).stdout.strip()
+    ).stdout.partition("\n")
+    if not top or Path(top).resolve() != args.nemo_rl.resolve():
+        commit = ""
+    commit = commit.strip()
     print(machine.describe())
     print(
         f"NeMo-RL {args.nemo_rl} ({commit or 'not a git checkout'}); stand-ins for modules "
@@ -261,8 +281,11 @@ def main() -> None:
     shapes_section(frame, original)
     pickle_section(frame, args.micro)
     small_section(args.reps)
-    from second_hop import cold_section  # imports Ray: here, so stage_overlap.py runs without it
-
+    try:
+        from second_hop import cold_section  # imports Ray: here, so stage_overlap.py runs without
+    except ImportError as e:
+        print(f"\n5. the first decode in a fresh process: skipped ({e})")
+        return
     cold_section()
 
 
