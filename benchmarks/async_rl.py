@@ -143,12 +143,12 @@ class Producer:
 
     def setup(self, path: str, handle: Any, config: StreamConfig) -> None:
         self.path, self.handle, self.config = path, handle, config
-        if path == "tq":
+        if path.startswith("tq"):
             import transfer_queue as tq
 
             logging.getLogger("transfer_queue").setLevel(logging.CRITICAL)
             tq.init()
-            self.stream = TQStream(config)
+            self.stream = TQStream(config, partition_id=path)
             self.version_key = "py_wire.trainer_version"
 
     def _version(self) -> int:
@@ -246,7 +246,7 @@ class Producer:
     def run(self, seeds: list[int], median_s: float, group_size: int) -> dict[str, Any]:
         rng = np.random.default_rng(seeds[0])
         data_s = admit_s = 0.0
-        sample_bytes = 0
+        sample_bytes = stored_bytes = 0
         lengths: list[int] = []
         for seed in seeds:
             scale = min(float(rng.lognormal(0.0, SIGMA)), MAX_SCALE)
@@ -258,6 +258,8 @@ class Producer:
                 gid, version = self.handle.reserve(samples=group_size)
             elif self.path == "tq":
                 version = self.stream.reserve(f"g{seed}", self._version)
+            elif self.path == "tq-samples":
+                version = self.stream.reserve(f"g{seed}", self._version, samples=group_size)
             else:
                 version = self._version()
             admit_s += time.perf_counter() - t0
@@ -268,7 +270,7 @@ class Producer:
                 proto = to_dataproto(batch, version)
                 t0 = time.perf_counter()
                 ray.get(self.handle.put_sample.remote(ray.cloudpickle.dumps(proto)))
-            elif self.path == "ray-samples":
+            elif self.path.endswith("-samples"):
                 # Each sample as it finishes (verl's fully-async rollouter streams samples):
                 # one frame per sample, its prompt's images in every one.
                 metadata = {"policy_version": str(version)}
@@ -277,7 +279,10 @@ class Producer:
                     row = {k: v[i : i + 1] for k, v in batch.items()}
                     frame = py_wire.encode(row, SCHEMA, metadata=metadata)
                     sample_bytes += frame.nbytes
-                    self.handle.put(gid, frame, sample=i)
+                    if self.path == "ray-samples":
+                        self.handle.put(gid, frame, sample=i)
+                    else:
+                        stored_bytes += self.stream.put_sample(f"g{seed}", i, frame, version)
             else:
                 t0 = time.perf_counter()
                 frame = py_wire.encode(batch, SCHEMA, metadata={"policy_version": str(version)})
@@ -291,6 +296,7 @@ class Producer:
             "admit_s": admit_s,
             "lengths": lengths,
             "sample_bytes": sample_bytes,
+            "stored_bytes": stored_bytes,
         }
 
 
@@ -300,7 +306,7 @@ def trainer(path: str, handle: Any, config: StreamConfig, steps: int, train_s: f
     trained: list[int] = []
     lengths: list[int] = []
     staleness: dict[int, int] = {}
-    stream = TQStream(config) if path == "tq" else None
+    stream = TQStream(config, partition_id=path) if path.startswith("tq") else None
     start = time.perf_counter()
     for step in range(steps):
         t0 = time.perf_counter()
@@ -310,7 +316,7 @@ def trainer(path: str, handle: Any, config: StreamConfig, steps: int, train_s: f
             wait_s = got.waited_s
             frame = got.frames[0]
             lease: Any = got
-        elif path == "tq":
+        elif path.startswith("tq"):
             assert stream is not None
             lease, frame = stream.take(step, step, timeout_s=30)
             wait_s = stream.last_wait_s
@@ -350,7 +356,7 @@ def trainer(path: str, handle: Any, config: StreamConfig, steps: int, train_s: f
         if path.startswith("ray"):
             handle.set_trainer_version(step + 1)
             handle.ack(lease)
-        elif path == "tq":
+        elif path.startswith("tq"):
             assert stream is not None
             ray.get(handle.set_version.remote(step + 1))
             stream.ack(lease)
@@ -394,7 +400,11 @@ def run_path(
         "admit_s": sum(m["admit_s"] for m in made),
         "generated_lengths": generated,
         "peak_bytes": handle.stats()["peak_bytes"] if path.startswith("ray") else None,
-        "stored_total": handle.stats()["stored_total"] if path.startswith("ray") else None,
+        "stored_total": (
+            handle.stats()["stored_total"]
+            if path.startswith("ray")
+            else sum(m["stored_bytes"] for m in made)
+        ),
         "sample_bytes": sum(m["sample_bytes"] for m in made),
     }
     return out
@@ -436,7 +446,8 @@ def main() -> int:
     ap.add_argument(
         "--paths",
         default="ray,tq,verl",
-        help="ray, tq, verl, and ray-samples (each sample put apart, a prompt's images once)",
+        help="ray, tq, verl, and ray-samples, tq-samples (each sample put apart, a prompt's "
+        "images stored once)",
     )
     args = ap.parse_args()
     if args.quick:
@@ -458,7 +469,7 @@ def main() -> int:
         runtime_env={"env_vars": {"PYTHONPATH": path_env}},
     )
     paths = args.paths.split(",")
-    if "tq" in paths:
+    if any(p.startswith("tq") for p in paths):
         import transfer_queue as tq
 
         logging.getLogger("transfer_queue").setLevel(logging.CRITICAL)

@@ -12,6 +12,9 @@ sampler, its tags carry each group's policy version; py_wire adds the rules.
   controller) reads the versions from the partition's tags and applies
   :func:`py_wire.streaming._policy.choose`: oldest groups first within the bound, whole groups
   (a group is one row), balanced across DP ranks; stale ones paced or dropped and counted.
+- **Samples that arrive apart** (``reserve(..., samples=n)``, :meth:`TQStream.put_sample`):
+  a row per sample (its text part) and a row per distinct media digest of the group, tagged
+  with the group; the sampler hands the group's rows out together once all are stored.
 - **Leases on TQ's consumption table.** A row the sampler hands out is marked consumed by TQ;
   the consumer clears it (``kv_clear``, TQ's own) when its step is done. A row not cleared
   within the lease goes back: the sampler sets its consumption status to 0 again, and TQ
@@ -30,6 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from py_wire._args import count
 from py_wire._native import Frame
 from py_wire._ops import concat
 from py_wire.streaming._policy import (
@@ -42,10 +46,14 @@ from py_wire.streaming._policy import (
     choose,
     wait_until,
 )
-from py_wire.streaming.ray_buffer import VERSION_KEY
+from py_wire.streaming.ray_buffer import MAX_SAMPLES, VERSION_KEY
 
 #: TQ task name the trainer consumes under.
 TASK = "py_wire.train"
+#: ``state`` tags of the rows a group reserved with ``samples=`` is stored in: one per sample
+#: (its text part) and one per distinct media digest. They carry no policy version of their
+#: own (the group's reservation row does), so nothing counts them as groups.
+PART_STATES = ("sample", "media")
 
 
 def _tq() -> Any:
@@ -69,8 +77,10 @@ class StalenessSampler(_base()):  # type: ignore[misc]
         super().__init__()
         self.config = config
         self.counts = Counts()
-        # partition -> index -> (key, lease deadline)
-        self.leases: dict[str, dict[int, tuple[str, float]]] = {}
+        # partition -> index -> (key, lease deadline, whether the row heads its group)
+        self.leases: dict[str, dict[int, tuple[str, float, bool]]] = {}
+        # partition -> reservation rows of sample groups dropped as stale
+        self.dropped: dict[str, set[int]] = {}
         # partition -> batch_index -> per-rank global indexes
         self.steps: dict[str, dict[Any, list[list[int]]]] = {}
 
@@ -82,15 +92,15 @@ class StalenessSampler(_base()):  # type: ignore[misc]
         now = time.monotonic()
         keys = partition.keys_mapping if hasattr(partition, "keys_mapping") else {}
         index_key = {i: k for k, i in keys.items()}
-        for index, (key, until) in list(leases.items()):
+        for index, (key, until, head) in list(leases.items()):
             if index_key.get(index) != key:  # cleared: the consumer acked
                 del leases[index]
-                self.counts.acked += 1
+                self.counts.acked += head
             elif until < now:  # not acked in time: offer it again
                 del leases[index]
                 _, status = partition.get_consumption_status(task_name, mask=False)
                 status[index] = 0
-                self.counts.lease_returns += 1
+                self.counts.lease_returns += head
                 returned.append(index)
         return returned
 
@@ -117,10 +127,41 @@ class StalenessSampler(_base()):  # type: ignore[misc]
         trainer_version = int(kwargs.get("trainer_version", 0))
         ready = set(ready_indexes) | set(returned)
         keys = {i: k for k, i in partition.keys_mapping.items()}
-        groups: list[Group] = []
+        meta = partition.custom_meta
+        leases = self.leases.setdefault(partition.partition_id, {})
+        dropped_heads = self.dropped.setdefault(partition.partition_id, set())
+        dropped_heads &= set(keys)
+        parts_of: dict[str, list[int]] = {}
         for index in keys:
-            tags = partition.custom_meta.get(index, {})
+            tags = meta.get(index, {})
+            if tags.get("state") in PART_STATES:
+                parts_of.setdefault(str(tags.get("group")), []).append(index)
+        groups: list[Group] = []
+        members: dict[str, list[int]] = {}  # a sample group's rows, by its head's gid
+        for index in keys:
+            tags = meta.get(index, {})
             if VERSION_KEY not in tags:
+                continue
+            if "samples" in tags:  # a group whose samples arrive apart
+                if index in leases or index in dropped_heads:
+                    continue  # handed out (until acked or returned), or dropped
+                rows = parts_of.get(keys[index], [])
+                whole = _whole(rows, int(tags["samples"]), ready, meta)
+                lapsed = time.time() - float(tags.get("at", 0)) > self.config.reservation_s
+                if whole is None and lapsed:
+                    continue
+                if whole is not None:
+                    members[str(index)] = whole
+                groups.append(
+                    Group(
+                        str(index),
+                        int(tags[VERSION_KEY]),
+                        int(tags.get("seq", index)),
+                        ready=whole is not None,
+                        tokens=sum(int(meta.get(i, {}).get("tokens", 0)) for i in rows),
+                        nbytes=sum(int(meta.get(i, {}).get("nbytes", 0)) for i in rows),
+                    )
+                )
                 continue
             reserved = tags.get("state") == "reserved"
             if reserved and time.time() - float(tags.get("at", 0)) > self.config.reservation_s:
@@ -138,16 +179,24 @@ class StalenessSampler(_base()):  # type: ignore[misc]
                 )
             )
         choice = choose(groups, trainer_version, self.config)
-        dropped = [int(g) for g in choice.drop]
-        self.counts.dropped_stale += len(dropped)
+
+        def rows_of(gid: str) -> list[int]:
+            return members.get(gid, [int(gid)])
+
+        dropped = [i for gid in choice.drop for i in rows_of(gid)]
+        dropped_heads.update(int(gid) for gid in choice.drop if gid in members)
+        self.counts.dropped_stale += len(choice.drop)
         if choice.wait:
             return [], dropped
         picked = [g for g in groups if g.gid in set(choice.take)]
-        parts = [[int(g) for g in part] for part in balance(picked, dp_size)]
+        shares = balance(picked, dp_size)
+        parts = [[i for gid in share for i in rows_of(gid)] for share in shares]
         until = time.monotonic() + self.config.lease_s
-        leases = self.leases.setdefault(partition.partition_id, {})
-        for index in (i for part in parts for i in part):
-            leases[index] = (keys[index], until)
+        for gid in (gid for share in shares for gid in share):
+            head = int(gid)
+            leases[head] = (keys[head], until, True)
+            for index in members.get(gid, []):
+                leases[index] = (keys[index], until, False)
         self.counts.delivered += len(picked)
         if batch_index is not None:
             steps[batch_index] = parts
@@ -164,6 +213,35 @@ class StalenessSampler(_base()):  # type: ignore[misc]
     def clear_cache(self, partition_id: str) -> None:
         self.steps.pop(partition_id, None)
         self.leases.pop(partition_id, None)
+
+
+def _remember(memory: dict[Any, Any], key: Any, value: Any = None) -> None:
+    memory[key] = value
+    if len(memory) > MAX_SAMPLES:
+        memory.pop(next(iter(memory)))
+
+
+def _whole(
+    rows: list[int], samples: int, ready: set[int], meta: Mapping[int, Mapping[str, Any]]
+) -> list[int] | None:
+    """A sample group's rows, its samples in order then its media, when all ``samples`` are
+    stored and every media digest they name is too; else None."""
+    by_index: dict[int, int] = {}
+    media: dict[str, int] = {}
+    for i in rows:
+        if i not in ready:
+            continue
+        tags = meta.get(i, {})
+        if tags.get("state") == "sample":
+            by_index[int(tags.get("index", -1))] = i
+        else:
+            media[str(tags.get("digest"))] = i
+    if sorted(by_index) != list(range(samples)):
+        return None
+    needed = {str(meta[i].get("digest")) for i in by_index.values()} - {""}
+    if not needed <= set(media):
+        return None
+    return [by_index[k] for k in range(samples)] + [media[d] for d in sorted(needed)]
 
 
 def tq_config(config: StreamConfig, **overrides: Any) -> Any:
@@ -188,6 +266,10 @@ class TQStream:
         self.partition_id = partition_id
         self._seq = 0
         self._untagged: dict[str, float] = {}
+        # What this process sent: media rows by (group, digest), sample counts by group
+        # (bounded: the oldest are forgotten first).
+        self._media_sent: dict[Any, Any] = {}
+        self._samples_of: dict[Any, Any] = {}
         #: Seconds the last :meth:`take` waited for the sampler to hand a step.
         self.last_wait_s = 0.0
 
@@ -216,6 +298,8 @@ class TQStream:
             elif VERSION_KEY in tags:
                 open_groups += 1
                 stored += int(tags.get("nbytes", 0))
+            elif tags.get("state") in PART_STATES:  # a sample's or its media's row
+                stored += int(tags.get("nbytes", 0))
             elif before_key is not None and not tags:
                 seen = self._untagged.setdefault(str(key), now)
                 if now - seen <= self.config.reservation_s:
@@ -225,7 +309,12 @@ class TQStream:
         return open_groups, stored
 
     def reserve(
-        self, key: str, version: int | Callable[[], int], timeout_s: float | None = None
+        self,
+        key: str,
+        version: int | Callable[[], int],
+        timeout_s: float | None = None,
+        *,
+        samples: int | None = None,
     ) -> int:
         """Waits for a slot (admission: at most ``(k + 1) * batch_groups`` groups open), then
         adds ``key`` to the partition with its tags only. Checking and reserving are two
@@ -236,8 +325,14 @@ class TQStream:
         and again once the reservation is visible to the sampler, until the two agree: a
         trainer step that sampled before the reservation was visible cannot have waited for
         it, so the group takes the newer weights rather than train past the bound. (With a
-        fixed ``version`` that race is the caller's.) Returns the version."""
+        fixed ``version`` that race is the caller's.) Returns the version.
+
+        ``samples=n``: the group's ``n`` samples arrive apart, each put with
+        :meth:`put_sample`; the images they share are stored once."""
         admitted: list[int] = []
+        tag: dict[str, Any] = {"state": "reserved"}
+        if samples is not None:
+            tag["samples"] = count("samples", samples, minimum=1, maximum=MAX_SAMPLES)
 
         def check() -> str | None:
             open_groups, stored = self._open()
@@ -247,9 +342,7 @@ class TQStream:
             at = time.time()
             v = int(version() if callable(version) else version)
             _tq().kv_put(
-                key=key,
-                partition_id=self.partition_id,
-                tag={"state": "reserved", VERSION_KEY: v, "at": at},
+                key=key, partition_id=self.partition_id, tag={**tag, VERSION_KEY: v, "at": at}
             )
             earlier, stored = self._open(before_key=key)
             reason = admits(earlier, stored, 0, self.config)
@@ -266,15 +359,15 @@ class TQStream:
                     break
                 v = now
                 _tq().kv_put(
-                    key=key,
-                    partition_id=self.partition_id,
-                    tag={"state": "reserved", VERSION_KEY: v, "at": at},
+                    key=key, partition_id=self.partition_id, tag={**tag, VERSION_KEY: v, "at": at}
                 )
             admitted.append(v)
             return None
 
         wait_until(check, timeout_s or self.config.admission_timeout_s, f"reserve {key}")
         self._seq += 1
+        if samples is not None:
+            _remember(self._samples_of, key, int(tag["samples"]))
         return admitted[0]
 
     def put(
@@ -286,11 +379,6 @@ class TQStream:
     ) -> None:
         """Stores reserved groups (one frame each), in one TQ put, waiting while the buffer
         is over its byte budget. The groups become visible whole, when TQ has their columns."""
-        import torch
-        from tensordict import TensorDict
-
-        from py_wire.interop.transfer_queue import ALIGN, TEXT
-
         nbytes = sum(f.nbytes for f in frames)
 
         def check() -> str | None:
@@ -299,15 +387,6 @@ class TQStream:
 
         if self.config.max_bytes is not None:
             wait_until(check, timeout_s or self.config.admission_timeout_s, f"put {keys[:2]}")
-        slots = [-(-f.nbytes // ALIGN) * ALIGN for f in frames]
-        offsets = torch.zeros(len(frames) + 1, dtype=torch.int64)
-        torch.cumsum(torch.tensor(slots, dtype=torch.int64), 0, out=offsets[1:])
-        buf = torch.zeros(int(offsets[-1]), dtype=torch.uint8)
-        view = buf.numpy()
-        for i, f in enumerate(frames):
-            lo = int(offsets[i])
-            view[lo : lo + f.nbytes] = memoryview(f)
-        column = torch.nested.nested_tensor_from_jagged(buf, offsets)
         tags = []
         for f, v in zip(frames, versions, strict=True):
             self._seq += 1
@@ -322,6 +401,74 @@ class TQStream:
                     "seq": time.monotonic_ns(),
                 }
             )
+        self._put_rows(keys, frames, tags)
+
+    def put_sample(
+        self, key: str, index: int, frame: Frame, version: int, timeout_s: float | None = None
+    ) -> int:
+        """Stores sample ``index`` (a one-row frame) of group ``key``, reserved with
+        ``samples=n``: its text part in a row of its own, and its media part (the images the
+        group's samples share, named by a digest of their bytes) in the group's media row,
+        sent with the first sample of the group this process puts. The sampler hands the
+        group out once all ``n`` samples and their media rows are stored, and :meth:`take`
+        rebuilds its frame (placeholders checked against the images again). Returns the bytes
+        stored."""
+        from py_wire.streaming import _samples
+
+        index = count("index", index, maximum=MAX_SAMPLES - 1)
+        samples = self._samples_of.get(key)
+        if samples is not None and index >= samples:
+            raise StreamError(f"group {key}: sample {index} of a group of {samples} samples")
+        text, media, digest = _samples.split(frame)
+        layout = frame.layout
+        tokens = layout.total_tokens if layout.seq_offsets is not None else frame.num_rows
+        keys = [f"{key}#{index}"]
+        frames = [text]
+        tags: list[dict[str, Any]] = [
+            {
+                "state": "sample",
+                "group": key,
+                "index": index,
+                "digest": digest or "",
+                "v": int(version),
+                "nbytes": text.nbytes,
+                "tokens": int(tokens),
+            }
+        ]
+        sent = (key, digest)
+        if media is not None and digest is not None and sent not in self._media_sent:
+            keys.append(f"{key}#m:{digest}")
+            frames.append(media)
+            tags.append({"state": "media", "group": key, "digest": digest, "nbytes": media.nbytes})
+        nbytes = sum(f.nbytes for f in frames)
+
+        def check() -> str | None:
+            _, stored = self._open()
+            return admits(0, stored, nbytes, self.config)
+
+        if self.config.max_bytes is not None:
+            wait_until(check, timeout_s or self.config.admission_timeout_s, f"put {keys[0]}")
+        self._put_rows(keys, frames, tags)
+        if media is not None:
+            _remember(self._media_sent, sent)
+        return nbytes
+
+    def _put_rows(self, keys: list[str], frames: list[Frame], tags: list[dict[str, Any]]) -> None:
+        """One TQ put: each frame's bytes a row of the ``TEXT`` column, with its tags."""
+        import torch
+        from tensordict import TensorDict
+
+        from py_wire.interop.transfer_queue import ALIGN, TEXT
+
+        slots = [-(-f.nbytes // ALIGN) * ALIGN for f in frames]
+        offsets = torch.zeros(len(frames) + 1, dtype=torch.int64)
+        torch.cumsum(torch.tensor(slots, dtype=torch.int64), 0, out=offsets[1:])
+        buf = torch.zeros(int(offsets[-1]), dtype=torch.uint8)
+        view = buf.numpy()
+        for i, f in enumerate(frames):
+            lo = int(offsets[i])
+            view[lo : lo + f.nbytes] = memoryview(f)
+        column = torch.nested.nested_tensor_from_jagged(buf, offsets)
         _tq().kv_batch_put(
             keys=keys,
             partition_id=self.partition_id,
@@ -375,16 +522,72 @@ class TQStream:
         frames = _stored_frames(data[TEXT], TEXT, keys)
         for frame in frames:
             frame.schema = checked_schema(frame)
+        frames = _assembled(frames, _custom_meta(meta))
         return meta, concat(frames, per_row={VERSION_KEY: VERSION_KEY}) if frames else None
 
     def ack(self, meta: Any) -> None:
-        """The step is done: its groups leave TQ (``clear_samples``), ending their lease."""
+        """The step is done: its groups leave TQ (``clear_samples``, and the reservation rows
+        of groups whose samples arrived apart), ending their lease."""
         _tq().get_client().clear_samples(meta)
+        heads = list(
+            dict.fromkeys(
+                str(t["group"]) for t in _custom_meta(meta) if t.get("state") in PART_STATES
+            )
+        )
+        if heads:
+            _tq().kv_clear(keys=heads, partition_id=self.partition_id)
 
 
 def versions_of(meta: Any) -> list[int]:
-    """The policy versions of a ``BatchMeta``'s groups, from their tags."""
-    return [int(m.get(VERSION_KEY, -1)) for m in _custom_meta(meta)]
+    """The policy versions of a ``BatchMeta``'s groups, from their tags (a group whose
+    samples arrived apart once, from its first sample's row)."""
+    out = []
+    for tags in _custom_meta(meta):
+        state = tags.get("state")
+        if state == "sample" and int(tags.get("index", -1)) == 0:
+            out.append(int(tags.get("v", -1)))
+        elif state not in PART_STATES:
+            out.append(int(tags.get(VERSION_KEY, -1)))
+    return out
+
+
+def _assembled(frames: list[Frame], tags: list[Mapping[str, Any]]) -> list[Frame]:
+    """One frame per group, in the order the groups' rows came: rows stored whole stay as
+    they are; a group's sample and media rows are rebuilt into the group's frame."""
+    from py_wire.streaming import _samples
+
+    out: list[Frame | str] = []
+    parts: dict[str, dict[str, Any]] = {}
+    for frame, t in zip(frames, tags, strict=True):
+        state = t.get("state")
+        if state not in PART_STATES:
+            out.append(frame)
+            continue
+        group = str(t.get("group"))
+        if group not in parts:
+            parts[group] = {"samples": {}, "media": {}, "version": None}
+            out.append(group)
+        if state == "sample":
+            parts[group]["samples"][int(t["index"])] = (frame, str(t.get("digest") or ""))
+            parts[group]["version"] = int(t.get("v", -1))
+        else:
+            parts[group]["media"][str(t["digest"])] = frame
+    built: list[Frame] = []
+    for item in out:
+        if isinstance(item, Frame):
+            built.append(item)
+            continue
+        entry = parts[item]
+        samples = [entry["samples"][k] for k in sorted(entry["samples"])]
+        built.append(
+            _samples.assemble(
+                [f for f, _ in samples],
+                [d or None for _, d in samples],
+                entry["media"],
+                {VERSION_KEY: str(entry["version"])},
+            )
+        )
+    return built
 
 
 def _custom_meta(meta: Any) -> list[Mapping[str, Any]]:

@@ -10,6 +10,7 @@ import logging
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import ray
@@ -17,9 +18,9 @@ import torch
 import transfer_queue as tq
 
 import py_wire
-from py_wire.streaming import AdmissionTimeout, StreamConfig
+from py_wire.streaming import AdmissionTimeout, StreamConfig, StreamError
 from py_wire.streaming.tq import TQStream, tq_config, versions_of
-from tests.helpers import small_text_batch
+from tests.helpers import END, PAD, START, small_text_batch
 
 # Ray start-up (and the benchmark) on a loaded 2-core machine can take minutes.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]  # spawned processes: see markers
@@ -128,3 +129,69 @@ def test_a_key_created_but_not_yet_tagged_counts_as_open_until_a_reservation_wou
     tq.kv_clear(keys=["ghost"], partition_id="ghost")
     stream._open()
     assert stream._untagged == {}  # forgotten once gone from the partition
+
+
+def vlm_group(group: int, n: int = 3) -> dict[str, Any]:
+    """A GRPO group of ``n`` samples of one prompt: the prompt's image shared by every sample,
+    responses of different lengths."""
+    lengths = tuple(6 + 2 * k for k in range(n))
+    batch: dict[str, Any] = small_text_batch(lengths)
+    batch["input_ids"] = [
+        torch.tensor([1, START, PAD, PAD, END] + [100 + group] * (1 + 2 * k)) for k in range(n)
+    ]
+    image = torch.randn(8, 1176)
+    batch["pixel_values"] = [image] * n
+    batch["image_grid_thw"] = [torch.tensor([[1, 2, 4]])] * n
+    batch["reward"] = torch.full((n,), float(group))
+    return batch
+
+
+def test_samples_put_apart_come_back_as_their_groups_with_the_images_stored_once() -> None:
+    """Two producers put the samples of two prompts one at a time, interleaved. Neither group
+    is handed out until its last sample is stored; then each comes back as its group's frame,
+    bit for bit, with the prompt's image stored once in TQ and once in the frame."""
+    a = TQStream(CONFIG, partition_id="samples")
+    b = TQStream(CONFIG, partition_id="samples")
+    groups = {g: vlm_group(g) for g in (1, 2)}
+
+    def sample(g: int, i: int) -> py_wire.Frame:
+        row = {k: v[i : i + 1] for k, v in groups[g].items()}
+        return py_wire.encode(row, "qwen2_5_vl", metadata={"policy_version": "0"})
+
+    for g in groups:
+        a.reserve(f"p{g}", 0, samples=3)
+    for stream, g, i in [(a, 1, 0), (b, 2, 0), (b, 1, 1), (a, 2, 2), (a, 1, 2)]:
+        stream.put_sample(f"p{g}", i, sample(g, i), 0)
+    with pytest.raises(StreamError, match="p1: sample 3 of a group of 3 samples"):
+        a.put_sample("p1", 3, sample(1, 0), 0)
+    with pytest.raises(AdmissionTimeout, match="take step 0"):
+        a.take(0, 0, timeout_s=1.0)  # p2's sample 1 is still out: no step of 2 groups
+    b.put_sample("p2", 1, sample(2, 1), 0)
+
+    listed = tq.kv_list(partition_id="samples")["samples"]
+    media = {k: t for k, t in listed.items() if t.get("state") == "media"}
+    assert sorted(t["group"] for t in media.values()) == ["p1", "p2"]  # sent by both, kept once
+    texts = [t for t in listed.values() if t.get("state") == "sample"]
+    assert len(texts) == 6
+    one_image = sample(1, 0).layout.fields
+    pixels = next(f for f in one_image if f.name == "pixel_values").values.nbytes
+    assert sum(t["nbytes"] for t in texts) < pixels  # the samples' rows hold no pixels
+
+    meta, got = a.take(0, 0, timeout_s=10.0)
+    assert got is not None and got.num_rows == 6
+    assert versions_of(meta) == [0, 0]
+    out = py_wire.decode(got, layout="list")
+    field = next(f for f in got.layout.fields if f.name == "pixel_values")
+    assert field.num_segments == 2  # one image per prompt, shared by its samples' rows
+    for g, batch in groups.items():
+        rows = [i for i, r in enumerate(out["reward"].tolist()) if r == g]
+        assert len(rows) == 3
+        for k, i in enumerate(rows):
+            assert torch.equal(out["input_ids"][i], batch["input_ids"][k])
+            pixels_of_row = out["pixel_values"][i]
+            if isinstance(pixels_of_row, list):
+                pixels_of_row = torch.cat(pixels_of_row)
+            assert torch.equal(pixels_of_row, batch["pixel_values"][k])
+        assert out["policy_version"].tolist() == [0] * 6
+    a.ack(meta)
+    assert tq.kv_list(partition_id="samples").get("samples", {}) == {}
