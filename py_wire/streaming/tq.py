@@ -308,6 +308,11 @@ class TQStream:
             self._untagged = {k: t for k, t in self._untagged.items() if not listed.get(k, True)}
         return open_groups, stored
 
+    def stored_bytes(self) -> int:
+        """Bytes the partition's groups and sample rows hold, from TQ's tags (one controller
+        round trip): what the byte budget is checked against."""
+        return self._open()[1]
+
     def reserve(
         self,
         key: str,

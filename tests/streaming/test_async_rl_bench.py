@@ -38,5 +38,7 @@ def test_quick_run_holds_every_property() -> None:
 def test_quick_run_on_transfer_queue_holds_every_property() -> None:
     """Staleness within the bound on TQ too: a producer reads its version again once its
     reservation is visible to the sampler (the race that let a few groups train 2 versions
-    stale under the bound 1 until then)."""
-    _quick_run("tq")
+    stale under the bound 1 until then), and counts the reservations before its own in the
+    order TQ's controller created them. Samples put apart (``tq-samples``) store each
+    prompt's images once (the run fails past half the sample frames' bytes)."""
+    _quick_run("tq,tq-samples")
