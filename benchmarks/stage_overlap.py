@@ -37,7 +37,7 @@ from trainer_feed import train_batch
 
 import py_wire
 from py_wire._native import pack_into
-from py_wire._staging import ALIGN, Stager, _plan
+from py_wire._staging import Stager, _plan, packing
 
 SCHEMA = "nemo_rl/qwen2_5_vl"
 
@@ -124,11 +124,7 @@ def main() -> None:
     for mb in host_batches:
         leaves: list[torch.Tensor] = []
         _plan(mb, leaves, {})
-        offsets, at = [], 0
-        for t in leaves:
-            offsets.append(at)
-            at += -(-t.nbytes // ALIGN) * ALIGN
-        plans.append((leaves, offsets))
+        plans.append((leaves, packing(leaves)[0]))
 
     def pack_alone() -> None:
         for (leaves, offsets), buf in zip(plans, pinned, strict=True):

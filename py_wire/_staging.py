@@ -83,10 +83,7 @@ class Stager:
         micro-batch over the device buffer, the copy's event (None off CUDA) and the buffer."""
         leaves: list[torch.Tensor] = []
         plan = _plan(batch, leaves, {})
-        offsets, total = [], 0
-        for t in leaves:
-            offsets.append(total)
-            total += -(-t.nbytes // ALIGN) * ALIGN
+        offsets, total = packing(leaves)
         slot, host = self._host_buffer(total)
         # One multi-threaded copy in Rust, the GIL released: torch's copy_ per leaf was the
         # staged feed's bottleneck on an H200 (docs/trainer.md).
@@ -122,6 +119,16 @@ def staged(batches: Iterator[dict[str, Any]], stager: Stager) -> Iterator[dict[s
         nxt = next(batches, None)
         pending = None if nxt is None else stager.stage(nxt)
         yield stager.ready(current)
+
+
+def packing(leaves: list[torch.Tensor]) -> tuple[list[int], int]:
+    """Where each of ``leaves`` starts in a micro-batch's buffer (each at a multiple of
+    ``ALIGN``), and the buffer's length."""
+    offsets, total = [], 0
+    for t in leaves:
+        offsets.append(total)
+        total += -(-t.nbytes // ALIGN) * ALIGN
+    return offsets, total
 
 
 def _view(buffer: torch.Tensor, offset: int, like: torch.Tensor) -> torch.Tensor:

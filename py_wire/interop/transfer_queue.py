@@ -74,7 +74,7 @@ storage units take one CPU; fewer makes ``transfer_queue.init()`` hang) and
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -308,20 +308,47 @@ def _group_plans(
     return plans, COLUMNS if media_fields(sch) else (TEXT,)
 
 
+def _aligned_offsets(sizes: Sequence[int]) -> torch.Tensor:
+    """Where rows of ``sizes`` bytes start in one buffer, each at a multiple of ``ALIGN``
+    (its length padded to one); the last entry is the buffer's length."""
+    slots = [-(-n // ALIGN) * ALIGN for n in sizes]
+    offsets = torch.zeros(len(slots) + 1, dtype=torch.int64)
+    torch.cumsum(torch.tensor(slots, dtype=torch.int64), 0, out=offsets[1:])
+    return offsets
+
+
+def _column(sizes: Sequence[int], fill: Callable[[int, Any], None]) -> torch.Tensor:
+    """A jagged ``uint8`` column of rows of ``sizes`` bytes at aligned offsets of one buffer:
+    ``fill(i, view)`` writes row ``i`` into its view; the padding after it is zeroed."""
+    offsets = _aligned_offsets(sizes)
+    buf = torch.empty(int(offsets[-1]), dtype=torch.uint8)
+    view = buf.numpy()
+    for i, n in enumerate(sizes):
+        lo, hi = int(offsets[i]), int(offsets[i + 1])
+        fill(i, view[lo : lo + n])
+        view[lo + n : hi] = 0
+    return torch.nested.nested_tensor_from_jagged(buf, offsets)
+
+
 def _packed_column(codec: _native.Codec, raws: Sequence[Raw]) -> torch.Tensor:
     """One column as a jagged ``uint8`` nested tensor, one frame per group, each at a 64-byte
     aligned offset of one buffer (its length padded to a multiple of 64)."""
     sizes = [_native.encoded_nbytes(codec, raw) for raw in raws]
-    slots = [-(-n // ALIGN) * ALIGN for n in sizes]
-    offsets = torch.zeros(len(slots) + 1, dtype=torch.int64)
-    torch.cumsum(torch.tensor(slots, dtype=torch.int64), 0, out=offsets[1:])
-    buf = torch.empty(int(offsets[-1]), dtype=torch.uint8)
-    view = buf.numpy()
-    for i, raw in enumerate(raws):
-        lo = int(offsets[i])
-        _native.encode(codec, raw, None, None, view[lo : lo + sizes[i]])
-        view[lo + sizes[i] : lo + slots[i]] = 0
-    return torch.nested.nested_tensor_from_jagged(buf, offsets)
+
+    def fill(i: int, view: Any) -> None:
+        _native.encode(codec, raws[i], None, None, view)
+
+    return _column(sizes, fill)
+
+
+def frames_column(frames: Sequence[Frame]) -> torch.Tensor:
+    """Frames already encoded, as the jagged ``uint8`` column TQ's storage units hold (the
+    layout :func:`put` writes): each frame's bytes at a 64-byte aligned offset of one buffer."""
+
+    def fill(i: int, view: Any) -> None:
+        view[:] = memoryview(frames[i])
+
+    return _column([f.nbytes for f in frames], fill)
 
 
 def _encode_columns(

@@ -441,7 +441,7 @@ class RayBuffer:
                 next(fetched) if isinstance(stored, list) else _assembled(version, stored)
                 for _, version, stored in part
             ]
-            frames.append(concat(group_frames, per_row={VERSION_KEY: VERSION_KEY}))
+            frames.append(step_frame(group_frames))
         return Step(
             lease,
             frames,
@@ -466,6 +466,17 @@ def _fetch(refs: list[Any]) -> list[Frame]:
     import ray
 
     return cast(list[Frame], ray.get(refs))
+
+
+def step_frame(groups: list[Frame]) -> Frame:
+    """A step's groups as one frame. Where the schema declares a ``policy_version`` field,
+    each row carries its group's version there; a schema without one (NeMo-RL's and verl's
+    field sets) takes the groups only when they agree on the version (``concat`` refuses
+    them otherwise, naming the key and both values): never a version silently dropped."""
+    from py_wire._decode import checked_schema
+
+    declares = VERSION_KEY in checked_schema(groups[0]).fields
+    return concat(groups, per_row={VERSION_KEY: VERSION_KEY} if declares else None)
 
 
 def _assembled(version: int, stored: Any) -> Frame:

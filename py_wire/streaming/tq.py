@@ -35,7 +35,6 @@ from typing import Any
 
 from py_wire._args import count
 from py_wire._native import Frame
-from py_wire._ops import concat
 from py_wire.streaming._policy import (
     Counts,
     Group,
@@ -46,7 +45,7 @@ from py_wire.streaming._policy import (
     choose,
     wait_until,
 )
-from py_wire.streaming.ray_buffer import MAX_SAMPLES, VERSION_KEY
+from py_wire.streaming.ray_buffer import MAX_SAMPLES, VERSION_KEY, step_frame
 
 #: TQ task name the trainer consumes under.
 TASK = "py_wire.train"
@@ -384,14 +383,6 @@ class TQStream:
     ) -> None:
         """Stores reserved groups (one frame each), in one TQ put, waiting while the buffer
         is over its byte budget. The groups become visible whole, when TQ has their columns."""
-        nbytes = sum(f.nbytes for f in frames)
-
-        def check() -> str | None:
-            _, stored = self._open()
-            return admits(0, stored, nbytes, self.config)
-
-        if self.config.max_bytes is not None:
-            wait_until(check, timeout_s or self.config.admission_timeout_s, f"put {keys[:2]}")
         tags = []
         for f, v in zip(frames, versions, strict=True):
             self._seq += 1
@@ -406,7 +397,7 @@ class TQStream:
                     "seq": time.monotonic_ns(),
                 }
             )
-        self._put_rows(keys, frames, tags)
+        self._put_rows(keys, frames, tags, timeout_s)
 
     def put_sample(
         self, key: str, index: int, frame: Frame, version: int, timeout_s: float | None = None
@@ -445,39 +436,35 @@ class TQStream:
             keys.append(f"{key}#m:{digest}")
             frames.append(media)
             tags.append({"state": "media", "group": key, "digest": digest, "nbytes": media.nbytes})
-        nbytes = sum(f.nbytes for f in frames)
-
-        def check() -> str | None:
-            _, stored = self._open()
-            return admits(0, stored, nbytes, self.config)
-
-        if self.config.max_bytes is not None:
-            wait_until(check, timeout_s or self.config.admission_timeout_s, f"put {keys[0]}")
-        self._put_rows(keys, frames, tags)
+        self._put_rows(keys, frames, tags, timeout_s)
         if media is not None:
             _remember(self._media_sent, sent)
-        return nbytes
+        return sum(f.nbytes for f in frames)
 
-    def _put_rows(self, keys: list[str], frames: list[Frame], tags: list[dict[str, Any]]) -> None:
-        """One TQ put: each frame's bytes a row of the ``TEXT`` column, with its tags."""
-        import torch
+    def _put_rows(
+        self,
+        keys: list[str],
+        frames: list[Frame],
+        tags: list[dict[str, Any]],
+        timeout_s: float | None,
+    ) -> None:
+        """One TQ put: each frame's bytes a row of the ``TEXT`` column, with its tags, once
+        the byte budget has room for them (waiting up to ``timeout_s``)."""
+        if self.config.max_bytes is not None:
+            nbytes = sum(f.nbytes for f in frames)
+
+            def check() -> str | None:
+                return admits(0, self.stored_bytes(), nbytes, self.config)
+
+            wait_until(check, timeout_s or self.config.admission_timeout_s, f"put {keys[:2]}")
         from tensordict import TensorDict
 
-        from py_wire.interop.transfer_queue import ALIGN, TEXT
+        from py_wire.interop.transfer_queue import TEXT, frames_column
 
-        slots = [-(-f.nbytes // ALIGN) * ALIGN for f in frames]
-        offsets = torch.zeros(len(frames) + 1, dtype=torch.int64)
-        torch.cumsum(torch.tensor(slots, dtype=torch.int64), 0, out=offsets[1:])
-        buf = torch.zeros(int(offsets[-1]), dtype=torch.uint8)
-        view = buf.numpy()
-        for i, f in enumerate(frames):
-            lo = int(offsets[i])
-            view[lo : lo + f.nbytes] = memoryview(f)
-        column = torch.nested.nested_tensor_from_jagged(buf, offsets)
         _tq().kv_batch_put(
             keys=keys,
             partition_id=self.partition_id,
-            fields=TensorDict({TEXT: column}, batch_size=[len(frames)]),
+            fields=TensorDict({TEXT: frames_column(frames)}, batch_size=[len(frames)]),
             tags=tags,
         )
 
@@ -528,7 +515,7 @@ class TQStream:
         for frame in frames:
             frame.schema = checked_schema(frame)
         frames = _assembled(frames, _custom_meta(meta))
-        return meta, concat(frames, per_row={VERSION_KEY: VERSION_KEY}) if frames else None
+        return meta, step_frame(frames) if frames else None
 
     def ack(self, meta: Any) -> None:
         """The step is done: its groups leave TQ (``clear_samples``, and the reservation rows

@@ -210,3 +210,21 @@ def test_samples_put_apart_come_back_as_the_whole_batch_decodes(name: str) -> No
     assert digests(py_wire.decode(group, layout="list")) == expected
     if _samples.media_fields(whole.schema):
         assert len(media) >= 1 and all(d is not None for _, _, d in parts)
+
+
+def test_a_step_keeps_each_groups_version_or_refuses_groups_that_differ() -> None:
+    """Where the schema declares ``policy_version`` each row carries its group's; a schema
+    without the field (NeMo-RL's, verl's) takes groups of one version and refuses a mix,
+    naming the key: a version is never dropped."""
+    from py_wire.streaming.ray_buffer import step_frame
+    from py_wire.synth.registry import generate
+
+    def group(schema: str, batch: dict[str, Any], version: int) -> py_wire.Frame:
+        return py_wire.encode(batch, schema, metadata={VERSION_KEY: str(version)})
+
+    vlm = step_frame([group("qwen2_5_vl", small_vlm_batch(), v) for v in (0, 1)])
+    assert py_wire.decode(vlm)["policy_version"].tolist() == [0, 0, 0, 1, 1, 1]
+    nemo = generate("nemo_rl/text", 3, seed=1)  # NeMo-RL's fields: no policy_version
+    assert step_frame([group("nemo_rl/text", nemo, v) for v in (2, 2)]).metadata[VERSION_KEY] == "2"
+    with pytest.raises(py_wire.WireError, match=VERSION_KEY):
+        step_frame([group("nemo_rl/text", nemo, v) for v in (2, 3)])

@@ -72,6 +72,30 @@ def test_staged_micro_batches_are_views_of_one_buffer_each(
     assert len(buffers) == 3
 
 
+@pytest.mark.parametrize("name", py_wire.bundled_schemas())
+def test_every_bundled_schemas_staged_micro_batches_equal_the_whole_batch_decoded(
+    name: str,
+) -> None:
+    """Each staged micro-batch, concatenated in order, gives back every field of the whole
+    frame's decode, value for value (images included, so an empty image cannot pass)."""
+    from tests.schemas.golden import file_name, read
+
+    whole = py_wire.Frame.from_buffer(read(file_name(name)))
+    want = py_wire.decode(whole, layout="list")
+    staged = list(py_wire.trainer.iter_micro_batches(whole, 2, device="cpu", layout="list"))
+    assert sum(len(mb["input_ids"]) for mb in staged) == whole.num_rows
+    for field, rows in want.items():
+        got = [row for mb in staged for row in _rows(mb[field])]
+        assert _equal(got, _rows(rows)), field
+
+
+def _rows(value: Any) -> list[Any]:
+    """A field's rows as a list (a scalar field's tensor split into its rows)."""
+    if isinstance(value, torch.Tensor):
+        return list(value.unbind(0))
+    return list(value)
+
+
 def test_jagged_fields_keep_one_ragged_dim(vlm: py_wire.Frame) -> None:
     mb = next(iter(py_wire.trainer.iter_micro_batches(vlm, 4, device="cpu")))
     ids, adv = mb["input_ids"], mb["advantages"]

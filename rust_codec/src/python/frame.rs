@@ -81,6 +81,18 @@ pub struct Frame {
     schema_view: Mutex<Option<Py<PyAny>>>,
 }
 
+/// `out`'s buffer export, refused (a `BatchError`) unless it is writable and C-contiguous:
+/// what `encode(out=)` and `pack_into` write into.
+pub(super) fn writable_buffer(out: &Bound<'_, PyAny>) -> PyResult<PyBuffer<u8>> {
+    let bad = |m: String| super::errors::BatchError::new_err(m);
+    let buffer: PyBuffer<u8> =
+        PyBuffer::get(out).map_err(|e| bad(format!("out is not a writable byte buffer: {e}")))?;
+    if buffer.readonly() || !buffer.is_c_contiguous() {
+        return Err(bad("out must be a writable, C-contiguous buffer".into()));
+    }
+    Ok(buffer)
+}
+
 impl Frame {
     pub fn from_owned(buf: AlignedBuf, layout: FrameLayout) -> Frame {
         Frame {
@@ -114,12 +126,8 @@ impl Frame {
         fill: impl Send + FnOnce(&mut [u8]) -> crate::Result<FrameLayout>,
     ) -> PyResult<Frame> {
         let bad = |m: String| super::errors::BatchError::new_err(m);
-        let buffer: PyBuffer<u8> = PyBuffer::get(out)
-            .map_err(|e| bad(format!("out is not a writable byte buffer: {e}")))?;
+        let buffer = writable_buffer(out)?;
         let ptr = buffer.buf_ptr() as usize;
-        if buffer.readonly() || !buffer.is_c_contiguous() {
-            return Err(bad("out must be a writable, C-contiguous buffer".into()));
-        }
         if buffer.len_bytes() < len {
             return Err(bad(format!(
                 "out holds {} bytes but this frame needs {len}",

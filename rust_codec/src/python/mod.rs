@@ -28,15 +28,17 @@ use frame::Frame;
 use owners::{HeldViews, Owners};
 use staged::{StageLimits, STAGE_MAX_ROW_BYTES};
 
+/// Whether `bytes` (non-empty) share an address with `[start, start + len)`.
+fn overlaps_range(bytes: &[u8], start: usize, len: usize) -> bool {
+    let p = bytes.as_ptr() as usize;
+    !bytes.is_empty() && p < start.saturating_add(len) && start < p.saturating_add(bytes.len())
+}
+
 /// Refuses any input whose bytes overlap `[start, start + len)`, the range `encode(out=)` is
 /// about to write: reading a source while writing over it gives corrupted rows (and aliases a
 /// `&mut [u8]`). O(segments): each source range is compared with the one destination range.
 fn check_no_overlap(request: &EncodeRequest<'_>, start: usize, len: usize) -> PyResult<()> {
-    let end = start.saturating_add(len);
-    let overlaps = |b: &[u8]| {
-        let p = b.as_ptr() as usize;
-        !b.is_empty() && p < end && start < p.saturating_add(b.len())
-    };
+    let overlaps = |b: &[u8]| overlaps_range(b, start, len);
     let refuse = |name: &str, at: String| {
         BatchError::new_err(format!(
             "field {name:?}{at}: the input overlaps `out` ({len} bytes at {start:#x}); an input \
@@ -518,19 +520,12 @@ fn pack_into(
         .enumerate()
         .map(|(i, t)| tensor_ref(t, &keep, &|| format!("pack_into: tensor {i}")))
         .collect::<PyResult<Vec<_>>>()?;
-    let buffer: pyo3::buffer::PyBuffer<u8> = pyo3::buffer::PyBuffer::get(&out)
-        .map_err(|e| BatchError::new_err(format!("out is not a writable byte buffer: {e}")))?;
-    if buffer.readonly() || !buffer.is_c_contiguous() {
-        return Err(BatchError::new_err(
-            "out must be a writable, C-contiguous buffer",
-        ));
-    }
+    let buffer = frame::writable_buffer(&out)?;
     let (start, len) = (buffer.buf_ptr() as usize, buffer.len_bytes());
-    let end = start.saturating_add(len);
-    if let Some(i) = srcs.iter().position(|t| {
-        let p = t.bytes.as_ptr() as usize;
-        !t.bytes.is_empty() && p < end && start < p.saturating_add(t.bytes.len())
-    }) {
+    if let Some(i) = srcs
+        .iter()
+        .position(|t| overlaps_range(t.bytes, start, len))
+    {
         return Err(BatchError::new_err(format!(
             "pack_into: tensor {i} overlaps `out` ({len} bytes at {start:#x}): pack into \
              another buffer"
