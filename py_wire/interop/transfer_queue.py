@@ -341,7 +341,7 @@ def _packed_column(codec: _native.Codec, raws: Sequence[Raw]) -> torch.Tensor:
     return _column(sizes, fill)
 
 
-def frames_column(frames: Sequence[Frame]) -> torch.Tensor:
+def _frames_column(frames: Sequence[Frame]) -> torch.Tensor:
     """Frames already encoded, as the jagged ``uint8`` column TQ's storage units hold (the
     layout :func:`put` writes): each frame's bytes at a 64-byte aligned offset of one buffer."""
 

@@ -459,12 +459,12 @@ class TQStream:
             wait_until(check, timeout_s or self.config.admission_timeout_s, f"put {keys[:2]}")
         from tensordict import TensorDict
 
-        from py_wire.interop.transfer_queue import TEXT, frames_column
+        from py_wire.interop.transfer_queue import TEXT, _frames_column
 
         _tq().kv_batch_put(
             keys=keys,
             partition_id=self.partition_id,
-            fields=TensorDict({TEXT: frames_column(frames)}, batch_size=[len(frames)]),
+            fields=TensorDict({TEXT: _frames_column(frames)}, batch_size=[len(frames)]),
             tags=tags,
         )
 
