@@ -136,6 +136,9 @@ class Sink:
     def keep(self, frame: Any) -> None:
         self.kept = ray.put(frame)  # the actor's own copy, which outlives the producer
 
+    def pin(self, refs: list[Any]) -> None:
+        self.kept = refs, ray.get(refs[0])  # the producer's object, read (pinned) here
+
 
 @ray.remote(num_cpus=0)
 class Producer:
@@ -157,10 +160,12 @@ class Producer:
         return int(ray.get(self.handle.get_version.remote()))
 
     def floor(self, group_size: int, reps: int) -> dict[str, float]:
-        """Ray's own cost of moving one median group from this producer, unloaded: an actor
-        call carrying its frame (which Ray writes into its object store), a bare ``ray.put``
-        of it, an actor call carrying nothing; beside py_wire's ``RayBuffer.put`` of the same
-        frame (reserve excluded). Medians in ms."""
+        """Ray's own cost of moving one median group from this producer, unloaded: a
+        ``ray.put`` of its frame and an actor call carrying the ref that reads it there (what
+        ``RayBuffer.put`` does), an actor call carrying the frame (which Ray writes into its
+        object store) with and without the actor's ``ray.put`` of it, a bare ``ray.put``, an
+        actor call carrying nothing; beside ``RayBuffer.put`` of the same frame (reserve
+        excluded). Medians in ms."""
         frame = py_wire.encode(
             make_group(0, group_size, 1.0), SCHEMA, metadata={"policy_version": "0"}
         )
@@ -175,6 +180,7 @@ class Producer:
             puts.append(time.perf_counter() - t0)
         ray_costs = medians_ms_interleaved(
             {
+                "put + call with ref": lambda: ray.get(sink.pin.remote([ray.put(frame)])),
                 "call with frame": lambda: ray.get(sink.take.remote(frame)),
                 "call + actor ray.put": lambda: ray.get(sink.keep.remote(frame)),
                 "ray.put": lambda: ray.put(frame),
@@ -504,14 +510,14 @@ def main() -> int:
             if stored > 0.5 * r["sample_bytes"]:
                 fails.append(f"{path}: stored {stored} bytes of {r['sample_bytes']} sent")
     floor = ray.get(producers[0].floor.remote(args.group_size, 20))
-    kept = floor["call + actor ray.put"]
+    pinned = floor["put + call with ref"]
     print(
         f"Ray's floor, one {floor['frame_mb']:.2f} MB group from a producer, unloaded (ms): "
-        f"an actor call carrying it {floor['call with frame']:.2f} (and the actor's ray.put of "
-        f"it {floor['call + actor ray.put']:.2f}), ray.put "
-        f"{floor['ray.put']:.2f}, an empty call {floor['empty call']:.2f}; RayBuffer.put "
-        f"{floor['RayBuffer.put']:.2f} ({floor['RayBuffer.put'] / kept:.2f}x "
-        "the call and the actor's ray.put)"
+        f"ray.put and a call with the ref that reads it {pinned:.2f}; an actor call carrying "
+        f"the frame {floor['call with frame']:.2f} (and the actor's ray.put of it "
+        f"{floor['call + actor ray.put']:.2f}); ray.put {floor['ray.put']:.2f}; an empty "
+        f"call {floor['empty call']:.2f}; RayBuffer.put {floor['RayBuffer.put']:.2f} "
+        f"({floor['RayBuffer.put'] / pinned:.2f}x ray.put and the call with the ref)"
     )
     if "tq" in results:
         tqf = ray.get(producers[0].tq_floor.remote(args.group_size, 20, config))

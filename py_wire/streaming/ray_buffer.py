@@ -1,13 +1,18 @@
 """A fully-async rollout buffer on Ray alone, for jobs that do not run TransferQueue.
 
 One actor keeps the bookkeeping (reservations, stored groups, leases, counts); the frames
-themselves live in Ray's object store, put there by the actor, so the actor owns them and a
-group outlives the producer that generated it (an object a producer puts dies with it; Ray
-2.56 removed ``ray.put(..., _owner=)``). The frame reaches the actor as a zero-copy
-pickle-5 argument; the actor's ``ray.put`` is its one copy into the store.
+themselves live in Ray's object store. A producer puts its group's frame there once and hands
+the actor the ref; the actor reads it (zero-copy), which pins the object in the store of the
+actor's node for as long as the buffer holds the group, and hands the same ref to the trainer.
+So a group is copied into the store once, and still outlives the producer that put it: Ray
+frees an object with its owner (Ray 2.56 removed ``ray.put(..., _owner=)``), but not while a
+reader holds it. Should a trainer on another node find the object gone with its owner, the
+actor stores its pinned frame anew, owned by the actor, and the trainer fetches that.
 A group becomes visible only when :meth:`RayBuffer.put` commits it, whole: a producer that dies
 before that leaves nothing, and its reservation lapses. A consumer's groups are leased: they
-come back for another consumer when it does not :meth:`ack` them in time.
+come back for another consumer when it does not :meth:`ack` them in time. Producers waiting
+for a slot and trainers waiting for a step wait inside the actor (an asyncio actor), woken by
+the commit, ack or expiry they wait for.
 
 The rules (staleness bound, admission, oldest first, pace or drop) are
 :mod:`py_wire.streaming._policy`'s, the same the TransferQueue sampler applies.
@@ -15,18 +20,23 @@ The rules (staleness bound, admission, oldest first, pace or drop) are
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
 import dataclasses
 import itertools
+import math
 import time
 import uuid
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from py_wire._args import count
 from py_wire._native import Frame
 from py_wire._ops import concat
 from py_wire.streaming import _samples
 from py_wire.streaming._policy import (
+    AdmissionTimeout,
     Counts,
     Group,
     StreamConfig,
@@ -34,7 +44,6 @@ from py_wire.streaming._policy import (
     admits,
     balance,
     choose,
-    wait_until,
 )
 
 #: The metadata key a producer's frames carry their policy version in; concatenated per row
@@ -45,6 +54,10 @@ MAX_SAMPLES = 4096
 #: Media digests this process put recently (so a prompt's later samples go without them).
 _SENT_MEDIA: collections.OrderedDict[str, None] = collections.OrderedDict()
 MAX_SENT_MEDIA = 1024
+#: The longest one call waits in the actor before the caller calls again: a caller that died
+#: meanwhile can claim a slot at most this long after its death (the slot then lapses).
+CALL_WAIT_S = 5.0
+_T = TypeVar("_T")
 
 
 class _Buffer:
@@ -55,6 +68,10 @@ class _Buffer:
         self.object_store = object_store  # in the actor: frames go into Ray's object store
         self.groups: dict[str, Group] = {}
         self.refs: dict[str, Any] = {}
+        # Groups whose frame is an object a producer put (and owns): the frame, read here, so
+        # this node's store keeps the object while the buffer holds it, whatever its owner does.
+        self.pinned: dict[str, Frame] = {}
+        self.rehomed = 0
         # Groups whose samples arrive apart: per group, each sample's (text part, its bytes,
         # media digest, tokens) once put; media parts by digest, with how many samples use each.
         self.samples: dict[str, list[tuple[Any, int, str | None, int] | None]] = {}
@@ -107,10 +124,11 @@ class _Buffer:
         self._expire()
         return admits(self._open(), self.stored_bytes, nbytes, self.config)
 
-    def put(self, gid: str, frame: Frame, tokens: int) -> str | None:
-        """Stores reserved group ``gid``'s frame in the object store and commits it; None when
-        it went in, else why it must wait (the byte budget). Raises if the reservation
-        lapsed."""
+    def put(self, gid: str, frame: Frame, tokens: int, ref: Any = None) -> str | None:
+        """Commits reserved group ``gid``'s frame; None when it went in, else why it must wait
+        (the byte budget). Raises if the reservation lapsed. ``ref``: the object the frame
+        was read from (a producer's ``ray.put``), handed to the trainer as it is; else the
+        frame is stored (in the object store, in the actor)."""
         nbytes = frame.nbytes
         self._expire()
         group = self.groups.get(gid)
@@ -126,12 +144,10 @@ class _Buffer:
             return reason
         del self.reserved_until[gid]
         group.ready, group.tokens, group.nbytes = True, tokens, nbytes
-        if self.object_store:
-            import ray
-
-            self.refs[gid] = ray.put(frame)
+        if ref is not None:
+            self.refs[gid], self.pinned[gid] = ref, frame
         else:
-            self.refs[gid] = frame
+            self.refs[gid] = self._store(frame)
         self.stored_bytes += nbytes
         self.stored_total += nbytes
         self.peak_bytes = max(self.peak_bytes, self.stored_bytes)
@@ -231,6 +247,19 @@ class _Buffer:
         digests = [slot[2] for slot in slots if slot is not None]
         return texts, digests, {d: self.media[d][0] for d in digests if d is not None}
 
+    def rehome(self, lease: str) -> dict[str, Any]:
+        """For a consumer that could not fetch a group of its ``lease`` (the producer that put
+        it died, and Ray would not serve its object from another node): each such group's
+        pinned frame stored anew, owned by the buffer. Its refs, by group."""
+        entry = self.leases.get(lease)
+        out: dict[str, Any] = {}
+        for gid in entry[1] if entry is not None else ():
+            frame = self.pinned.pop(gid, None)
+            if frame is not None:
+                self.refs[gid] = out[gid] = self._store(frame)
+                self.rehomed += 1
+        return out
+
     def ack(self, lease: str) -> bool:
         """The consumer finished its step: its groups leave the buffer. False when the lease
         had lapsed (its groups were given back and may be trained again elsewhere)."""
@@ -250,6 +279,7 @@ class _Buffer:
     def _remove(self, gid: str) -> None:
         group = self.groups.pop(gid)
         self.refs.pop(gid, None)
+        self.pinned.pop(gid, None)
         self.stored_bytes -= group.nbytes
         for slot in self.samples.pop(gid, None) or ():
             if slot is None:
@@ -276,6 +306,7 @@ class _Buffer:
             "peak_bytes": self.peak_bytes,
             "open_groups": self._open(),
             "media_parts": len(self.media),
+            "rehomed": self.rehomed,
             "staleness": dict(sorted(self.staleness.items())),
         }
 
@@ -293,6 +324,106 @@ class Step:
     waited_s: float = 0.0
 
 
+class _BufferActor:
+    """The buffer actor: :class:`_Buffer`'s state behind an asyncio event loop. A producer
+    waiting for a slot or for byte budget, and a trainer waiting for a step, wait here, woken by
+    the change they wait for (a commit, an ack, an expiry), not by polling the actor (a call
+    per poll, and an admitted producer sleeping out its backoff)."""
+
+    def __init__(self, config: StreamConfig) -> None:
+        self.state = _Buffer(config, object_store=True)
+        self._changed = asyncio.Event()
+
+    def _signature(self) -> tuple[Any, ...]:
+        state = self.state
+        return (
+            tuple(state.counts.as_dict().values()),
+            state.trainer_version,
+            state.stored_bytes,
+            len(state.groups),
+            len(state.leases),
+        )
+
+    def _next_expiry(self) -> float:
+        state = self.state
+        untils = [*state.reserved_until.values(), *(until for until, _ in state.leases.values())]
+        return min(untils, default=math.inf)
+
+    async def _attempt(
+        self, attempt: Callable[[], _T], done: Callable[[_T], bool], wait_s: float
+    ) -> _T:
+        """Calls ``attempt()`` until ``done`` of its result, waiting between tries for the state
+        to change (or the next reservation or lease to lapse), for at most ``wait_s``; returns
+        the last result. Wakes the other waiters when a try changed the state."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            changed = self._changed
+            before = self._signature()
+            out = attempt()
+            if self._signature() != before:
+                self._changed = asyncio.Event()
+                changed.set()
+            now = time.monotonic()
+            if done(out) or now >= deadline:
+                return out
+            timeout = max(min(deadline, self._next_expiry() + 1e-3) - now, 1e-3)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout)
+
+    async def reserve(
+        self, version: int | None, samples: int | None, wait_s: float
+    ) -> tuple[str, int] | str:
+        """A slot and its version, or (after ``wait_s``) why there is none."""
+        out = await self._attempt(
+            lambda: self.state.reserve(version, samples), lambda o: o is not None, wait_s
+        )
+        return out if out is not None else str(self.state.why_not())
+
+    async def put(self, gid: str, refs: list[Any], tokens: int, wait_s: float) -> str | None:
+        """None once the group is committed; else (after ``wait_s``) why not. ``refs``: the
+        producer's object of the frame (in a list, so Ray hands the ref over, not the frame).
+        Reading it pins the object in this node's store for as long as the buffer holds the
+        frame, so the group outlives its producer without a copy of its own."""
+        frame = await refs[0]
+        return await self._attempt(
+            lambda: self.state.put(gid, frame, tokens, ref=refs[0]), lambda o: o is None, wait_s
+        )
+
+    async def rehome(self, lease: str) -> dict[str, Any]:
+        return self.state.rehome(lease)
+
+    async def put_sample(
+        self,
+        gid: str,
+        index: int,
+        text: Any,
+        digest: str | None,
+        media: Any,
+        tokens: int,
+        version: int | None,
+        wait_s: float,
+    ) -> str | None:
+        return await self._attempt(
+            lambda: self.state.put_sample(gid, index, text, digest, media, tokens, version),
+            lambda o: o is None or o == "media",
+            wait_s,
+        )
+
+    async def take(self, ranks: int, lease_s: float | None, wait_s: float) -> Any:
+        return await self._attempt(
+            lambda: self.state.take(ranks, lease_s), lambda o: o is not None, wait_s
+        )
+
+    async def ack(self, lease: str) -> bool:
+        return bool(await self._attempt(lambda: self.state.ack(lease), lambda o: True, 0.0))
+
+    async def set_version(self, version: int) -> None:
+        await self._attempt(lambda: self.state.set_version(version), lambda o: True, 0.0)
+
+    async def stats(self) -> dict[str, Any]:
+        return dict(await self._attempt(self.state.stats, lambda o: True, 0.0))
+
+
 class RayBuffer:
     """A handle on the buffer actor; picklable, so producers and trainers in other Ray
     processes share one buffer. ``name`` makes it a named actor others can find."""
@@ -301,16 +432,37 @@ class RayBuffer:
         import ray
 
         self.config = config
-        actor = ray.remote(num_cpus=0, max_restarts=0)(_Buffer)
+        actor = ray.remote(num_cpus=0, max_restarts=0)(_BufferActor)
         options: dict[str, Any] = {}
         if name is not None:
             options["name"] = name
-        self.actor = actor.options(**options).remote(config, True)
+        self.actor = actor.options(**options).remote(config)
 
     def _call(self, method: str, *args: Any) -> Any:
         import ray
 
         return ray.get(getattr(self.actor, method).remote(*args))
+
+    def _wait(
+        self,
+        method: str,
+        args: tuple[Any, ...],
+        done: Callable[[Any], bool],
+        timeout_s: float,
+        what: str,
+    ) -> Any:
+        """Calls the actor's waiting ``method`` (which waits in the actor, woken by the change
+        it waits for) until ``done`` of its answer; :class:`AdmissionTimeout` after
+        ``timeout_s`` with the actor's last reason."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            out = self._call(method, *args, max(min(left, CALL_WAIT_S), 0.0))
+            if done(out):
+                return out
+            if time.monotonic() >= deadline:
+                reason = out if isinstance(out, str) else "too few groups are ready for a step"
+                raise AdmissionTimeout(f"{what}: waited {timeout_s:g} s and still {reason}")
 
     def reserve(
         self,
@@ -329,17 +481,14 @@ class RayBuffer:
         once."""
         if samples is not None:
             samples = count("samples", samples, minimum=1, maximum=MAX_SAMPLES)
-        got: list[tuple[str, int]] = []
-
-        def check() -> str | None:
-            slot = self._call("reserve", version, samples)
-            if slot is None:
-                return str(self._call("why_not"))
-            got.append((slot[0], int(slot[1])))
-            return None
-
-        wait_until(check, timeout_s or self.config.admission_timeout_s, "reserve")
-        return got[0]
+        gid, got = self._wait(
+            "reserve",
+            (version, samples),
+            lambda out: not isinstance(out, str),
+            timeout_s or self.config.admission_timeout_s,
+            "reserve",
+        )
+        return str(gid), int(got)
 
     def put(
         self,
@@ -359,21 +508,14 @@ class RayBuffer:
         if sample is not None:
             self._put_sample(gid, frame, count("sample", sample), timeout_s)
             return
-        tokens = _tokens(frame)
-        # Under the budget (the common case) one actor call stores and commits the group; over
-        # it, the producer polls the bookkeeping alone and sends the frame again only once the
-        # budget has room.
-        if self._call("put", gid, frame, tokens) is None:
-            return
+        import ray
 
-        def check() -> str | None:
-            reason: str | None = self._call("why_not", frame.nbytes)
-            if reason is None:
-                reason = self._call("put", gid, frame, tokens)
-            return reason
-
-        wait_until(
-            check,
+        # The frame goes into the object store once, by this process; one actor call commits
+        # it (over the byte budget it waits in the actor until acks make room).
+        self._wait(
+            "put",
+            (gid, [ray.put(frame)], _tokens(frame)),
+            lambda reason: reason is None,
             timeout_s or self.config.admission_timeout_s,
             f"put group {gid}",
         )
@@ -386,25 +528,23 @@ class RayBuffer:
         if meta is not None and version is None:
             raise StreamError(f"sample {index}: metadata {VERSION_KEY}={meta!r} is no integer")
 
-        def check() -> str | None:
-            # The media go along with the first of a prompt's samples this process puts (a
-            # rollout worker usually generates all of a prompt's samples); the others send
-            # their text part alone, and the media only if the buffer asks (it holds no such
-            # images: another process's sample is still to come, or they were freed).
-            sent = digest is None or digest in _SENT_MEDIA
-            reason = self._call(
-                "put_sample", gid, index, text, digest, None if sent else media, tokens, version
-            )
-            if reason == "media":
-                reason = self._call("put_sample", gid, index, text, digest, media, tokens, version)
-            if reason is None and digest is not None:
-                _SENT_MEDIA[digest] = None
-                _SENT_MEDIA.move_to_end(digest)
-                if len(_SENT_MEDIA) > MAX_SENT_MEDIA:
-                    _SENT_MEDIA.popitem(last=False)
-            return None if reason is None else str(reason)
-
-        wait_until(check, timeout_s or self.config.admission_timeout_s, f"put sample {index}")
+        # The media go along with the first of a prompt's samples this process puts (a rollout
+        # worker usually generates all of a prompt's samples); the others send their text part
+        # alone, and the media only if the buffer asks (it holds no such images: another
+        # process's sample is still to come, or they were freed).
+        timeout = timeout_s or self.config.admission_timeout_s
+        sent = digest is None or digest in _SENT_MEDIA
+        parts = (gid, index, text, digest, None if sent else media, tokens, version)
+        what = f"put sample {index}"
+        reason = self._wait("put_sample", parts, lambda r: r in (None, "media"), timeout, what)
+        if reason == "media":
+            parts = (gid, index, text, digest, media, tokens, version)
+            self._wait("put_sample", parts, lambda r: r is None, timeout, what)
+        if digest is not None:
+            _SENT_MEDIA[digest] = None
+            _SENT_MEDIA.move_to_end(digest)
+            if len(_SENT_MEDIA) > MAX_SENT_MEDIA:
+                _SENT_MEDIA.popitem(last=False)
 
     def take(
         self,
@@ -415,23 +555,31 @@ class RayBuffer:
         """The next step's groups, oldest first within the staleness bound, balanced across
         ``ranks``; waits while too few are ready (or, under ``"pace"``, a group due now is still
         being generated)."""
-
-        got: list[Any] = []
-
-        def check() -> str | None:
-            out = self._call("take", ranks, lease_s)
-            if out is None:
-                return "too few groups are ready for a step"
-            got.append(out)
-            return None
+        import ray
 
         start = time.perf_counter()
-        wait_until(check, timeout_s, "take")
+        lease, parts = self._wait(
+            "take",
+            (ranks, lease_s),
+            lambda out: out is not None,
+            timeout_s,
+            "take",
+        )
         waited = time.perf_counter() - start
-        lease, parts = got[0]
         # Every group put whole is fetched in one ray.get: one round trip for the step.
-        whole = [stored[0] for part in parts for _, _, stored in part if isinstance(stored, list)]
-        fetched = iter(_fetch(whole))
+        whole = [
+            (gid, stored[0])
+            for part in parts
+            for gid, _, stored in part
+            if isinstance(stored, list)
+        ]
+        try:
+            fetched = iter(_fetch([ref for _, ref in whole]))
+        except ray.exceptions.ObjectLostError:
+            # A producer died and Ray could not serve its object here: the buffer stores the
+            # frames it pinned anew, under its own name.
+            rehomed = self._call("rehome", lease)
+            fetched = iter(_fetch([rehomed.get(gid, ref) for gid, ref in whole]))
         frames: list[Frame | None] = []
         for part in parts:
             if not part:

@@ -112,11 +112,9 @@ def test_a_producer_dying_mid_put_leaves_no_partial_group() -> None:
     assert stats["abandoned"] == 1 and stats["acked"] == 2 and stats["open_groups"] == 0
 
 
-def test_a_group_outlives_the_producer_that_put_it() -> None:
-    """Groups committed by a producer that then dies are taken whole and bit for bit: the
-    buffer holds bytes of its own, not an object the producer owns (Ray frees those with their
-    owner). The rows are long enough (about 1 MB a frame) for Ray to pass the frame through its
-    object store rather than inline in the call."""
+def _groups_of_a_dead_producer() -> tuple[RayBuffer, tuple[int, int], list[object]]:
+    """A buffer holding two groups whose producer put them and died; the store churned with
+    objects of the same size, so freed memory would be reused."""
     lengths = (20_000, 30_000)
     buffer = RayBuffer(StreamConfig(max_staleness=0, batch_groups=2))
     producer = Producer.remote(buffer)
@@ -124,11 +122,13 @@ def test_a_group_outlives_the_producer_that_put_it() -> None:
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(producer.exit.remote())
     time.sleep(3)  # Ray learns of the death and frees what the producer owned
-    # Objects of the same size, so the store has the freed memory to reuse.
     nbytes = group_frame(0, 0, lengths).nbytes
     assert nbytes > 100 * 1024  # Ray's largest inline argument
     churn = [ray.put(torch.full((nbytes,), 0xAB, dtype=torch.uint8)) for _ in range(4)]
-    step = buffer.take(timeout_s=30)
+    return buffer, lengths, churn
+
+
+def _assert_both_groups(step: py_wire.streaming.Step, lengths: tuple[int, int]) -> None:
     assert step.frames[0] is not None
     want: dict[str, object] = {}
     for group in (group_batch(0, lengths), group_batch(1, lengths)):
@@ -141,5 +141,45 @@ def test_a_group_outlives_the_producer_that_put_it() -> None:
     want["policy_version"] = torch.zeros(4, dtype=torch.int64)
     got = py_wire.decode(step.frames[0], layout="list")
     assert_batch_equal(got, want, py_wire.load_schema("text_grpo"))
+
+
+def test_a_group_outlives_the_producer_that_put_it() -> None:
+    """Groups committed by a producer that then dies are taken whole and bit for bit: the
+    producer's object holds the frame, and Ray frees it with its owner unless someone holds
+    it; the buffer holds what it read (zero-copy), so the store keeps it. The rows are long
+    enough (about 1 MB a frame) for the frame to be an object of its own in the store."""
+    buffer, lengths, churn = _groups_of_a_dead_producer()
+    step = buffer.take(timeout_s=30)
+    _assert_both_groups(step, lengths)
     assert buffer.ack(step)
+    assert buffer.stats()["rehomed"] == 0  # served from the producer's own objects
+    del churn
+
+
+def test_a_dead_producers_group_that_ray_cannot_serve_is_stored_anew(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where Ray cannot serve a dead producer's object to the trainer (the trainer on another
+    node than the copy the buffer pinned; forced here by failing the step's first fetch with
+    the error Ray raises then), the buffer stores its pinned frames anew, owned by itself, and
+    the step is still whole and bit for bit."""
+    from py_wire.streaming import ray_buffer
+
+    buffer, lengths, churn = _groups_of_a_dead_producer()
+    fetch = ray_buffer._fetch
+    failed: list[int] = []
+
+    def fetch_failing_once(refs: list[object]) -> list[py_wire.Frame]:
+        if not failed:
+            failed.append(len(refs))
+            raise ray.exceptions.OwnerDiedError(refs[0].hex(), None, "")  # type: ignore[attr-defined]
+        return fetch(refs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ray_buffer, "_fetch", fetch_failing_once)
+    step = buffer.take(timeout_s=30)
+    assert failed == [2]
+    _assert_both_groups(step, lengths)
+    assert buffer.stats()["rehomed"] == 2
+    assert buffer.ack(step)
+    assert buffer.stats()["open_groups"] == 0
     del churn
