@@ -392,21 +392,11 @@ class _BufferActor:
     async def rehome(self, lease: str) -> dict[str, Any]:
         return self.state.rehome(lease)
 
-    async def put_sample(
-        self,
-        gid: str,
-        index: int,
-        text: Any,
-        digest: str | None,
-        media: Any,
-        tokens: int,
-        version: int | None,
-        wait_s: float,
-    ) -> str | None:
+    async def put_sample(self, parts: tuple[Any, ...], wait_s: float) -> str | None:
+        """:meth:`_Buffer.put_sample` of ``parts``, waiting for byte budget; ``"media"`` at
+        once when the media must be sent."""
         return await self._attempt(
-            lambda: self.state.put_sample(gid, index, text, digest, media, tokens, version),
-            lambda o: o is None or o == "media",
-            wait_s,
+            lambda: self.state.put_sample(*parts), lambda o: o is None or o == "media", wait_s
         )
 
     async def take(self, ranks: int, lease_s: float | None, wait_s: float) -> Any:
@@ -536,10 +526,10 @@ class RayBuffer:
         sent = digest is None or digest in _SENT_MEDIA
         parts = (gid, index, text, digest, None if sent else media, tokens, version)
         what = f"put sample {index}"
-        reason = self._wait("put_sample", parts, lambda r: r in (None, "media"), timeout, what)
+        reason = self._wait("put_sample", (parts,), lambda r: r in (None, "media"), timeout, what)
         if reason == "media":
             parts = (gid, index, text, digest, media, tokens, version)
-            self._wait("put_sample", parts, lambda r: r is None, timeout, what)
+            self._wait("put_sample", (parts,), lambda r: r is None, timeout, what)
         if digest is not None:
             _SENT_MEDIA[digest] = None
             _SENT_MEDIA.move_to_end(digest)
