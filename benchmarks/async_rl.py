@@ -14,7 +14,7 @@ trained row length within 2 % of generated, peak stored bytes under the budget, 
 plane (encode + put on the producers, take + concat + decode on the trainer; admission waits
 excluded, reported apart) at least 5x faster than verl's MQ path on the same workload.
 
-    .venv/bin/python benchmarks/async_rl.py            # 240 groups
+    .venv/bin/python benchmarks/async_rl.py            # 240 groups of 8 samples
     .venv/bin/python benchmarks/async_rl.py --quick    # < 1 min; CI runs it
 """
 
@@ -445,7 +445,9 @@ def main() -> int:
     ap.add_argument("--no-speed-check", action="store_true", help="report the speed, never fail it")
     ap.add_argument("--groups", type=int, default=240)
     ap.add_argument("--producers", type=int, default=4)
-    ap.add_argument("--group-size", type=int, default=4)
+    ap.add_argument(
+        "--group-size", type=int, default=8, help="samples per prompt (the issue's own groups)"
+    )
     ap.add_argument("--batch-groups", type=int, default=8)
     ap.add_argument("--staleness", type=int, default=1)
     ap.add_argument("--median-s", type=float, default=0.02)
