@@ -108,3 +108,34 @@ def test_put_refuses_a_bad_sample_index_by_name(sample: object) -> None:
     with pytest.raises(TypeError, match="frame"):
         buffer.put(gid, b"not a frame", sample=0)  # type: ignore[arg-type]
     assert buffer.stats()["stored_bytes"] == 0
+
+
+def test_long_and_short_samples_of_one_group_come_back_bit_for_bit() -> None:
+    """Ray sends a call's argument up to 100 KiB inline and a longer one (a long answer's text
+    part) through its object store. A group with samples of both kinds, put out of order, is
+    rebuilt whole, in sample order."""
+    from py_wire.streaming import _samples
+    from py_wire.synth.qwen import qwen2_5_vl_batch
+
+    inline_bytes = 100 * 1024  # Ray's max_direct_call_object_size
+
+    group = qwen2_5_vl_batch(
+        G, seed=26, group_size=G, max_images=2, min_patches=16, max_patches=64, max_response=12000
+    )
+    frames = [sample_frame(group, i, metadata={"policy_version": "0"}) for i in range(G)]
+    sizes = [_samples.split(f)[0].nbytes for f in frames]
+    assert min(sizes) <= inline_bytes < max(sizes), sizes  # both kinds in the group
+    buffer = RayBuffer(StreamConfig(max_staleness=0, batch_groups=1, max_bytes=2**28))
+    gid, _ = buffer.reserve(samples=G)
+    for i in (2, 0, 3, 1):
+        buffer.put(gid, frames[i], sample=i)
+    step = buffer.take(ranks=1, timeout_s=60)
+    frame = step.frames[0]
+    assert frame is not None
+    decoded = py_wire.decode(frame)
+    expected = py_wire.decode(py_wire.encode(group, "qwen2_5_vl"))
+    assert_batch_equal(
+        {k: v for k, v in decoded.items() if k != "policy_version"}, expected, frame.schema
+    )
+    assert buffer.ack(step)
+    assert buffer.stats()["stored_bytes"] == 0
