@@ -120,9 +120,10 @@ class _Buffer:
         self.counts.reserved += 1
         return gid, version
 
-    def why_not(self, nbytes: int = 0) -> str | None:
+    def why_not(self) -> str | None:
+        """Why a producer may not reserve now (None when it may)."""
         self._expire()
-        return admits(self._open(), self.stored_bytes, nbytes, self.config)
+        return admits(self._open(), self.stored_bytes, 0, self.config)
 
     def put(self, gid: str, frame: Frame, tokens: int, ref: Any = None) -> str | None:
         """Commits reserved group ``gid``'s frame; None when it went in, else why it must wait
