@@ -205,13 +205,13 @@ class Producer:
         import transfer_queue as tq
         from tensordict import TensorDict
 
-        from py_wire.interop.transfer_queue import TEXT, _frames_column
+        from py_wire.interop.transfer_queue.columns import TEXT, frames_column
 
         frame = py_wire.encode(
             make_group(0, group_size, 1.0), SCHEMA, metadata={"policy_version": "0"}
         )
         keys = itertools.count()
-        column = _frames_column([frame])
+        column = frames_column([frame])
 
         def put() -> None:
             tq.kv_batch_put(

@@ -87,7 +87,7 @@ def encode(
     flag("checksum", checksum)
     flag("compact", compact)
     extra = frame_metadata(metadata)
-    fields = _fields(batch, schema, stage)
+    fields = checked_fields(batch, schema, stage)
     with plain_tensors():
         frame = _native.encode(
             schema._codec_for(stage, extra, compact), fields, threads, None, out, checksum=checksum
@@ -125,7 +125,7 @@ def encode_parts(
     count("min_borrow", min_borrow)
     flag("checksum", checksum)
     flag("compact", compact)
-    fields = _fields(batch, schema, stage)
+    fields = checked_fields(batch, schema, stage)
     codec = schema._codec_for(stage, None, compact)
     with plain_tensors():
         return _native.encode_parts(codec, fields, min_borrow, checksum=checksum)
@@ -139,7 +139,7 @@ MAX_THREADS = 1024
 plain_tensors = torch._C.DisableTorchFunction
 
 
-def _fields(
+def checked_fields(
     batch: Mapping[str, Any], schema: Schema, stage: str | None, *, required: bool = True
 ) -> list[tuple[str, str, Any, Any]]:
     batch = batch_mapping("batch", batch)

@@ -16,12 +16,24 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from py_wire._native import SchemaError
 
-if TYPE_CHECKING:
-    from py_wire._schema import Schema
+
+class Schema(Protocol):
+    """What evolution reads of a schema (``py_wire.Schema`` is one): its identity and its
+    canonical document. A protocol, so that this module needs nothing of ``_schema`` (which
+    imports it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def fingerprint(self) -> str: ...
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+
 
 #: The field keys that decide what a frame's bytes mean: a change to any is incompatible. Keys
 #: not listed (description, stages, pad_value, accept, lossy, and any a later version adds) are

@@ -14,7 +14,7 @@ from typing import Any
 from py_wire import _native
 from py_wire._args import flag
 from py_wire._args import path as path_arg
-from py_wire._encode import _fields, plain_tensors
+from py_wire._encode import checked_fields, plain_tensors
 from py_wire._native import Frame, FrameError
 from py_wire._schema import Schema, load_schema
 from py_wire._source import as_frame
@@ -46,7 +46,7 @@ def encoded_nbytes(
     schema = load_schema(schema)
     flag("checksum", checksum)
     flag("compact", compact)
-    fields = _fields(batch, schema, stage)
+    fields = checked_fields(batch, schema, stage)
     codec = schema._codec_for(stage, None, compact)
     with plain_tensors():
         return _native.encoded_nbytes(codec, fields, checksum=checksum)

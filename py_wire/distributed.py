@@ -45,6 +45,14 @@ from py_wire._native import Frame, FrameError, ReceiveBuffer, WireError
 from py_wire._ops import shard
 from py_wire._source import as_frame
 
+__all__ = [
+    "all_gather",
+    "broadcast",
+    "recv",
+    "scatter",
+    "send",
+]
+
 #: "PYWIREFR" as a little-endian int64: the first word of every announcement.
 MAGIC = int.from_bytes(b"PYWIREFR", "little") & 0x7FFF_FFFF_FFFF_FFFF
 #: The announcement's layout version (bumped if the header grows). 2: the frame's last 8

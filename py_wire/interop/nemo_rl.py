@@ -41,6 +41,21 @@ from py_wire._native import BatchError, Frame, FrameError, WireError
 from py_wire._packed import PackedTensor
 from py_wire._schema import Schema, load_schema
 from py_wire._source import as_frame
+from py_wire.interop import transfer_queue as ptq
+from py_wire.interop.transfer_queue.meta import names
+
+__all__ = [
+    "batched_data_dict_class",
+    "from_frame",
+    "from_nemo",
+    "from_nemo_packed",
+    "get",
+    "get_by_meta",
+    "iter_micro_batches",
+    "nemo_packed_class",
+    "put",
+    "to_frame",
+]
 
 
 def batched_data_dict_class() -> type | None:
@@ -142,8 +157,6 @@ def put(
     """NeMo-RL's producer side of TransferQueue: :func:`from_nemo`, then
     :func:`py_wire.interop.transfer_queue.put` with ``options`` (``group_size``, ``tags``,
     ``stage``)."""
-    from py_wire.interop import transfer_queue as ptq
-
     return ptq.put(from_nemo(batched_data_dict), schema, keys, partition_id, **options)
 
 
@@ -165,10 +178,8 @@ def get(
     NeMo-RL's ``PackedTensor`` and the whole a ``BatchedDataDict`` where ``nemo_rl`` is
     importable (a dict of py_wire's otherwise). The media column is read only when the stage
     or ``fields`` want media."""
-    from py_wire.interop import transfer_queue as ptq
-
     multiple = _fetch_width(pad_to_multiple_of, pad_to_seqlen)
-    wanted = None if fields is None else ptq._names("fields", fields)
+    wanted = None if fields is None else names("fields", fields)
     extra: list[str] = []
     if (
         wanted is not None
@@ -199,8 +210,6 @@ def get_by_meta(
 ) -> Any:
     """:func:`get` for the samples of a meta: NeMo-RL's ``KVBatchMeta`` (``sample_ids``,
     ``partition_id``), or TQ's ``KVBatchMeta`` / ``BatchMeta`` as its samplers hand out."""
-    from py_wire.interop import transfer_queue as ptq
-
     keys, partition_id = ptq.meta_keys(meta)
     return get(
         keys,

@@ -77,6 +77,12 @@ from py_wire._rowvalues import encode_rows, json_text, shared_rows
 from py_wire._schema import FieldDef, Schema, load_schema
 from py_wire._source import as_frame
 
+__all__ = [
+    "dataproto_class",
+    "from_frame",
+    "to_frame",
+]
+
 #: ``batch`` keys consumed by the adapter rather than stored.
 DERIVED_KEYS = ("attention_mask", "prompts")
 #: ``non_tensor_batch`` key whose per-row dicts become packed media fields.

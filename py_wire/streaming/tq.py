@@ -35,6 +35,7 @@ from typing import Any
 
 from py_wire._args import count
 from py_wire._native import Frame
+from py_wire.interop.transfer_queue.columns import TEXT, frames_column, stored_frames
 from py_wire.streaming._policy import (
     Counts,
     Group,
@@ -459,12 +460,11 @@ class TQStream:
             wait_until(check, timeout_s or self.config.admission_timeout_s, f"put {keys[:2]}")
         from tensordict import TensorDict
 
-        from py_wire.interop.transfer_queue import TEXT, _frames_column
 
         _tq().kv_batch_put(
             keys=keys,
             partition_id=self.partition_id,
-            fields=TensorDict({TEXT: _frames_column(frames)}, batch_size=[len(frames)]),
+            fields=TensorDict({TEXT: frames_column(frames)}, batch_size=[len(frames)]),
             tags=tags,
         )
 
@@ -481,7 +481,6 @@ class TQStream:
         """This rank's share of step ``step``'s groups (TQ's ``BatchMeta``, and one frame of
         their rows with a ``policy_version`` field), waiting until the sampler hands a step."""
         from py_wire._decode import checked_schema
-        from py_wire.interop.transfer_queue import TEXT, _stored_frames
 
         client = _tq().get_client()
         got: list[Any] = []
@@ -511,7 +510,7 @@ class TQStream:
         meta = got[0]
         data = client.get_data(meta)
         keys = [str(i) for i in meta.global_indexes]
-        frames = _stored_frames(data[TEXT], TEXT, keys)
+        frames = stored_frames(data[TEXT], TEXT, keys)
         for frame in frames:
             frame.schema = checked_schema(frame)
         frames = _assembled(frames, _custom_meta(meta))

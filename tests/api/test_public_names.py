@@ -3,9 +3,15 @@ missing optional dependency says."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+import pytest
 
 import py_wire
 import py_wire.trainer
@@ -84,3 +90,51 @@ def test_the_demo_runs_without_hypothesis() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().endswith("False"), out.stdout + out.stderr
+
+
+def _documented_contracts() -> dict[str, set[str]]:
+    """docs/api.md's "Module contracts": each module and the names it lists."""
+    text = (Path(__file__).parents[2] / "docs" / "api.md").read_text()
+    section = text.split("## Module contracts", 1)[1].split("\n## ", 1)[0]
+    found = {}
+    for line in section.splitlines():
+        m = re.match(r"- `([\w.]+)`: (.*)", line)
+        if m:
+            found[m[1]] = set(re.findall(r"`(\w+)`", m[2]))
+    return found
+
+
+CONTRACT_MODULES = [
+    "py_wire.trainer",
+    "py_wire.distributed",
+    "py_wire.interop.nemo_rl",
+    "py_wire.interop.verl",
+    "py_wire.interop.transfer_queue",
+]
+
+
+def test_every_public_module_has_a_documented_contract() -> None:
+    assert set(_documented_contracts()) == set(CONTRACT_MODULES)
+
+
+@pytest.mark.parametrize("name", CONTRACT_MODULES)
+def test_a_modules_all_is_exactly_its_documented_names(name: str) -> None:
+    module = importlib.import_module(name)
+    exported = list(module.__all__)
+    assert len(exported) == len(set(exported)), f"{name}.__all__ names something twice"
+    assert set(exported) == _documented_contracts()[name]
+    for attr in exported:
+        assert getattr(module, attr) is not None, f"{name}.{attr}"
+
+
+@pytest.mark.parametrize("name", CONTRACT_MODULES)
+def test_no_public_function_of_a_module_is_left_out_of_its_all(name: str) -> None:
+    """A function a module defines without a leading underscore is either in ``__all__`` or
+    lives in a submodule of its own (a package's internals), never a silent extra."""
+    module = importlib.import_module(name)
+    defined_here = {
+        n
+        for n, f in inspect.getmembers(module, inspect.isfunction)
+        if not n.startswith("_") and f.__module__ == name
+    }
+    assert defined_here <= set(module.__all__), sorted(defined_here - set(module.__all__))

@@ -346,8 +346,8 @@ def _public() -> set[str]:
         if not method.startswith("_") or method == "__getitem__":
             names.add("PackedTensor[]" if method == "__getitem__" else f"PackedTensor.{method}")
     for module, short in ((nemo_rl, "nemo_rl"), (pw_verl, "verl"), (ptq, "transfer_queue")):
-        for n, f in inspect.getmembers(module, inspect.isfunction):
-            if not n.startswith("_") and f.__module__ == module.__name__:
+        for n in module.__all__:
+            if inspect.isfunction(getattr(module, n)):
                 names.add(f"{short}.{n}")
     return names
 

@@ -1,0 +1,404 @@
+"""Reading groups back: the columns a fetch needs, checked to be one group's per key, merged
+with their write-backs and decoded as :func:`py_wire.decode` decodes the whole batch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from py_wire._decode import (
+    FrameViews,
+    Writable,
+    add_missing_fields,
+    checked_schema,
+    decode_selected,
+)
+from py_wire._errors import with_context
+from py_wire._native import BatchError, Frame, FrameError
+from py_wire._ops import concat, take_rows
+from py_wire._schema import Schema
+from py_wire.interop.transfer_queue.columns import (
+    COLUMN_KEY,
+    COLUMNS,
+    MEDIA,
+    TEXT,
+    WRITE_BACK,
+    is_ours,
+    is_write_back,
+    media_fields,
+    stored_frames,
+    wanted_fields,
+    written_fields,
+)
+from py_wire.interop.transfer_queue.meta import (
+    key_list,
+    meta_keys,
+    names,
+    refuse_repeats,
+    retrieve_meta,
+    tq_module,
+    with_field,
+)
+
+
+def column_frames(value: Any, column: str, keys: Sequence[str]) -> list[Frame]:
+    frames = []
+    for key, frame in zip(keys, stored_frames(value, column, keys), strict=True):
+        if frame.metadata.get(COLUMN_KEY) != column:
+            raise FrameError(
+                f"key {key!r}: the frame in TQ column {column!r} was encoded for column "
+                f"{frame.metadata.get(COLUMN_KEY)!r}"
+            )
+        frame.schema = checked_schema(frame)
+        frames.append(frame)
+    return frames
+
+
+def fetch_columns(meta: Any, columns: Sequence[str], keys: Sequence[str]) -> dict[str, list[Frame]]:
+    if not columns:
+        return {}
+    got = tq_module().get_client().get_data(meta.select_fields(list(columns)))
+    return {c: column_frames(got[c], c, keys) for c in columns}
+
+
+def get_frames(
+    keys: Sequence[str] | str,
+    partition_id: str,
+    columns: Sequence[str] = COLUMNS,
+) -> dict[str, list[Frame]]:
+    """Per column of ``columns`` (stored columns or write-back columns), the frames of ``keys``
+    in that order: views of the one buffer TQ's get returns (no further copy). A column the
+    keys do not hold is a :class:`~py_wire.FrameError`."""
+    keys = key_list(keys)
+    columns = names("columns", columns)
+    if not columns or not all(is_ours(c) for c in columns):
+        raise with_field(
+            BatchError(
+                f"columns {columns!r} must be some of {list(COLUMNS)} or write-back columns "
+                f"({WRITE_BACK}...)"
+            ),
+            "columns",
+        )
+    meta = retrieve_meta(keys, partition_id)
+    absent = [c for c in columns if c not in meta.field_names]
+    if absent:
+        raise FrameError(f"TQ holds no column {absent[0]!r} for every one of keys {keys[:4]}")
+    return fetch_columns(meta, columns, keys)
+
+
+def _check_groups(frames: Mapping[str, Sequence[Frame]], keys: Sequence[str]) -> None:
+    """Every column of one key holds the same group: one schema and one row count per key
+    (here), one sequence, offsets and tokens (:func:`_check_sequences`). A text frame merged
+    with another group's media would pair rows with the wrong images."""
+    text = frames[TEXT]
+    for column, group in frames.items():
+        if isinstance(group, str | bytes) or not isinstance(group, Sequence):
+            raise TypeError(f"frames[{column!r}] must be a list of frames, one per key")
+        if len(group) != len(keys):
+            raise with_field(
+                BatchError(f"frames[{column!r}] holds {len(group)} frames for {len(keys)} keys"),
+                "keys",
+            )
+    sch = checked_schema(text[0])
+    for column, group in frames.items():
+        for key, t, f in zip(keys, text, group, strict=True):
+            problem = None
+            if checked_schema(f).fingerprint != sch.fingerprint:
+                problem = f"schema {checked_schema(f).name!r} ({checked_schema(f).fingerprint})"
+            elif checked_schema(t).fingerprint != sch.fingerprint:
+                problem = f"schema {checked_schema(t).name!r}, another key's {sch.name!r}"
+            elif f.num_rows != t.num_rows:
+                problem = f"{f.num_rows} rows where its text column holds {t.num_rows}"
+            if problem is not None:
+                _not_one_group(key, column, problem)
+
+
+def _not_one_group(key: str, column: str, problem: str) -> None:
+    raise with_context(
+        FrameError(
+            f"key {key!r}: TQ column {column!r} holds {problem}: its columns are not one "
+            "group's (refusing to merge them)"
+        ),
+        field=column,
+    )
+
+
+def _check_sequences(
+    frames: Mapping[str, Sequence[Frame]],
+    joined: Mapping[str, Frame],
+    keys: Sequence[str],
+    seq: str | None,
+) -> None:
+    """Each column's sequence field (offsets and tokens) is its text column's: compared once
+    over the joined frames, then key by key to name the one that differs."""
+    if seq is None:
+        return
+    text = _sequence(joined[TEXT], seq)
+    for column, frame in joined.items():
+        if column == TEXT or _same(text, _sequence(frame, seq)):
+            continue
+        for key, t, f in zip(keys, frames[TEXT], frames[column], strict=True):
+            if not _same(_sequence(t, seq), _sequence(f, seq)):
+                _not_one_group(key, column, f"a sequence field {seq!r} unlike its text column's")
+        _not_one_group(str(list(keys)[:4]), column, f"a sequence field {seq!r} unlike the text's")
+
+
+def _sequence(frame: Frame, seq: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The frame's sequence offsets and the sequence field's values, as views (no decode)."""
+    views = FrameViews(frame)
+    f = views.fields.get(seq)
+    if f is None or views.seq_offsets is None:
+        return None
+    return views.seq_offsets, views.values(f.values)
+
+
+def _same(
+    a: tuple[torch.Tensor, torch.Tensor] | None, b: tuple[torch.Tensor, torch.Tensor] | None
+) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def decode_columns(
+    frames: Mapping[str, Sequence[Frame]],
+    keys: Sequence[str],
+    *,
+    stage: str | None = None,
+    fields: Sequence[str] | None = None,
+    writable: Writable = "auto",
+    **decode_options: Any,
+) -> dict[str, Any]:
+    """Per column, the frames of ``keys`` (as :func:`get_frames` returns them) decoded into one
+    batch: exactly what :func:`py_wire.decode` returns of the whole batch for ``stage``
+    (narrowed to ``fields``). The columns must be one group's per key
+    (:class:`~py_wire.FrameError` otherwise); a field of the stage that no column holds is
+    rows without segments for an optional packed field (a :class:`~py_wire.ContractError`
+    when rows hold its placeholder tokens) and a :class:`~py_wire.FrameError` when the stage
+    requires it."""
+    if not isinstance(frames, Mapping):
+        raise TypeError(
+            f"frames must map each column to its frames (get_frames), not {type(frames).__name__}"
+        )
+    keys = key_list(keys)
+    fields = None if fields is None else names("fields", fields)
+    if TEXT not in frames:
+        raise FrameError(f"frames holds no {TEXT!r} column for keys {keys[:4]}")
+    _check_groups(frames, keys)
+    sch = checked_schema(frames[TEXT][0])
+    wanted = wanted_fields(sch, stage, fields)
+    seq = sch.sequence_field
+    merged: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    joined = {c: g[0] if len(g) == 1 else concat(list(g)) for c, g in frames.items()}
+    _check_sequences(frames, joined, keys, seq)
+    for column, frame in joined.items():
+        held = {f.name for f in frame.layout.fields}
+        if column != TEXT:
+            held.discard(seq)  # every column carries it; the text column's is returned
+        keep = held if wanted is None else held & wanted
+        for name, value in decode_selected(
+            frame, keep, writable=writable, **decode_options
+        ).items():
+            if name in keep and name in merged:
+                # A write-back with replace=True holds a field the text column holds too:
+                # the write-back's is the field now. Any other pair is two answers.
+                if source[name] == TEXT and is_write_back(column):
+                    merged[name], source[name] = value, column
+                    continue
+                if column == TEXT and is_write_back(source[name]):
+                    continue
+                raise with_context(
+                    FrameError(f"field {name!r} is held by two TQ columns of keys {keys[:4]}"),
+                    field=name,
+                )
+            merged.setdefault(name, value)
+            source.setdefault(name, column)
+    if wanted is not None:
+        _check_required(sch, stage, wanted, merged, keys)
+        rows = decode_options.get("rows")
+        tokens = None
+        if seq is not None:
+            t = decode_selected(joined[TEXT], {seq}, writable="view", rows=rows).get(seq)
+            tokens = None if t is None else (t.values(), t.offsets())
+        num_rows = len(range(joined[TEXT].num_rows)[rows]) if rows is not None else None
+        add_missing_fields(
+            merged,
+            sch,
+            wanted,
+            joined[TEXT].num_rows if num_rows is None else num_rows,
+            decode_options.get("layout"),
+            tokens,
+        )
+    order = {n: i for i, n in enumerate(sch.fields)}
+    return dict(sorted(merged.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def _check_required(
+    sch: Schema, stage: str | None, wanted: set[str], merged: Mapping[str, Any], keys: Any
+) -> None:
+    needed = sch.required_for(stage) if stage is not None else list(sch.fields)
+    for name in needed:
+        if name in wanted and name not in merged:
+            raise with_context(
+                FrameError(
+                    f"field {name!r}{f' (stage {stage!r} needs it)' if stage else ''} is neither "
+                    f"stored nor written back for keys {list(keys)[:4]}"
+                ),
+                field=name,
+            )
+
+
+def _needed_columns(
+    held: Sequence[str], sch: Schema | None, stage: str | None, fields: Sequence[str] | None
+) -> list[str]:
+    """The held py_wire columns a fetch reads (``sch``: None before the text column is read,
+    when only the text and write-back columns can be chosen)."""
+    ours = [c for c in held if is_ours(c)]
+    if stage is None and fields is None:
+        return ours
+    if sch is None:
+        if stage is not None:
+            return [TEXT]
+        wanted: set[str] | None = set(fields or ())
+    else:
+        wanted = wanted_fields(sch, stage, fields)
+        if wanted is None:
+            return ours
+    assert wanted is not None
+    out = [TEXT]
+    if MEDIA in ours and sch is not None and wanted & set(media_fields(sch)):
+        out.append(MEDIA)
+    out += [c for c in ours if set(written_fields(c)) & wanted]
+    return out
+
+
+def get(
+    keys: Sequence[str] | str,
+    partition_id: str,
+    *,
+    stage: str | None = None,
+    fields: Sequence[str] | None = None,
+    columns: Sequence[str] | None = None,
+    writable: Writable = "auto",
+    **decode_options: Any,
+) -> dict[str, Any]:
+    """The rows of ``keys`` (groups, in that order) decoded as :func:`py_wire.decode` decodes
+    the whole batch (``decode_options`` are its keywords): the stored columns and every
+    write-back merged into one dict, each key's columns checked to be one group's. ``stage``
+    returns that stage's fields, ``fields`` the named ones; the media column is fetched only
+    when a wanted field is declared ``column = "media"``. ``columns`` reads exactly those TQ
+    columns (``(TEXT,)``: the text column alone). Several keys are joined with
+    :func:`py_wire.concat` (one copy); a single key decodes as views of TQ's buffer."""
+    keys = key_list(keys)
+    fields = None if fields is None else names("fields", fields)
+    meta = retrieve_meta(keys, partition_id)
+    held = list(meta.field_names)
+    if TEXT not in held:
+        raise FrameError(f"TQ holds no {TEXT!r} column for every one of keys {keys[:4]}")
+    if columns is not None:
+        frames = get_frames(keys, partition_id, columns)
+        asked = {f.name for c in frames for f in frames[c][0].layout.fields}
+        if TEXT not in frames:  # read for the checks and the tokens
+            frames = {**fetch_columns(meta, [TEXT], keys), **frames}
+        out = decode_columns(
+            frames, keys, stage=stage, fields=fields, writable=writable, **decode_options
+        )
+        return {
+            k: v
+            for k, v in out.items()
+            if k in asked or k not in checked_schema(frames[TEXT][0]).fields
+        }
+    frames = _read(meta, keys, stage, fields)
+    return decode_columns(
+        frames, keys, stage=stage, fields=fields, writable=writable, **decode_options
+    )
+
+
+def _read(
+    meta: Any, keys: list[str], stage: str | None, fields: Sequence[str] | None
+) -> dict[str, list[Frame]]:
+    """The columns of ``keys`` a fetch for ``stage`` / ``fields`` reads: the text and write-back
+    columns first, then the media column when the (now known) schema says a wanted field is
+    media."""
+    held = list(meta.field_names)
+    frames = fetch_columns(meta, _needed_columns(held, None, stage, fields), keys)
+    sch = checked_schema(frames[TEXT][0])
+    if MEDIA not in held and media_fields(sch) and stage is None and fields is None:
+        raise FrameError(
+            f"TQ holds no {MEDIA!r} column for keys {keys[:4]}, though their schema has media"
+        )
+    rest = [c for c in _needed_columns(held, sch, stage, fields) if c not in frames]
+    frames.update(fetch_columns(meta, rest, keys))
+    return frames
+
+
+def get_samples(
+    samples: Sequence[tuple[str, int]],
+    partition_id: str,
+    *,
+    stage: str | None = None,
+    fields: Sequence[str] | None = None,
+    **decode_options: Any,
+) -> dict[str, Any]:
+    """Per-sample addressing over groups stored once: ``samples`` are ``(group key, row)``
+    pairs, in the order wanted (NeMo-RL's per-sample metas, pre-sharding and DP dispatch
+    address samples; the media stay stored once per group). Each distinct group is fetched
+    once and the rows are taken from it (:func:`py_wire.take_rows`: a copy of those rows).
+    Returns what :func:`get` returns for those rows. A sample named twice or a row outside
+    its group is a :class:`~py_wire.BatchError` naming the sample (``row``: its index in
+    ``samples``)."""
+    if isinstance(samples, str | bytes) or not isinstance(samples, Sequence) or not samples:
+        raise TypeError("samples must be a non-empty sequence of (key, row) pairs")
+    for i, sample in enumerate(samples):
+        if (
+            not isinstance(sample, tuple)
+            or len(sample) != 2
+            or not isinstance(sample[0], str)
+            or isinstance(sample[1], bool)
+            or not isinstance(sample[1], int)
+        ):
+            raise TypeError(f"samples[{i}] must be a (key, row) pair, not {sample!r}")
+    refuse_repeats(samples, "samples")
+    fields = None if fields is None else names("fields", fields)
+    keys = list(dict.fromkeys(k for k, _ in samples))
+    meta = retrieve_meta(keys, partition_id)
+    if TEXT not in meta.field_names:
+        raise FrameError(f"TQ holds no {TEXT!r} column for every one of keys {keys[:4]}")
+    frames = _read(meta, keys, stage, fields)
+    start, first = 0, {}
+    for key, frame in zip(keys, frames[TEXT], strict=True):
+        first[key] = (start, frame.num_rows)
+        start += frame.num_rows
+    picks = []
+    for i, (key, row) in enumerate(samples):
+        base, rows = first[key]
+        if not 0 <= row < rows:
+            raise with_context(
+                BatchError(f"sample ({key!r}, {row}): group {key!r} holds {rows} rows"),
+                field="samples",
+                row=i,
+            )
+        picks.append(base + row)
+    taken = {
+        c: [take_rows(g[0] if len(g) == 1 else concat(list(g)), picks)] for c, g in frames.items()
+    }
+    return decode_columns(taken, ["samples"], stage=stage, fields=fields, **decode_options)
+
+
+def get_by_meta(
+    meta: Any,
+    *,
+    stage: str | None = None,
+    fields: Sequence[str] | None = None,
+    writable: Writable = "auto",
+    **decode_options: Any,
+) -> dict[str, Any]:
+    """What :func:`get` returns, for the samples of a TQ ``BatchMeta`` or ``KVBatchMeta`` (what
+    ``get_meta`` and TQ's samplers hand out), or NeMo-RL's ``KVBatchMeta`` (``sample_ids``,
+    ``partition_id``), instead of keys. A sample named twice is a :class:`~py_wire.BatchError`
+    naming it."""
+    keys, partition_id = meta_keys(meta)
+    return get(keys, partition_id, stage=stage, fields=fields, writable=writable, **decode_options)

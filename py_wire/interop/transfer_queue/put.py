@@ -1,0 +1,280 @@
+"""Storing a batch: rows cut into groups, each group checked as :func:`py_wire.encode` checks a
+batch and encoded into its columns, then one ``kv_batch_put``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from py_wire import _native
+from py_wire._args import batch_mapping, count, items
+from py_wire._encode import checked_fields, plain_tensors
+from py_wire._native import BatchError, Frame
+from py_wire._packed import PackedTensor
+from py_wire._schema import Schema, load_schema
+from py_wire._typing import as_jagged
+from py_wire.interop.transfer_queue.columns import (
+    COLUMNS,
+    TEXT,
+    TOTAL_LENGTHS,
+    Raw,
+    column_codec,
+    column_of,
+    media_fields,
+    packed_column,
+    stores_frames_as_objects,
+)
+from py_wire.interop.transfer_queue.meta import (
+    names,
+    partition,
+    refuse_repeats,
+    tq_module,
+    with_field,
+)
+
+
+def _group_spans(num_rows: int, group_size: int | Sequence[int]) -> list[tuple[int, int]]:
+    if isinstance(group_size, bool):
+        raise TypeError(f"group_size must be an int or a sequence of ints, not {group_size!r}")
+    if isinstance(group_size, int | np.integer):
+        size = int(group_size)
+        if size < 1 or num_rows % size:
+            raise with_field(
+                BatchError(
+                    f"group_size={size} must be a positive divisor of the batch's {num_rows} rows"
+                ),
+                "group_size",
+            )
+        sizes = [size] * (num_rows // size)
+    else:
+        # Each size is at least 1 and they add up to the rows: no more sizes than rows.
+        listed = items("group_size", group_size, limit=max(num_rows, 1))
+        sizes = [count(f"group_size[{i}]", s) for i, s in enumerate(listed)]
+        if any(s < 1 for s in sizes) or sum(sizes) != num_rows:
+            raise with_field(
+                BatchError(
+                    f"group_size {sizes} must be positive and add up to the batch's {num_rows} rows"
+                ),
+                "group_size",
+            )
+    spans, start = [], 0
+    for s in sizes:
+        spans.append((start, start + s))
+        start += s
+    return spans
+
+
+def value_rows(value: Any) -> int:
+    if isinstance(value, torch.Tensor) and value.is_nested:
+        return int(value.size(0))
+    try:
+        return len(value)
+    except TypeError:
+        raise TypeError(
+            f"a batch field must hold rows (a list, a tensor), not {type(value).__name__}"
+        ) from None
+
+
+def _num_rows(batch: Mapping[str, Any], sch: Schema) -> int:
+    value = batch.get(sch.sequence_field) if sch.sequence_field else None
+    if value is None:
+        value = next((v for v in batch.values() if v is not None), None)
+    if value is None:
+        return 0
+    return value_rows(value)
+
+
+def group_rows(name: str, value: Any, start: int, stop: int) -> Any:
+    """Rows ``start:stop`` of field ``name``'s input value, in a form ``encode`` accepts,
+    without copying."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor) and value.is_nested and value.layout == torch.jagged:
+        offsets = as_jagged(value).offsets()
+        lo, hi = int(offsets[start]), int(offsets[stop])
+        return torch.nested.nested_tensor_from_jagged(
+            value.values()[lo:hi], offsets[start : stop + 1] - lo
+        )
+    if isinstance(value, torch.Tensor) and value.is_nested:  # strided nested
+        return list(value.unbind())[start:stop]
+    if isinstance(value, torch.Tensor | np.ndarray) and value.ndim == 0:
+        raise TypeError(f"field {name!r}: a 0-d {type(value).__name__} has no rows")
+    if isinstance(value, torch.Tensor | np.ndarray | list | tuple):
+        return value[start:stop]
+    if isinstance(value, PackedTensor):
+        return value.slice(range(start, stop))
+    if hasattr(value, "tensors") and hasattr(value, "dim_to_pack"):
+        raise with_field(
+            BatchError(
+                f"field {name!r}: a {type(value).__name__} with .tensors (NeMo-RL's "
+                "PackedTensor) is not py_wire's: put it with py_wire.interop.nemo_rl.put, or "
+                "convert the batch with py_wire.interop.nemo_rl.from_nemo first"
+            ),
+            name,
+        )
+    raise TypeError(
+        f"field {name!r}: cannot take rows of a {type(value).__name__} (give lists, tensors, "
+        "numpy arrays, jagged nested tensors or PackedTensors)"
+    )
+
+
+def _group_plans(
+    batch: Mapping[str, Any],
+    sch: Schema,
+    group_size: int | Sequence[int],
+    stage: str | None = None,
+) -> tuple[dict[str, list[Raw]], tuple[str, ...]]:
+    """Per column, each group's checked fields (as :func:`py_wire.encode` checks a batch, for
+    ``stage``), and the columns the schema has. The sequence field travels in every column."""
+    batch = batch_mapping("batch", batch)
+    seq = sch.sequence_field
+    spans = _group_spans(_num_rows(batch, sch), group_size)
+    plans: dict[str, list[Raw]] = {c: [] for c in COLUMNS}
+    for start, stop in spans:
+        group = {k: group_rows(k, v, start, stop) for k, v in batch.items()}
+        raw = checked_fields(group, sch, stage)
+        for column in COLUMNS:
+            plans[column].append([r for r in raw if column_of(sch, r[0]) == column or r[0] == seq])
+    return plans, COLUMNS if media_fields(sch) else (TEXT,)
+
+
+def encode_columns(
+    codecs: Mapping[str, _native.Codec], plans: Mapping[str, Sequence[Raw]], as_objects: bool
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with plain_tensors():
+        for column, codec in codecs.items():
+            raws = plans[column]
+            if not raws:
+                continue
+            if as_objects:
+                out[column] = [_native.encode(codec, raw, None, None, None) for raw in raws]
+            else:
+                out[column] = packed_column(codec, raws)
+    return out
+
+
+def _stored_codecs(sch: Schema, stage: str | None, columns: Sequence[str]) -> dict[str, Any]:
+    return {
+        c: column_codec(sch, c, stage, sch.column_fields(c[len("py_wire.") :])) for c in columns
+    }
+
+
+def encode_groups(
+    batch: Mapping[str, Any],
+    schema: Schema | str | Path,
+    group_size: int | Sequence[int] = 1,
+    *,
+    stage: str | None = None,
+) -> dict[str, torch.Tensor]:
+    """The batch as TQ columns: per column a jagged ``uint8`` nested tensor, one frame per group
+    (each at a 64-byte aligned offset of one buffer, its length padded to a multiple of 64).
+    Every group is checked as :func:`py_wire.encode` checks a batch (for ``stage``), before any
+    byte is written. No column when the batch has no rows; no media column for a schema that
+    declares no media fields."""
+    sch = load_schema(schema)
+    plans, columns = _group_plans(batch, sch, group_size, stage)
+    return encode_columns(_stored_codecs(sch, stage, columns), plans, as_objects=False)
+
+
+def encode_group_frames(
+    batch: Mapping[str, Any],
+    schema: Schema | str | Path,
+    group_size: int | Sequence[int] = 1,
+    *,
+    stage: str | None = None,
+) -> dict[str, list[Frame]]:
+    """The batch as TQ columns of :class:`~py_wire.Frame` objects, one per group (the RayStore
+    path): the same frames :func:`encode_groups` packs into one buffer, each in its own."""
+    sch = load_schema(schema)
+    plans, columns = _group_plans(batch, sch, group_size, stage)
+    return encode_columns(_stored_codecs(sch, stage, columns), plans, as_objects=True)
+
+
+def _group_tags(
+    plans: Mapping[str, Sequence[Raw]], sch: Schema, tags: Sequence[Mapping[str, Any]] | None
+) -> list[dict[str, Any]] | None:
+    """Each group's TQ tags: the caller's, plus ``total_lengths`` (the group's tokens, what
+    TQ's ``SeqlenBalancedSampler`` balances by) unless the caller set it."""
+    seq = sch.sequence_field
+    if seq is None:
+        return None if tags is None else [dict(t) for t in tags]
+    out = []
+    for i, raw in enumerate(plans[TEXT]):
+        tag = {} if tags is None else dict(tags[i])
+        if TOTAL_LENGTHS not in tag:
+            tag[TOTAL_LENGTHS] = _token_count(next(r for r in raw if r[0] == seq))
+        out.append(tag)
+    return out
+
+
+def _token_count(raw: tuple[str, str, Any, Any]) -> int:
+    """The tokens of one group's checked sequence field (``_encode._classify``'s forms)."""
+    _, kind, first, _second = raw
+    if kind == "jagged":
+        return int(first.shape[0])
+    return sum(int(r.shape[0]) for r in first)
+
+
+def put(
+    batch: Mapping[str, Any],
+    schema: Schema | str | Path,
+    keys: Sequence[str],
+    partition_id: str,
+    *,
+    group_size: int | Sequence[int] = 1,
+    tags: Sequence[Mapping[str, Any]] | None = None,
+    stage: str | None = None,
+) -> Any:
+    """Store ``batch`` in TQ, one row per group under ``keys`` (one key per group, in order),
+    in ``partition_id``, with optional per-group ``tags`` (TQ's; py_wire adds
+    ``total_lengths``, the group's tokens, unless given). ``stage`` checks the batch as
+    ``encode(stage=)`` does: a rollout batch needs only what ``stage`` needs, and later stages'
+    fields come by :func:`write_back`. Returns TQ's ``KVBatchMeta``, or None for a batch of no
+    rows (nothing is stored). Raises :class:`~py_wire.BatchError` for anything
+    :func:`py_wire.encode` refuses, before TQ sees a byte."""
+    sch = load_schema(schema)
+    partition(partition_id)
+    as_objects = stores_frames_as_objects()
+    plans, held = _group_plans(batch, sch, group_size, stage)
+    columns = encode_columns(_stored_codecs(sch, stage, held), plans, as_objects)
+    n = len(plans[TEXT])
+    keys = names("keys", keys)
+    refuse_repeats(keys, "keys")
+    if len(keys) != n:
+        raise with_field(
+            BatchError(
+                f"{len(keys)} keys for the batch's {n} groups of group_size={group_size!r:.60} "
+                "(one key per group)"
+            ),
+            "keys",
+        )
+    if tags is not None:
+        tags = items("tags", tags)
+        for i, tag in enumerate(tags):
+            if not isinstance(tag, Mapping):
+                raise TypeError(f"tags[{i}] must be a mapping, not {type(tag).__name__}")
+        if len(tags) != n:
+            raise with_field(BatchError(f"{len(tags)} tags for {n} groups"), "tags")
+    if n == 0:
+        return None
+    return tq_put(keys, partition_id, columns, as_objects, _group_tags(plans, sch, tags))
+
+
+def tq_put(
+    keys: list[str],
+    partition_id: str,
+    columns: Mapping[str, Any],
+    as_objects: bool,
+    tags: list[dict[str, Any]] | None,
+) -> Any:
+    from tensordict import NonTensorStack, TensorDict
+
+    if as_objects:
+        columns = {c: NonTensorStack(*frames) for c, frames in columns.items()}
+    fields = TensorDict(dict(columns), batch_size=[len(keys)])
+    return tq_module().kv_batch_put(keys=keys, partition_id=partition_id, fields=fields, tags=tags)

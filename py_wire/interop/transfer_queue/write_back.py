@@ -1,0 +1,182 @@
+"""Write-backs: the fields later stages add, checked against the stored groups, stored as one
+more TQ column."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from py_wire._args import flag
+from py_wire._decode import checked_schema, decode_selected
+from py_wire._encode import checked_fields
+from py_wire._errors import with_context
+from py_wire._native import BatchError, Frame, FrameError
+from py_wire._ops import concat
+from py_wire._schema import Schema
+from py_wire._typing import as_jagged
+from py_wire.interop.transfer_queue.columns import (
+    TEXT,
+    WRITE_BACK,
+    Raw,
+    column_codec,
+    stores_frames_as_objects,
+    written_fields,
+)
+from py_wire.interop.transfer_queue.get import fetch_columns
+from py_wire.interop.transfer_queue.meta import key_list, retrieve_meta, with_field
+from py_wire.interop.transfer_queue.put import encode_columns, group_rows, tq_put, value_rows
+
+
+def write_back(
+    keys: Sequence[str] | str,
+    partition_id: str,
+    fields: Mapping[str, Any],
+    *,
+    replace: bool = False,
+) -> Any:
+    """Add ``fields`` (name → value over the rows of ``keys``' groups, in that order: what a
+    logprob, reference or driver step computes) to the groups stored under ``keys``, as one
+    more TQ column (``py_wire.fields:<names>``); :func:`get` merges it with the stored ones.
+
+    Checked against what is stored before TQ sees a byte: each field is one of the stored
+    schema's, of its text column, neither stored nor written back before; it has as many rows
+    as the groups hold; a per-token field's row ``i`` has exactly as many tokens as stored row
+    ``i`` (a padded ``[B, W, ...]`` tensor is cut to the stored lengths, ``W`` at least the
+    longest); dtypes and shapes as :func:`py_wire.encode` checks them. Any mismatch is a
+    :class:`~py_wire.BatchError` naming the field (and row). Returns TQ's ``KVBatchMeta``.
+
+    ``replace=True`` also takes fields the groups hold already (NeMo-RL's driver rewrites
+    ``sample_mask`` after filtering): stored at put, or written back before in a write-back of
+    exactly these fields (which TQ then overwrites). :func:`get` returns the replacement; the
+    sequence field and media are never replaced."""
+    flag("replace", replace)
+    keys = key_list(keys)
+    if not isinstance(fields, Mapping) or not fields:
+        raise TypeError("fields must be a non-empty mapping of field name to value")
+    meta = retrieve_meta(keys, partition_id)
+    held = list(meta.field_names)
+    if TEXT not in held:
+        raise FrameError(f"TQ holds no {TEXT!r} column for every one of keys {keys[:4]}")
+    text = fetch_columns(meta, [TEXT], keys)[TEXT]
+    sch = checked_schema(text[0])
+    for key, frame in zip(keys, text, strict=True):
+        if checked_schema(frame).fingerprint != sch.fingerprint:
+            raise with_field(
+                BatchError(
+                    f"key {key!r} holds schema {checked_schema(frame).name!r}, key "
+                    f"{keys[0]!r} {sch.name!r}: a write-back covers groups of one schema"
+                ),
+                "keys",
+            )
+    names = _check_written(sch, fields, held, text, replace)
+    seq = sch.sequence_field
+    joined = text[0] if len(text) == 1 else concat(text)
+    stored_seq = decode_selected(joined, {seq}, writable="view")[seq] if seq else None
+    batch: dict[str, Any] = {} if stored_seq is None else {seq: stored_seq}  # type: ignore[dict-item]
+    total = joined.num_rows
+    lengths = None if stored_seq is None else torch.diff(stored_seq.offsets())
+    for name in names:
+        batch[name] = _aligned(sch, name, fields[name], total, lengths)
+    column = WRITE_BACK + ",".join(names)
+    codec = column_codec(sch, column, None, ())
+    plans: dict[str, list[Raw]] = {column: []}
+    start = 0
+    for frame in text:
+        stop = start + frame.num_rows
+        group = {k: group_rows(k, v, start, stop) for k, v in batch.items()}
+        plans[column].append(checked_fields(group, sch, None, required=False))
+        start = stop
+    as_objects = stores_frames_as_objects()
+    columns = encode_columns({column: codec}, plans, as_objects)
+    return tq_put(keys, partition_id, columns, as_objects, None)
+
+
+def _check_written(
+    sch: Schema,
+    fields: Mapping[str, Any],
+    held: Sequence[str],
+    text: Sequence[Frame],
+    replace: bool,
+) -> list[str]:
+    """The written fields in schema order, each one the stored groups may take."""
+    stored = {f.name for frame in text[:1] for f in frame.layout.fields}
+    written = {n for c in held for n in written_fields(c)}
+    column = WRITE_BACK + ",".join(n for n in sch.fields if n in fields)
+    for name in fields:
+        problem = None
+        if name not in sch.fields:
+            problem = f"is not a field of schema {sch.name!r}; fields: {list(sch.fields)}"
+        elif name == sch.sequence_field:
+            problem = "is the sequence field, stored at put"
+        elif sch.fields[name].column != "text":
+            problem = 'is declared column = "media": media are stored at put'
+        elif name in stored and not replace:
+            problem = "is stored already for these keys (put holds it; replace=True replaces it)"
+        elif name in written and not replace:
+            problem = "was written back already for these keys (replace=True replaces it)"
+        elif name in written and column not in held:
+            together = [c for c in held if name in written_fields(c)]
+            problem = (
+                f"was written back in {together} with other fields: replace them together "
+                f"(one write_back of {written_fields(together[0])})"
+            )
+        if problem is not None:
+            raise with_field(BatchError(f"write_back: field {name!r} {problem}"), str(name))
+    return [n for n in sch.fields if n in fields]
+
+
+def _aligned(sch: Schema, name: str, value: Any, total: int, lengths: torch.Tensor | None) -> Any:
+    """``value`` checked against the stored rows: ``total`` rows and, for a per-token field,
+    each row's stored token count (``lengths``); a padded tensor cut to those lengths."""
+    field = sch.fields[name]
+    if value is None:
+        raise with_field(BatchError(f"write_back: field {name!r} is None"), name)
+    rows = value_rows(value)
+    if rows != total:
+        raise with_field(
+            BatchError(
+                f"write_back: field {name!r} has {rows} rows, the stored groups of the keys "
+                f"hold {total}"
+            ),
+            name,
+        )
+    if field.tier != "per_token" or lengths is None:
+        return value
+    padded = isinstance(value, torch.Tensor | np.ndarray) and not (
+        isinstance(value, torch.Tensor) and value.is_nested
+    )
+    if padded:
+        value = torch.as_tensor(value)
+        width = int(lengths.max()) if total else 0
+        if value.dim() != 2 + len(field.shape) or value.shape[1] < width:
+            raise with_field(
+                BatchError(
+                    f"write_back: field {name!r} is a padded {list(value.shape)} tensor; it "
+                    f"needs [{total}, >= {width}, ...] (the longest stored row)"
+                ),
+                name,
+            )
+        mask = torch.arange(value.shape[1]) < lengths[:, None]
+        return torch.nested.nested_tensor_from_jagged(
+            value[mask], torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0))
+        )
+    got = (
+        torch.diff(as_jagged(value).offsets())
+        if isinstance(value, torch.Tensor)
+        else torch.tensor([len(r) for r in value], dtype=torch.int64)
+    )
+    bad = torch.nonzero(got != lengths)
+    if bad.numel():
+        row = int(bad[0, 0])
+        raise with_context(
+            BatchError(
+                f"write_back: field {name!r} row {row} has {int(got[row])} tokens, the stored "
+                f"row {int(lengths[row])}"
+            ),
+            field=name,
+            row=row,
+        )
+    return value
