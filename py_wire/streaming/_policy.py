@@ -53,21 +53,11 @@ class StreamConfig:
     admission_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int):
-            raise TypeError(f"max_staleness must be an int, not {self.max_staleness!r}")
-        if self.max_staleness < 0:
-            raise StreamError(f"max_staleness must be >= 0, got {self.max_staleness}")
-        if isinstance(self.batch_groups, bool) or not isinstance(self.batch_groups, int):
-            raise TypeError(f"batch_groups must be an int, not {self.batch_groups!r}")
-        if self.batch_groups < 1:
-            raise StreamError(f"batch_groups must be >= 1, got {self.batch_groups}")
-        if self.policy not in ("pace", "drop"):
-            raise StreamError(f"policy must be 'pace' or 'drop', not {self.policy!r}")
-        if self.max_bytes is not None and self.max_bytes < 1:
-            raise StreamError(f"max_bytes must be positive, got {self.max_bytes}")
-        for name in ("lease_s", "reservation_s", "admission_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise StreamError(f"{name} must be positive, got {getattr(self, name)}")
+        from py_wire.streaming._checks import config_fields
+
+        checked = config_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+        for name, value in checked.items():  # a numpy int or float is kept as Python's
+            object.__setattr__(self, name, value)
 
     @property
     def window(self) -> int:

@@ -31,10 +31,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from py_wire._args import count
 from py_wire._native import Frame
 from py_wire._ops import concat
-from py_wire.streaming import _samples
+from py_wire.streaming import _checks, _samples
 from py_wire.streaming._policy import (
     AdmissionTimeout,
     Counts,
@@ -108,6 +107,9 @@ class _Buffer:
         """A slot and the version its group is recorded with (``version``, or the trainer's
         current one when None), or None to wait. ``samples``: the group arrives as that many
         one-row sample frames (:meth:`put_sample`) instead of one frame."""
+        version = _checks.optional_version("version", version)
+        if samples is not None:
+            samples = _checks.whole("samples", samples, minimum=1, maximum=MAX_SAMPLES)
         self._expire()
         if admits(self._open(), self.stored_bytes, 0, self.config) is not None:
             return None
@@ -221,6 +223,8 @@ class _Buffer:
     ) -> tuple[str, list[list[tuple[str, int, Any]]]] | None:
         """A step's groups per rank as (gid, version, parts), leased; None to wait. ``parts``
         is ``[ref]`` for a group put as one frame, else ``(texts, digests, {digest: media})``."""
+        ranks = _checks.ranks("ranks", ranks)
+        lease_s = _checks.optional_seconds("lease_s", lease_s)
         self._expire()
         free = [g for g in self.groups.values() if g.gid not in self.leased]
         choice = choose(free, self.trainer_version, self.config)
@@ -295,7 +299,7 @@ class _Buffer:
                     self.stored_bytes -= entry[1]
 
     def set_version(self, version: int) -> None:
-        self.trainer_version = int(version)
+        self.trainer_version = _checks.version("version", version)
 
     def stats(self) -> dict[str, Any]:
         self._expire()
@@ -420,9 +424,11 @@ class RayBuffer:
     processes share one buffer. ``name`` makes it a named actor others can find."""
 
     def __init__(self, config: StreamConfig, name: str | None = None) -> None:
+        self.config = _checks.config(config)
+        if name is not None:
+            _checks.text("name", name)
         import ray
 
-        self.config = config
         actor = ray.remote(num_cpus=0, max_restarts=0)(_BufferActor)
         options: dict[str, Any] = {}
         if name is not None:
@@ -470,8 +476,10 @@ class RayBuffer:
         ``samples=n``: the group's ``n`` samples arrive apart, each a one-row frame put with
         ``put(gid, frame, sample=i)`` by any producer; the media the samples share are stored
         once."""
+        version = _checks.optional_version("version", version)
+        timeout_s = _checks.optional_seconds("timeout_s", timeout_s)
         if samples is not None:
-            samples = count("samples", samples, minimum=1, maximum=MAX_SAMPLES)
+            samples = _checks.whole("samples", samples, minimum=1, maximum=MAX_SAMPLES)
         gid, got = self._wait(
             "reserve",
             (version, samples),
@@ -494,10 +502,12 @@ class RayBuffer:
         is over its byte budget. ``sample=i``: the frame is the group's sample ``i`` (one row;
         the group was reserved with ``samples=``): its text is stored, its media only when no
         stored sample holds the same images, and the group is committed with its last sample."""
-        if not isinstance(frame, Frame):
-            raise TypeError(f"frame must be a py_wire.Frame, not {type(frame).__name__}")
+        gid = _checks.text("gid", gid)
+        frame = _checks.frame("frame", frame)
+        timeout_s = _checks.optional_seconds("timeout_s", timeout_s)
         if sample is not None:
-            self._put_sample(gid, frame, count("sample", sample), timeout_s)
+            index = _checks.whole("sample", sample, maximum=MAX_SAMPLES - 1)
+            self._put_sample(gid, frame, index, timeout_s)
             return
         import ray
 
@@ -546,6 +556,9 @@ class RayBuffer:
         """The next step's groups, oldest first within the staleness bound, balanced across
         ``ranks``; waits while too few are ready (or, under ``"pace"``, a group due now is still
         being generated)."""
+        ranks = _checks.ranks("ranks", ranks)
+        timeout_s = _checks.seconds("timeout_s", timeout_s)
+        lease_s = _checks.optional_seconds("lease_s", lease_s)
         import ray
 
         start = time.perf_counter()
@@ -590,10 +603,14 @@ class RayBuffer:
         )
 
     def ack(self, step: Step | str) -> bool:
-        return bool(self._call("ack", step.lease if isinstance(step, Step) else step))
+        """Ends ``step``'s lease (a :class:`Step`, or its lease id): its groups leave the
+        buffer. False when the lease had lapsed (the groups went back to the buffer)."""
+        if isinstance(step, Step):
+            step = step.lease
+        return bool(self._call("ack", _checks.text("step", step)))
 
     def set_trainer_version(self, version: int) -> None:
-        self._call("set_version", version)
+        self._call("set_version", _checks.version("version", version))
 
     def stats(self) -> dict[str, Any]:
         return dict(self._call("stats"))

@@ -33,9 +33,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from py_wire._args import count
 from py_wire._native import Frame
 from py_wire.interop.transfer_queue.columns import TEXT, frames_column, stored_frames
+from py_wire.streaming import _checks
 from py_wire.streaming._policy import (
     Counts,
     Group,
@@ -75,7 +75,7 @@ class StalenessSampler(_base()):  # type: ignore[misc]
 
     def __init__(self, config: StreamConfig) -> None:
         super().__init__()
-        self.config = config
+        self.config = _checks.config(config)
         self.counts = Counts()
         # partition -> index -> (key, lease deadline, whether the row heads its group)
         self.leases: dict[str, dict[int, tuple[str, float, bool]]] = {}
@@ -246,6 +246,7 @@ def _whole(
 
 def tq_config(config: StreamConfig, **overrides: Any) -> Any:
     """TQ's ``init`` config with :class:`StalenessSampler` and polling mode."""
+    _checks.config(config)
     from omegaconf import OmegaConf
 
     conf: Any = OmegaConf.create(
@@ -262,8 +263,8 @@ class TQStream:
     settings only, the TQ client is the process's own)."""
 
     def __init__(self, config: StreamConfig, partition_id: str = "py_wire.rollouts") -> None:
-        self.config = config
-        self.partition_id = partition_id
+        self.config = _checks.config(config)
+        self.partition_id = _checks.text("partition_id", partition_id)
         self._seq = 0
         self._untagged: dict[str, float] = {}
         # What this process sent: media rows by (group, digest), sample counts by group
@@ -334,10 +335,14 @@ class TQStream:
 
         ``samples=n``: the group's ``n`` samples arrive apart, each put with
         :meth:`put_sample`; the images they share are stored once."""
+        key = _checks.text("key", key)
+        if not callable(version):
+            version = _checks.version("version", version)
+        timeout_s = _checks.optional_seconds("timeout_s", timeout_s)
         admitted: list[int] = []
         tag: dict[str, Any] = {"state": "reserved"}
         if samples is not None:
-            tag["samples"] = count("samples", samples, minimum=1, maximum=MAX_SAMPLES)
+            tag["samples"] = _checks.whole("samples", samples, minimum=1, maximum=MAX_SAMPLES)
 
         def check() -> str | None:
             open_groups, stored = self._open()
@@ -345,7 +350,7 @@ class TQStream:
             if reason is not None:
                 return reason
             at = time.time()
-            v = int(version() if callable(version) else version)
+            v = _checks.version("version", version() if callable(version) else version)
             _tq().kv_put(
                 key=key, partition_id=self.partition_id, tag={**tag, VERSION_KEY: v, "at": at}
             )
@@ -359,7 +364,7 @@ class TQStream:
             # version later than the bound allows. Read it again now that the sampler sees the
             # reservation; when the trainer moved on, the group takes the new weights.
             while callable(version):
-                now = int(version())
+                now = _checks.version("version", version())
                 if now == v:
                     break
                 v = now
@@ -384,6 +389,17 @@ class TQStream:
     ) -> None:
         """Stores reserved groups (one frame each), in one TQ put, waiting while the buffer
         is over its byte budget. The groups become visible whole, when TQ has their columns."""
+        keys = _checks.listed("keys", keys, _checks.text)
+        frames = _checks.listed("frames", frames, _checks.frame)
+        versions = _checks.listed("versions", versions, _checks.version)
+        if not len(keys) == len(frames) == len(versions):
+            raise StreamError(
+                f"keys, frames and versions must be as long: {len(keys)}, {len(frames)} and "
+                f"{len(versions)} given"
+            )
+        timeout_s = _checks.optional_seconds("timeout_s", timeout_s)
+        if not keys:
+            return
         tags = []
         for f, v in zip(frames, versions, strict=True):
             self._seq += 1
@@ -412,7 +428,11 @@ class TQStream:
         stored."""
         from py_wire.streaming import _samples
 
-        index = count("index", index, maximum=MAX_SAMPLES - 1)
+        key = _checks.text("key", key)
+        index = _checks.whole("index", index, maximum=MAX_SAMPLES - 1)
+        frame = _checks.frame("frame", frame)
+        version = _checks.version("version", version)
+        timeout_s = _checks.optional_seconds("timeout_s", timeout_s)
         samples = self._samples_of.get(key)
         if samples is not None and index >= samples:
             raise StreamError(f"group {key}: sample {index} of a group of {samples} samples")
@@ -460,7 +480,6 @@ class TQStream:
             wait_until(check, timeout_s or self.config.admission_timeout_s, f"put {keys[:2]}")
         from tensordict import TensorDict
 
-
         _tq().kv_batch_put(
             keys=keys,
             partition_id=self.partition_id,
@@ -480,6 +499,11 @@ class TQStream:
     ) -> tuple[Any, Frame | None]:
         """This rank's share of step ``step``'s groups (TQ's ``BatchMeta``, and one frame of
         their rows with a ``policy_version`` field), waiting until the sampler hands a step."""
+        trainer_version = _checks.version("trainer_version", trainer_version)
+        step = _checks.whole("step", step)
+        dp_size = _checks.ranks("dp_size", dp_size)
+        dp_rank = _checks.whole("dp_rank", dp_rank, maximum=dp_size - 1)
+        timeout_s = _checks.seconds("timeout_s", timeout_s)
         from py_wire._decode import checked_schema
 
         client = _tq().get_client()
@@ -519,6 +543,8 @@ class TQStream:
     def ack(self, meta: Any) -> None:
         """The step is done: its groups leave TQ (``clear_samples``, and the reservation rows
         of groups whose samples arrived apart), ending their lease."""
+        if not hasattr(meta, "global_indexes"):
+            raise TypeError(f"meta must be the BatchMeta take returned, not {type(meta).__name__}")
         _tq().get_client().clear_samples(meta)
         heads = list(
             dict.fromkeys(

@@ -1,0 +1,117 @@
+"""The arguments of every public streaming call, checked before anything else happens: before
+a slot is reserved, a group leased or TQ called. py_wire's one rule (:mod:`py_wire._args`): a
+value of the wrong type is a ``TypeError`` naming the argument, a value of the right type that
+cannot be used a :class:`StreamError` (a :class:`py_wire.WireError`) naming it and the value.
+
+Versions, counts and indexes are non-negative ints: a Python int or anything with
+``__index__`` (a numpy or torch integer scalar, read as its int); never a bool, a float (``1.7``
+is no version), a str or bytes (``"3"``), nor a tensor of more than one element. Durations and
+byte budgets are positive and finite: a ``nan`` budget or an ``inf`` lease would switch the
+rule they carry off."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+from py_wire._args import MAX_COUNT, integer, items
+from py_wire._native import Frame
+
+#: The most data-parallel ranks one step is shared among (a step's list per rank is built
+#: before anything is handed out).
+MAX_RANKS = 1 << 16
+#: The most groups one ``TQStream.put`` stores.
+MAX_GROUPS_PER_PUT = 1 << 16
+
+
+def _error(message: str) -> Exception:
+    from py_wire.streaming._policy import StreamError  # _policy's config calls these checks
+
+    return StreamError(message)
+
+
+def whole(name: str, value: object, *, minimum: int = 0, maximum: int = MAX_COUNT) -> int:
+    """An int in ``[minimum, maximum]``."""
+    n = integer(name, value)
+    if not minimum <= n <= maximum:
+        raise _error(f"{name} must be between {minimum} and {maximum}, got {n}")
+    return n
+
+
+def version(name: str, value: object) -> int:
+    """A policy version: a non-negative int."""
+    return whole(name, value)
+
+
+def optional_version(name: str, value: object) -> int | None:
+    return None if value is None else version(name, value)
+
+
+def seconds(name: str, value: object) -> float:
+    """A duration: a finite positive real number (an int or float, numpy's included)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__} {value!r}")
+    as_float = float(value)
+    if not (math.isfinite(as_float) and as_float > 0):
+        raise _error(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return as_float
+
+
+def optional_seconds(name: str, value: object) -> float | None:
+    return None if value is None else seconds(name, value)
+
+
+def text(name: str, value: object) -> str:
+    """A key or name: a non-empty str."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__} {value!r:.80}")
+    if not value:
+        raise _error(f"{name} must not be empty")
+    return value
+
+
+def frame(name: str, value: object) -> Frame:
+    if not isinstance(value, Frame):
+        raise TypeError(f"{name} must be a py_wire.Frame, not {type(value).__name__}")
+    return value
+
+
+def listed(name: str, value: object, each: Callable[[str, Any], Any]) -> list[Any]:
+    """A sequence argument, each item checked by ``each`` (named ``name[i]``)."""
+    out = items(name, value, limit=MAX_GROUPS_PER_PUT)
+    return [each(f"{name}[{i}]", item) for i, item in enumerate(out)]
+
+
+def ranks(name: str, value: object) -> int:
+    """A data-parallel size: an int in ``[1, MAX_RANKS]``."""
+    return whole(name, value, minimum=1, maximum=MAX_RANKS)
+
+
+def config(value: object) -> Any:
+    from py_wire.streaming._policy import StreamConfig
+
+    if not isinstance(value, StreamConfig):
+        raise TypeError(f"config must be a StreamConfig, not {type(value).__name__}")
+    return value
+
+
+def config_fields(values: dict[str, object]) -> dict[str, Any]:
+    """:class:`StreamConfig`'s fields, checked, as plain ints, floats and str."""
+    policy = values["policy"]
+    if not isinstance(policy, str):
+        raise TypeError(f"policy must be 'pace' or 'drop', not {type(policy).__name__}")
+    if policy not in ("pace", "drop"):
+        raise _error(f"policy must be 'pace' or 'drop', not {policy!r}")
+    max_bytes = values["max_bytes"]
+    return {
+        "max_staleness": whole("max_staleness", values["max_staleness"]),
+        "batch_groups": whole("batch_groups", values["batch_groups"], minimum=1),
+        "policy": policy,
+        "max_bytes": None if max_bytes is None else whole("max_bytes", max_bytes, minimum=1),
+        **{
+            name: seconds(name, values[name])
+            for name in ("lease_s", "reservation_s", "admission_timeout_s")
+        },
+    }
