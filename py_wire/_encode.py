@@ -71,11 +71,15 @@ def encode(
     compact frame compact. See docs/compact-frames.md.
 
     Inputs in flight: encode copies the inputs with the GIL released, so other threads run
-    meanwhile. It holds what owns each input's bytes (a tensor's untyped storage, a buffer
-    export for numpy), so dropping an input, ``t.set_()`` or shrinking ``t.resize_()`` in
-    another thread is safe. Per-token rows of up to 4 KiB given as lists of plain CPU tensors
-    are instead copied while their metadata is read, with the GIL held from reading a row's
-    data pointer to the end of its copy, after checking that the row lies inside its storage.
+    meanwhile. Once it has read an input it holds what owns the input's bytes (a tensor's
+    untyped storage, a buffer export for numpy) until the copy ends, so dropping the input,
+    ``t.set_()`` or shrinking ``t.resize_()`` after that cannot free what it copies. torch
+    itself does not make a tensor safe to ``set_()`` or ``resize_()`` in one thread while
+    another reads it (``clone()`` or encode): that can crash with or without py_wire, so do
+    not reset an input from another thread while encode runs. Per-token rows of up to 4 KiB
+    given as lists of plain CPU tensors are instead copied while their metadata is read, with
+    the GIL held from reading a row's data pointer to the end of its copy, after checking that
+    the row lies inside its storage.
     Writing to an input while it is encoded gives torn data (each row holds bytes that were in
     memory at some moment of the copy); growing an input's storage in place (``t.resize_()``
     past its capacity, ``t.untyped_storage().resize_()``) frees the old allocation under the
@@ -113,13 +117,14 @@ def encode_parts(
     payloads under that many bytes too (fewer, larger buffers for many tiny rows).
 
     The parts hold what owns the inputs' bytes (torch storages, buffer exports) until the last
-    part is dropped: deleting an input, ``t.set_()`` or shrinking ``t.resize_()`` leaves the
-    parts valid. Writing to an input before the parts are sent changes what is sent (the
-    header no longer matches a cast or a contract check made at encode); growing an input's
-    storage in place (``t.resize_()`` past its capacity, ``untyped_storage().resize_()``)
-    frees the bytes the parts read and is not allowed. ``checksum=True`` gives the header
-    ``encode(..., checksum=True)`` writes (the digests are computed over the parts);
-    ``compact=True`` the compact header ``encode(..., compact=True)`` writes.
+    part is dropped: deleting an input, ``t.set_()`` or shrinking ``t.resize_()`` once
+    ``encode_parts`` returned leaves the parts valid. Writing to an input before the parts are
+    sent changes what is sent (the header no longer matches a cast or a contract check made at
+    encode); growing an input's storage in place (``t.resize_()`` past its capacity,
+    ``untyped_storage().resize_()``) frees the bytes the parts read and is not allowed.
+    ``checksum=True`` gives the header ``encode(..., checksum=True)`` writes (the digests are
+    computed over the parts); ``compact=True`` the compact header ``encode(..., compact=True)``
+    writes.
     """
     schema = load_schema(schema)
     count("min_borrow", min_borrow)

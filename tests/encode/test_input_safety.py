@@ -8,8 +8,7 @@ import gc
 import subprocess
 import sys
 import textwrap
-import threading
-import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -99,52 +98,71 @@ def test_encode_parts_hold_numpy_exports() -> None:
     assert joined(parts) == want
 
 
-def test_reset_in_another_thread_during_encode() -> None:
-    """A thread resets inputs (set_ and shrinking resize_) while encodes run with the GIL
-    released: never a crash; each row decodes to data it held at some moment, or encode refuses
-    a tensor caught mid-reset with a BatchError."""
-    n_rows, n = 16, 1 << 16
-    original = [torch.full((n,), float(i)) for i in range(n_rows)]
-    stop = time.monotonic() + 1.5
-    errors: list[BaseException] = []
+class _RunsMidEncode(torch.Tensor):
+    """A row whose ``untyped_storage()`` (which encode calls while it reads the batch, after
+    the rows before it and before it copies any byte) runs ``hook`` once it has its storage,
+    before returning it: a storage swap placed at one known moment, where another thread's
+    would land at a random one."""
 
-    def resetter(batch: list[torch.Tensor]) -> None:
-        try:
-            while time.monotonic() < stop:
-                for t in batch:
-                    t.set_()
-                for t, src in zip(batch, original, strict=True):
-                    t.set_(src.clone())
-                for t in batch:
-                    t.resize_(0)
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
+    hook: Any = None
 
-    batch = [o.clone() for o in original]
-    worker = threading.Thread(target=resetter, args=(batch,))
-    worker.start()
-    seen = 0
-    try:
-        while time.monotonic() < stop:
-            for encoder in ("encode", "parts"):
-                try:
-                    if encoder == "encode":
-                        frame = py_wire.encode({"x": list(batch)}, S)
-                    else:
-                        frame = py_wire.Frame.from_buffer(
-                            joined(py_wire.encode_parts({"x": list(batch)}, S))
-                        )
-                except BatchError:
-                    continue
-                for i, row in enumerate(rows(py_wire.decode(frame, S)["x"])):
-                    (seg,) = row
-                    assert seg.numel() in (0, n)
-                    assert bool((seg == float(i)).all()), f"row {i} holds data it never had"
-                seen += 1
-    finally:
-        worker.join()
-    assert not errors, errors
-    assert seen > 0
+    def untyped_storage(self) -> Any:
+        storage = super().untyped_storage()
+        hook, type(self).hook = type(self).hook, None
+        if hook is not None:
+            hook(self)
+        return storage
+
+
+def test_encode_copies_the_storage_it_captured_after_the_tensor_was_set_to_another() -> None:
+    """Row 0 is captured (its storage held), then, before the copy, its tensor is ``set_()``
+    to a new storage and nothing else references the old one; the allocator is churned so
+    that freed pages would be reused or unmapped. The frame holds row 0's bytes as they were
+    at capture: py_wire kept the storage alive. (In a child process: reading freed memory
+    can crash.)"""
+    proc = run_isolated(
+        """
+        import gc
+        import torch
+        import py_wire
+        from tests.encode.test_input_safety import S, _RunsMidEncode, rows
+
+        n = 1 << 20  # 4 MiB: glibc serves it with mmap, so freed pages are unmapped
+        victim = torch.full((n,), 3.0)
+        churn = []
+
+        def swap(_: object) -> None:
+            victim.set_(torch.full((n,), 9.0).untyped_storage())
+            gc.collect()
+            churn.extend(torch.full((n,), 7.0) for _ in range(4))
+
+        _RunsMidEncode.hook = swap
+        second = torch.full((16,), 5.0).as_subclass(_RunsMidEncode)
+        frame = py_wire.encode({"x": [victim, second]}, S)
+        assert _RunsMidEncode.hook is None and churn, "the swap never ran"
+        assert bool((victim == 9.0).all()), "the tensor was not swapped"
+        got = rows(py_wire.decode(frame, S)["x"])
+        print("row 0:", sorted(set(got[0][0].tolist())), "row 1:", sorted(set(got[1][0].tolist())))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "row 0: [3.0] row 1: [5.0]", proc.stdout
+
+
+def test_a_row_whose_storage_is_swapped_between_its_storage_and_pointer_reads_is_refused() -> None:
+    """The storage is read first, then the data pointer: a ``set_()`` landing between the two
+    (here placed there by the row's own ``untyped_storage()``) leaves a pointer outside the
+    storage held, which encode refuses with a BatchError rather than copy unheld memory."""
+    other = torch.full((64,), 9.0)
+
+    def swap(row: torch.Tensor) -> None:
+        row.set_(other.untyped_storage())
+
+    _RunsMidEncode.hook = swap
+    row = torch.full((64,), 3.0).as_subclass(_RunsMidEncode)
+    with pytest.raises(BatchError, match=r'field "x", row 1.*do not lie inside its storage'):
+        py_wire.encode({"x": [torch.ones(2), row]}, S)
+    assert _RunsMidEncode.hook is None
 
 
 # 2. Lying __array_interface__ --------------------------------------------------------------------
