@@ -131,8 +131,10 @@ def _float_fill(name: str, value: int | float, dtype: Any) -> float:
 
 
 def device(name: str, value: object) -> Any:
-    """A ``device`` argument: a str, ``torch.device`` or device index, which torch parses
-    and which exists here; the ``torch.device``."""
+    """A ``device`` argument: a str, ``torch.device`` or device index, which torch parses,
+    which exists here and which holds data; the ``torch.device``. ``"meta"`` (shapes and
+    dtypes only) and any other device whose tensors have no storage are refused: a batch moved
+    there would come back with no values, silently."""
     import torch
 
     if not isinstance(value, str | torch.device | int) or isinstance(value, bool):
@@ -144,10 +146,25 @@ def device(name: str, value: object) -> Any:
     except (RuntimeError, ValueError, OverflowError) as e:
         raise WireError(f"{name}: {value!r} is not a torch device ({e})") from None
     try:
-        torch.empty(0, device=parsed)  # an unavailable device fails here, not mid-batch
+        probe = torch.empty(1, device=parsed)  # an unavailable device fails here, not mid-batch
     except (RuntimeError, AssertionError) as e:
         raise WireError(f"{name} {parsed} is not available here: {e}") from None
+    if not _holds_data(probe):
+        raise WireError(
+            f"{name} {parsed} holds no data (a tensor there has shape and dtype, no values): "
+            "move a batch to a device with memory"
+        )
     return parsed
+
+
+def _holds_data(tensor: Any) -> bool:
+    """Whether a one-element ``tensor`` has storage with an address (a meta tensor has none)."""
+    if tensor.is_meta:
+        return False
+    try:
+        return bool(tensor.untyped_storage().data_ptr() != 0)
+    except (RuntimeError, NotImplementedError):
+        return False
 
 
 #: What a padded output (rows x width cells, or segments padded to their max shape) may hold

@@ -5,7 +5,7 @@ device buffer; the next micro-batch's copy is issued before the current one is h
 
 On a CUDA device the consumer's stream waits for the copy's event (no host synchronisation) and
 the device buffer is recorded on the consumer's stream, so the caching allocator does not reuse
-it while the step still reads it. Other devices (``"cpu"``, ``"meta"``...) take the same path
+it while the step still reads it. Other devices (``"cpu"``...) take the same path
 without streams: one buffer per micro-batch, its tensors views of it.
 """
 

@@ -155,22 +155,28 @@ def _leaves(x: Any) -> list[torch.Tensor]:
     return [x.values(), x.offsets()] if x.is_nested else [x]
 
 
-def test_to_device_moves_every_kind(vlm: py_wire.Frame) -> None:
-    # "meta" is a device other than the host's on every machine: each kind (packed, jagged
-    # per-token, scalar; the list layout's rows) must land there, shapes and dtypes kept.
+def test_to_device_moves_every_kind(vlm: py_wire.Frame, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The host is CI's one device with data, where Tensor.to returns the tensor itself: here it
+    # copies, so each kind (packed, jagged per-token, scalar; the list layout's rows) must come
+    # back in new memory, shapes, dtypes and values kept.
+    real_to = torch.Tensor.to
+    monkeypatch.setattr(
+        torch.Tensor, "to", lambda self, *args, **kw: real_to(self, *args, **{**kw, "copy": True})
+    )
     for layout in ("nested", "list"):
         out = py_wire.decode(vlm, layout=layout)  # type: ignore[arg-type]
-        moved = py_wire.trainer.to(out, "meta")
+        moved = py_wire.trainer.to(out, "cpu")
         assert moved.keys() == out.keys()
         kinds = {type(v).__name__ for v in moved.values()}
         nested = {"PackedTensor", "NestedTensor", "Tensor"}
         assert kinds == (nested if layout == "nested" else {"list", "Tensor"})
         before, after = _leaves(out), _leaves(moved)
         assert len(after) == len(before) > 0
-        assert all(t.device.type == "cpu" for t in before)
         for a, b in zip(before, after, strict=True):
-            assert b.device.type == "meta", b
-            assert (a.shape, a.dtype) == (b.shape, b.dtype)
+            assert (a.shape, a.dtype) == (b.shape, b.dtype) and torch.equal(a, b)
+            moved_away = b.untyped_storage().data_ptr() != a.untyped_storage().data_ptr()
+            assert b.numel() == 0 or moved_away, b
+    monkeypatch.undo()
     # The values survive a move (to the host itself: the one device whose bytes can be read).
     out = py_wire.decode(vlm)
     _rows_equal(py_wire.trainer.to(out, torch.device("cpu")), out)
@@ -182,6 +188,23 @@ def test_to_device_moves_every_kind(vlm: py_wire.Frame) -> None:
     else:
         with pytest.raises(py_wire.WireError, match="CUDA"):
             py_wire.trainer.to(out, "cpu", pin_memory=True)
+
+
+@pytest.mark.parametrize("device", ["meta", torch.device("meta")], ids=["str", "torch.device"])
+def test_a_device_that_holds_no_data_is_refused(vlm: py_wire.Frame, device: Any) -> None:
+    """A batch moved to ``meta`` has shapes and dtypes but no values: refused by name, never
+    handed to a trainer (issue 40, item 11)."""
+    out = py_wire.decode(vlm)
+    packed = out["pixel_values"]
+    calls = [
+        lambda: py_wire.trainer.to(out, device),
+        lambda: list(py_wire.trainer.iter_micro_batches(vlm, 4, device=device)),
+        lambda: packed.to(device),
+        lambda: packed.as_tensor(device=device),
+    ]
+    for call in calls:
+        with pytest.raises(py_wire.WireError, match="device meta holds no data"):
+            call()
 
 
 def test_micro_batches(vlm: py_wire.Frame) -> None:
