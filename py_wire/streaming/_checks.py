@@ -78,9 +78,14 @@ def frame(name: str, value: object) -> Frame:
     return value
 
 
-def listed(name: str, value: object, each: Callable[[str, Any], Any]) -> list[Any]:
-    """A sequence argument, each item checked by ``each`` (named ``name[i]``)."""
+def listed(
+    name: str, value: object, each: Callable[[str, Any], Any], *, minimum: int = 0
+) -> list[Any]:
+    """A sequence argument of at least ``minimum`` items, each checked by ``each`` (named
+    ``name[i]``)."""
     out = items(name, value, limit=MAX_GROUPS_PER_PUT)
+    if len(out) < minimum:
+        raise _error(f"{name} must hold at least {minimum} items, got {len(out)}")
     return [each(f"{name}[{i}]", item) for i, item in enumerate(out)]
 
 

@@ -631,6 +631,7 @@ def step_frame(groups: list[Frame]) -> Frame:
     them otherwise, naming the key and both values): never a version silently dropped."""
     from py_wire._decode import checked_schema
 
+    groups = _checks.listed("groups", groups, _checks.frame, minimum=1)
     declares = VERSION_KEY in checked_schema(groups[0]).fields
     return concat(groups, per_row={VERSION_KEY: VERSION_KEY} if declares else None)
 
