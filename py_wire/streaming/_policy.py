@@ -10,9 +10,10 @@ Producers reserve a slot before they generate a group (:func:`admits`): at most 
 batch_groups`` groups are reserved, in flight or stored beyond those the trainer consumed, and
 stored bytes stay under the budget. A trainer step (:func:`choose`) takes the oldest ready
 groups first. A group that would go stale after this step (``t - v == k``) and is still being
-generated holds the step back (policy ``"pace"``: the trainer waits for it, so nothing is
-dropped and long rollouts are not discarded in favour of short ones), or is left to go stale
-(``"drop"``: stale groups are dropped when they arrive, and counted).
+generated holds the step back (policy ``"pace"``: the trainer waits for it, so long rollouts
+are not discarded in favour of short ones), or is left to go stale (``"drop"``). Under either
+policy a group already past the bound (``t - v > k``: a lease that lapsed while the trainer
+moved on, a reservation recorded with old weights) is dropped, counted, never trained.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
-from py_wire._native import WireError
+from py_wire._decode import checked_schema
+from py_wire._native import Frame, SchemaError, WireError
 
 Policy = Literal["pace", "drop"]
 
@@ -117,20 +119,40 @@ def choose(groups: Iterable[Group], trainer_version: int, config: StreamConfig) 
     groups = list(groups)
     ready = sorted((g for g in groups if g.ready), key=lambda g: (g.version, g.seq))
     pending = [g for g in groups if not g.ready]
-    drop: list[str] = []
-    if config.policy == "drop":
-        drop = [g.gid for g in ready if is_stale(g.version, trainer_version, k)]
-        ready = [g for g in ready if not is_stale(g.version, trainer_version, k)]
+    # Past the bound: never trained, whatever the policy (pacing cannot make it fresh again).
+    drop = [g.gid for g in ready if is_stale(g.version, trainer_version, k)]
+    ready = [g for g in ready if not is_stale(g.version, trainer_version, k)]
     if len(ready) < config.batch_groups:
         return Choice([], drop, True)
     take = ready[: config.batch_groups]
     if config.policy == "pace":
         # A group still being generated that must train at this step at the latest: wait for
-        # it rather than train younger groups past it.
-        due = [g for g in pending if trainer_version - g.version >= k]
+        # it rather than train younger groups past it. One already past the bound will be
+        # dropped when it arrives: waiting for it would stall the trainer for nothing.
+        due = [g for g in pending if trainer_version - g.version == k]
         if due:
             return Choice([], drop, True)
     return Choice([g.gid for g in take], drop, False)
+
+
+#: A stream's schema: its fingerprint, and the words that name it in an error ("name version v").
+StreamSchema = tuple[str, str]
+
+
+def same_schema(stream: StreamSchema | None, frame: Frame, what: str) -> StreamSchema:
+    """The schema of ``frame``, which must be the stream's (``None``: the stream has none yet,
+    this frame's becomes it). A step concatenates its groups, so a group of another schema
+    would make every step that includes it fail after it was leased: it is refused at its put
+    instead, a :class:`SchemaError` naming ``what`` and both schemas."""
+    schema = checked_schema(frame)
+    mine = (schema.fingerprint, f"{schema.name!r} version {schema.version}")
+    if stream is not None and mine[0] != stream[0]:
+        raise SchemaError(
+            f"{what}: its frame's schema is {mine[1]} ({mine[0]}), but the stream's groups "
+            f"have schema {stream[1]} ({stream[0]}): a step concatenates its groups, so every "
+            "group of a stream has one schema"
+        )
+    return mine
 
 
 def admits(

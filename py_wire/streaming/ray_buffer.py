@@ -40,9 +40,12 @@ from py_wire.streaming._policy import (
     Group,
     StreamConfig,
     StreamError,
+    StreamSchema,
     admits,
     balance,
     choose,
+    is_stale,
+    same_schema,
 )
 
 #: The metadata key a producer's frames carry their policy version in; concatenated per row
@@ -79,6 +82,8 @@ class _Buffer:
         self.leases: dict[str, tuple[float, list[str]]] = {}
         self.leased: set[str] = set()
         self.trainer_version = 0
+        # The schema of the first group stored; every later group must have it.
+        self.schema: StreamSchema | None = None
         self.stored_bytes = 0
         self.stored_total = 0  # every byte ever stored, for the caller's accounting
         self.peak_bytes = 0
@@ -111,6 +116,15 @@ class _Buffer:
         if samples is not None:
             samples = _checks.whole("samples", samples, minimum=1, maximum=MAX_SAMPLES)
         self._expire()
+        if version is not None and is_stale(
+            version, self.trainer_version, self.config.max_staleness
+        ):
+            # Its group could never train: refused rather than generated and dropped.
+            raise StreamError(
+                f"reserve: version {version} is past the staleness bound: the trainer is at "
+                f"version {self.trainer_version} and max_staleness is "
+                f"{self.config.max_staleness}"
+            )
         if admits(self._open(), self.stored_bytes, 0, self.config) is not None:
             return None
         version = self.trainer_version if version is None else int(version)
@@ -142,6 +156,8 @@ class _Buffer:
                 f"group {gid} was reserved for {len(self.samples[gid])} samples: put each with "
                 "sample=i, not the group as one frame"
             )
+        # Refused before it waits for bytes; the reservation stays, for a frame of the schema.
+        self.schema = same_schema(self.schema, frame, f"group {gid}")
         reason = admits(self._open(), self.stored_bytes, nbytes, self.config)
         if reason is not None:
             return reason
@@ -188,6 +204,7 @@ class _Buffer:
                 f"group {gid}: sample {index} says policy_version {version}, but the group "
                 f"was reserved with version {group.version}"
             )
+        self.schema = same_schema(self.schema, text, f"group {gid}, sample {index}")
         new_media = digest is not None and digest not in self.media
         if new_media and media is None:
             return "media"

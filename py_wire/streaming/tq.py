@@ -41,9 +41,11 @@ from py_wire.streaming._policy import (
     Group,
     StreamConfig,
     StreamError,
+    StreamSchema,
     admits,
     balance,
     choose,
+    same_schema,
     wait_until,
 )
 from py_wire.streaming.ray_buffer import MAX_SAMPLES, VERSION_KEY, step_frame
@@ -54,6 +56,12 @@ TASK = "py_wire.train"
 #: (its text part) and one per distinct media digest. They carry no policy version of their
 #: own (the group's reservation row does), so nothing counts them as groups.
 PART_STATES = ("sample", "media")
+#: The ``state`` tag the sampler gives the rows of a group it dropped as stale: no longer
+#: counted, and cleared by the next stream that lists the partition.
+DROPPED = "dropped"
+#: The key (with this prefix, then the schema's fingerprint) that names the partition's schema:
+#: the first one TQ's controller created (``kv_list`` order) is the stream's schema.
+SCHEMA_KEY = "py_wire.schema:"
 
 
 def _tq() -> Any:
@@ -140,7 +148,8 @@ class StalenessSampler(_base()):  # type: ignore[misc]
         members: dict[str, list[int]] = {}  # a sample group's rows, by its head's gid
         for index in keys:
             tags = meta.get(index, {})
-            if VERSION_KEY not in tags:
+            # Dropped already: a step that waits hands TQ no rows to mark consumed.
+            if VERSION_KEY not in tags or tags.get("state") == DROPPED:
                 continue
             if "samples" in tags:  # a group whose samples arrive apart
                 if index in leases or index in dropped_heads:
@@ -185,6 +194,8 @@ class StalenessSampler(_base()):  # type: ignore[misc]
 
         dropped = [i for gid in choice.drop for i in rows_of(gid)]
         dropped_heads.update(int(gid) for gid in choice.drop if gid in members)
+        for index in {*dropped, *(int(gid) for gid in choice.drop)}:
+            meta.setdefault(index, {})["state"] = DROPPED
         self.counts.dropped_stale += len(choice.drop)
         if choice.wait:
             return [], dropped
@@ -213,6 +224,21 @@ class StalenessSampler(_base()):  # type: ignore[misc]
     def clear_cache(self, partition_id: str) -> None:
         self.steps.pop(partition_id, None)
         self.leases.pop(partition_id, None)
+
+
+def _stream_schema(listed: Mapping[str, Mapping[str, Any]]) -> StreamSchema | None:
+    """The partition's schema: its first schema key's (None when it has none)."""
+    for key, tags in listed.items():
+        if key.startswith(SCHEMA_KEY):
+            fingerprint = key[len(SCHEMA_KEY) :]
+            return fingerprint, str(tags.get("name", "a schema"))
+    return None
+
+
+def _sampler_counts(controller: Any) -> dict[str, int]:
+    """Run inside TQ's controller: its :class:`StalenessSampler`'s counts."""
+    counts: dict[str, int] = controller.sampler.counts.as_dict()
+    return counts
 
 
 def _remember(memory: dict[Any, Any], key: Any, value: Any = None) -> None:
@@ -271,12 +297,25 @@ class TQStream:
         # (bounded: the oldest are forgotten first).
         self._media_sent: dict[Any, Any] = {}
         self._samples_of: dict[Any, Any] = {}
+        self._schema: StreamSchema | None = None
         #: Seconds the last :meth:`take` waited for the sampler to hand a step.
         self.last_wait_s = 0.0
 
     # -- producers ----------------------------------------------------------------------------
 
-    def _open(self, before_key: str | None = None) -> tuple[int, int]:
+    def _listed(self) -> dict[str, dict[str, Any]]:
+        """The partition's keys and their tags, in the order TQ's controller created the keys
+        (one controller round trip)."""
+        listed: dict[str, dict[str, Any]] = (
+            _tq().kv_list(partition_id=self.partition_id).get(self.partition_id, {})
+        )
+        return listed
+
+    def _open(
+        self,
+        before_key: str | None = None,
+        listed: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> tuple[int, int]:
         """Groups open (reserved within their time, or stored) and bytes stored, from TQ's
         tags in one controller round trip. ``before_key``: count only the keys TQ's controller
         created before this one. ``kv_list`` lists keys in the order the controller created
@@ -285,13 +324,21 @@ class TQStream:
         order (a reservation stamped first may become visible last). Keys listed without tags
         yet are reservations whose tags are on their way (TQ creates a key and sets its tags
         in two calls): counted as open, until this stream has seen one untagged for longer
-        than a reservation lasts (its producer died between the two calls)."""
-        listed = _tq().kv_list(partition_id=self.partition_id).get(self.partition_id, {})
+        than a reservation lasts (its producer died between the two calls). Rows the sampler
+        dropped as stale count no more, and are cleared here. ``listed``: a listing just
+        taken."""
+        listed = self._listed() if listed is None else listed
         now = time.time()
         open_groups = stored = 0
+        dropped = []
         for key, tags in listed.items():
             if before_key is not None and str(key) == before_key:
                 break
+            if tags.get("state") == DROPPED:
+                dropped.append(str(key))
+                continue
+            if str(key).startswith(SCHEMA_KEY):
+                continue
             if tags.get("state") == "reserved":
                 if now - float(tags.get("at", 0)) > self.config.reservation_s:
                     continue
@@ -307,7 +354,78 @@ class TQStream:
                     open_groups += 1
         if self._untagged:  # forget keys gone from the partition or tagged since
             self._untagged = {k: t for k, t in self._untagged.items() if not listed.get(k, True)}
+        if dropped:
+            _tq().kv_clear(keys=dropped, partition_id=self.partition_id)
         return open_groups, stored
+
+    def stats(self) -> dict[str, Any]:
+        """The sampler's counts (those of every partition of this TQ: ``delivered``,
+        ``acked``, ``dropped_stale``, ``lease_returns``), and this partition's open groups and
+        stored bytes."""
+        import ray
+
+        controller = ray.get_actor("TransferQueueController", namespace="transfer_queue")
+        counts: Any = ray.get(controller.__ray_call__.remote(_sampler_counts))
+        open_groups, stored = self._open()
+        return {**dict(counts), "open_groups": open_groups, "stored_bytes": stored}
+
+    def _reservation(
+        self, listed: Mapping[str, Mapping[str, Any]], key: str, samples: bool
+    ) -> Mapping[str, Any]:
+        """The tags of ``key``'s open reservation, for a group put as ``samples`` or as one
+        frame; a :class:`StreamError` naming the key when it has none. A put must hold a
+        reservation, so that the window holds, and a second put of a key would overwrite its
+        group in TQ."""
+        tags = listed.get(key) or {}
+        state = tags.get("state")
+        if VERSION_KEY not in tags:
+            raise StreamError(
+                f"group {key}: not reserved (or acked already): reserve it first, so that at "
+                f"most (k + 1) * batch_groups = {self.config.window} groups are open"
+            )
+        if state == DROPPED:
+            raise StreamError(f"group {key}: dropped, past the staleness bound")
+        if state != "reserved":
+            raise StreamError(f"group {key}: put already (a second put would overwrite it)")
+        if time.time() - float(tags.get("at", 0)) > self.config.reservation_s:
+            raise StreamError(
+                f"group {key}: its reservation lapsed (reservation_s = "
+                f"{self.config.reservation_s:g} s): reserve it again"
+            )
+        if samples and "samples" not in tags:
+            raise StreamError(
+                f"group {key} was reserved for one frame: put it with put(), or reserve it "
+                "with samples=n"
+            )
+        if not samples and "samples" in tags:
+            raise StreamError(
+                f"group {key} was reserved for {tags['samples']} samples: put each with "
+                "put_sample(), not the group as one frame"
+            )
+        return tags
+
+    def _same_schema(
+        self, listed: Mapping[str, Mapping[str, Any]], frame: Frame, what: str
+    ) -> None:
+        """Refuses ``frame`` (a :class:`SchemaError` naming ``what``) unless its schema is the
+        partition's. A partition without one takes this frame's: this stream adds its key,
+        then lists again, and the first schema key TQ's controller created wins (a key created
+        earlier is listed to every later creator, so two racing producers agree)."""
+        if self._schema is None:
+            self._schema = _stream_schema(listed)
+        if self._schema is not None:
+            same_schema(self._schema, frame, what)
+            return
+        mine = same_schema(None, frame, what)
+        key = SCHEMA_KEY + mine[0]
+        _tq().kv_put(
+            key=key, partition_id=self.partition_id, tag={"state": "schema", "name": mine[1]}
+        )
+        first = _stream_schema(self._listed())
+        if first is not None and first[0] != mine[0]:
+            _tq().kv_clear(keys=[key], partition_id=self.partition_id)
+        self._schema = first or mine
+        same_schema(self._schema, frame, what)
 
     def stored_bytes(self) -> int:
         """Bytes the partition's groups and sample rows hold, from TQ's tags (one controller
@@ -414,7 +532,16 @@ class TQStream:
                     "seq": time.monotonic_ns(),
                 }
             )
-        self._put_rows(keys, frames, tags, timeout_s)
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:
+            raise StreamError(f"group {twice}: given twice in one put")
+
+        def refuse(listed: Mapping[str, Mapping[str, Any]]) -> None:
+            for key, frame in zip(keys, frames, strict=True):
+                self._reservation(listed, key, samples=False)
+                self._same_schema(listed, frame, f"group {key}")
+
+        self._put_rows(keys, frames, tags, timeout_s, refuse)
 
     def put_sample(
         self, key: str, index: int, frame: Frame, version: int, timeout_s: float | None = None
@@ -457,7 +584,18 @@ class TQStream:
             keys.append(f"{key}#m:{digest}")
             frames.append(media)
             tags.append({"state": "media", "group": key, "digest": digest, "nbytes": media.nbytes})
-        self._put_rows(keys, frames, tags, timeout_s)
+
+        def refuse(listed: Mapping[str, Mapping[str, Any]]) -> None:
+            head = self._reservation(listed, key, samples=True)
+            if index >= int(head["samples"]):
+                raise StreamError(
+                    f"group {key}: sample {index} of a group of {head['samples']} samples"
+                )
+            if keys[0] in listed:
+                raise StreamError(f"group {key}: sample {index} was put already")
+            self._same_schema(listed, text, f"group {key}, sample {index}")
+
+        self._put_rows(keys, frames, tags, timeout_s, refuse)
         if media is not None:
             _remember(self._media_sent, sent)
         return sum(f.nbytes for f in frames)
@@ -468,16 +606,22 @@ class TQStream:
         frames: list[Frame],
         tags: list[dict[str, Any]],
         timeout_s: float | None,
+        refuse: Callable[[Mapping[str, Mapping[str, Any]]], None],
     ) -> None:
-        """One TQ put: each frame's bytes a row of the ``TEXT`` column, with its tags, once
-        the byte budget has room for them (waiting up to ``timeout_s``)."""
-        if self.config.max_bytes is not None:
-            nbytes = sum(f.nbytes for f in frames)
+        """One TQ put: each frame's bytes a row of the ``TEXT`` column, with its tags. On one
+        listing of the partition first: ``refuse`` raises where the rows may not be put (no
+        open reservation, put already, another schema), and the put waits (up to
+        ``timeout_s``) while the byte budget has no room for them."""
+        nbytes = sum(f.nbytes for f in frames)
 
-            def check() -> str | None:
-                return admits(0, self.stored_bytes(), nbytes, self.config)
+        def check() -> str | None:
+            listed = self._listed()
+            refuse(listed)
+            if self.config.max_bytes is None:
+                return None
+            return admits(0, self._open(listed=listed)[1], nbytes, self.config)
 
-            wait_until(check, timeout_s or self.config.admission_timeout_s, f"put {keys[:2]}")
+        wait_until(check, timeout_s or self.config.admission_timeout_s, f"put {keys[:2]}")
         from tensordict import TensorDict
 
         _tq().kv_batch_put(

@@ -37,8 +37,9 @@ def test_pace_waits_for_a_group_due_now_and_drop_counts() -> None:
     assert choose(groups, 0, pace).take == ["fast"]
     groups[0].ready = True
     assert choose(groups, 1, pace).take == ["slow"]
-    # Stale under pace is never dropped; under drop it is dropped (and the caller counts it).
-    assert choose(groups, 5, pace).take == ["slow"]
+    # Past the bound a group is dropped under either policy (and the caller counts it).
+    got = choose(groups, 5, pace)
+    assert got.drop == ["slow", "fast"] and got.wait
     drop = StreamConfig(max_staleness=1, batch_groups=1, policy="drop")
     got = choose(groups, 3, drop)
     assert got.drop == ["slow", "fast"] and got.wait
