@@ -53,7 +53,10 @@ def seconds(name: str, value: object) -> float:
     """A duration: a finite positive real number (an int or float, numpy's included)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__} {value!r}")
-    as_float = float(value)
+    try:
+        as_float = float(value)
+    except OverflowError:  # an int past float's range
+        as_float = math.inf
     if not (math.isfinite(as_float) and as_float > 0):
         raise _error(f"{name} must be a finite number of seconds > 0, got {value!r}")
     return as_float

@@ -86,6 +86,7 @@ def test_integer_scalars_of_numpy_and_torch_are_versions() -> None:
         ("lease_s", math.inf, StreamError),
         ("lease_s", math.nan, StreamError),
         ("reservation_s", -1, StreamError),
+        ("reservation_s", 10**400, StreamError),
         ("admission_timeout_s", "5", TypeError),
         ("admission_timeout_s", torch.zeros(2), TypeError),
         ("max_staleness", 1.0, TypeError),
