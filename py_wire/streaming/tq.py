@@ -7,7 +7,9 @@ sampler, its tags carry each group's policy version; py_wire adds the rules.
 - **Reservations are TQ keys without fields.** :meth:`TQStream.reserve` adds the group's key
   with only its tags (``state: "reserved"``, the version, the time): TQ's controller does not
   count it ready until the put writes its columns, so a producer that dies mid-put leaves no
-  partial group visible, and the sampler sees what is still being generated.
+  partial group visible, and the sampler sees what is still being generated. The column
+  written is the commit: a group whose producer died after it, before TQ set the stored
+  tags, is trained like any other, however long after its reservation lapsed.
 - :class:`StalenessSampler` (a ``transfer_queue.sampler.BaseSampler``, running inside TQ's
   controller) reads the versions from the partition's tags and applies
   :func:`py_wire.streaming._policy.choose`: oldest groups first within the bound, whole groups
@@ -18,7 +20,8 @@ sampler, its tags carry each group's policy version; py_wire adds the rules.
 - **Leases on TQ's consumption table.** A row the sampler hands out is marked consumed by TQ;
   the consumer clears it (``kv_clear``, TQ's own) when its step is done. A row not cleared
   within the lease goes back: the sampler sets its consumption status to 0 again, and TQ
-  offers it to the next ``get_meta``.
+  offers it to the next ``get_meta`` (a lease that ran out makes TQ call the sampler even
+  when no row is ready: a trainer that died holding every group does not hold them for ever).
 
 Start TQ with the sampler and polling mode (a step that must wait gets an empty batch)::
 
@@ -173,8 +176,9 @@ class StalenessSampler(_base()):  # type: ignore[misc]
                 )
                 continue
             reserved = tags.get("state") == "reserved"
-            if reserved and time.time() - float(tags.get("at", 0)) > self.config.reservation_s:
-                continue  # the producer gave up or died: nothing to wait for
+            lapsed = time.time() - float(tags.get("at", 0)) > self.config.reservation_s
+            if reserved and lapsed and index not in ready:
+                continue  # the producer gave up or died before its column: nothing to wait for
             if not reserved and index not in ready:
                 continue  # stored, and consumed (leased) or not visible yet
             groups.append(
@@ -219,7 +223,12 @@ class StalenessSampler(_base()):  # type: ignore[misc]
         self, partition_id: str, task_name: str, sampling_config: dict[str, Any] | None = None
     ) -> bool:
         batch_index = (sampling_config or {}).get("batch_index")
-        return batch_index is not None and batch_index in self.steps.get(partition_id, {})
+        if batch_index is not None and batch_index in self.steps.get(partition_id, {}):
+            return True
+        # With no row ready TQ calls no sampler: a lease that ran out (a trainer died holding
+        # every group) would never end. Saying yes makes it call sample(), which ends it.
+        now = time.monotonic()
+        return any(until < now for _, until, _ in self.leases.get(partition_id, {}).values())
 
     def clear_cache(self, partition_id: str) -> None:
         self.steps.pop(partition_id, None)

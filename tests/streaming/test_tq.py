@@ -5,22 +5,19 @@ reserved key without columns (a producer mid-put) is never handed out."""
 
 from __future__ import annotations
 
-import faulthandler
-import logging
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import ray
 import torch
 import transfer_queue as tq
 
 import py_wire
 from py_wire.streaming import AdmissionTimeout, StreamConfig, StreamError
-from py_wire.streaming.tq import SCHEMA_KEY, TQStream, tq_config, versions_of
+from py_wire.streaming.tq import SCHEMA_KEY, TQStream, versions_of
 from tests.helpers import END, PAD, START, small_text_batch
+from tests.streaming.conftest import tq_running
 
 # Ray start-up (and the benchmark) on a loaded 2-core machine can take minutes.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]  # spawned processes: see markers
@@ -30,18 +27,8 @@ CONFIG = StreamConfig(max_staleness=1, batch_groups=2, lease_s=2.0, reservation_
 
 @pytest.fixture(scope="module", autouse=True)
 def tq_session() -> Iterator[None]:
-    faulthandler.dump_traceback_later(240, exit=True, file=sys.stderr)
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    logging.getLogger("transfer_queue").setLevel(logging.CRITICAL)
-    tq.init(tq_config(CONFIG))
-    try:
+    with tq_running(CONFIG):
         yield
-    finally:
-        tq.close()
-        ray.shutdown()
-        faulthandler.cancel_dump_traceback_later()
 
 
 def frame(group: int, version: int) -> py_wire.Frame:
