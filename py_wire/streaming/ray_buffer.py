@@ -492,7 +492,8 @@ class RayBuffer:
         look staler than it is, or, read by a producer that then syncs, fresher).
         ``samples=n``: the group's ``n`` samples arrive apart, each a one-row frame put with
         ``put(gid, frame, sample=i)`` by any producer; the media the samples share are stored
-        once."""
+        once. A ``version`` already past the staleness bound (its group could never train) is
+        a :class:`StreamError`."""
         version = _checks.optional_version("version", version)
         timeout_s = _checks.optional_seconds("timeout_s", timeout_s)
         if samples is not None:
@@ -518,7 +519,9 @@ class RayBuffer:
         metadata names the weights that generated it) and commits it, waiting while the buffer
         is over its byte budget. ``sample=i``: the frame is the group's sample ``i`` (one row;
         the group was reserved with ``samples=``): its text is stored, its media only when no
-        stored sample holds the same images, and the group is committed with its last sample."""
+        stored sample holds the same images, and the group is committed with its last sample.
+        A frame of another schema than the stream's (the first group's) is a
+        :class:`py_wire.SchemaError` naming the group; the reservation stays usable."""
         gid = _checks.text("gid", gid)
         frame = _checks.frame("frame", frame)
         timeout_s = _checks.optional_seconds("timeout_s", timeout_s)

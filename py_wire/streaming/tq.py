@@ -515,7 +515,10 @@ class TQStream:
         timeout_s: float | None = None,
     ) -> None:
         """Stores reserved groups (one frame each), in one TQ put, waiting while the buffer
-        is over its byte budget. The groups become visible whole, when TQ has their columns."""
+        is over its byte budget. The groups become visible whole, when TQ has their columns.
+        A key without an open reservation (never reserved, lapsed, put already) is a
+        :class:`StreamError`, a frame of another schema than the partition's a
+        :class:`py_wire.SchemaError`, each naming the key; nothing is stored then."""
         keys = _checks.listed("keys", keys, _checks.text)
         frames = _checks.listed("frames", frames, _checks.frame)
         versions = _checks.listed("versions", versions, _checks.version)
