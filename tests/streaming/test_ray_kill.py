@@ -8,6 +8,7 @@ lapses, and every committed group is trained once."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
@@ -53,6 +54,14 @@ class Producer:
         group_frame(group, version)  # generated, never committed
         os._exit(1)
 
+    def die_while_put_waits(self, group: int, version: int) -> None:
+        """Dies while its put waits inside the buffer for byte budget."""
+        gid, _ = self.buffer.reserve(version, timeout_s=30)
+        frame = group_frame(group, version)
+        threading.Thread(target=self.buffer.put, args=(gid, frame, 30.0), daemon=True).start()
+        time.sleep(1.0)
+        os._exit(1)
+
 
 @ray.remote(max_restarts=0)
 class Consumer:
@@ -63,6 +72,19 @@ class Consumer:
         step = self.buffer.take(ranks=1, timeout_s=30)
         assert step.frames[0] is not None
         os._exit(1)  # dies mid-step: no ack
+
+    def die_fetching(self) -> None:
+        """Dies inside its take: the buffer leased the step, the frames are being fetched."""
+        from py_wire.streaming import ray_buffer
+
+        ray_buffer._fetch = lambda refs: os._exit(1)  # type: ignore[assignment]
+        self.buffer.take(ranks=1, timeout_s=30)
+
+    def die_while_take_waits(self) -> None:
+        """Dies while its take waits inside the buffer for a step (none is ready)."""
+        threading.Thread(target=self.buffer.take, args=(1, 30.0), daemon=True).start()
+        time.sleep(1.0)
+        os._exit(1)
 
 
 def trained_groups(step: py_wire.streaming.Step) -> list[int]:
@@ -183,3 +205,83 @@ def test_a_dead_producers_group_that_ray_cannot_serve_is_stored_anew(
     assert buffer.ack(step)
     assert buffer.stats()["open_groups"] == 0
     del churn
+
+
+#: What a lease may outlive ``lease_s`` by: the survivor's calls, on a loaded machine.
+SLACK_S = 2.0
+
+
+def test_a_consumer_dying_mid_take_gives_its_groups_back_within_the_lease() -> None:
+    """The consumer dies inside ``take``, after the buffer leased the step's groups (the only
+    ones: the window is full) and before it fetched them. They come back ``lease_s`` after the
+    lease began, and the next consumer trains each once."""
+    config = StreamConfig(max_staleness=0, batch_groups=2, lease_s=2.0)
+    buffer = RayBuffer(config)
+    producer = Producer.remote(buffer)
+    ray.get([producer.produce.remote(i, 0) for i in range(2)])
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(Consumer.remote(buffer).die_fetching.remote())
+    died = time.monotonic()
+    step = buffer.take(timeout_s=30)
+    back_s = time.monotonic() - died
+    assert sorted(trained_groups(step)) == [0, 1]
+    assert back_s <= config.lease_s + SLACK_S, f"the lease came back after {back_s:.1f} s"
+    assert buffer.ack(step)
+    stats = buffer.stats()
+    assert stats["lease_returns"] == 2 and stats["acked"] == 2 and stats["open_groups"] == 0
+
+
+def test_a_consumer_dying_while_its_take_waits_holds_nothing_past_a_call_and_a_lease() -> None:
+    """The consumer dies while its ``take`` waits inside the buffer; the groups are put after
+    its death. Its call may still lease them (a call waits at most ``CALL_WAIT_S`` in the
+    buffer), and then they come back after ``lease_s``: never later than the two, and the
+    next consumer trains each once."""
+    from py_wire.streaming.ray_buffer import CALL_WAIT_S
+
+    config = StreamConfig(max_staleness=0, batch_groups=2, lease_s=2.0)
+    buffer = RayBuffer(config)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(Consumer.remote(buffer).die_while_take_waits.remote())
+    died = time.monotonic()
+    producer = Producer.remote(buffer)
+    ray.get([producer.produce.remote(i, 0) for i in range(2)])
+    step = buffer.take(timeout_s=30)
+    back_s = time.monotonic() - died
+    assert sorted(trained_groups(step)) == [0, 1]
+    assert back_s <= CALL_WAIT_S + config.lease_s + SLACK_S, f"back after {back_s:.1f} s"
+    assert buffer.ack(step)
+    stats = buffer.stats()
+    assert stats["lease_returns"] in (0, 2)  # 2 when the dead consumer's call leased them
+    assert stats["acked"] == 2 and stats["open_groups"] == 0
+
+
+def test_a_producer_dying_while_its_put_waits_commits_whole_or_not_at_all() -> None:
+    """A producer dies while its put waits inside the buffer for byte budget. When the
+    trainer acks and makes room, its call (still waiting, up to ``CALL_WAIT_S``) commits the
+    group, whose frame is a small object of the dead producer: it is trained once, bit for
+    bit. Should the call have ended first, the reservation lapses and nothing is left.
+    Nothing is trained twice and the buffer ends empty either way."""
+    nbytes = group_frame(0, 0).nbytes
+    config = StreamConfig(max_staleness=1, batch_groups=1, max_bytes=nbytes, reservation_s=3.0)
+    buffer = RayBuffer(config)
+    ray.get(Producer.remote(buffer).produce.remote(0, 0))
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(Producer.remote(buffer).die_while_put_waits.remote(1, 0))
+    step = buffer.take(timeout_s=30)
+    trained = trained_groups(step)
+    assert buffer.ack(step)  # room for the waiting put
+    time.sleep(0.5)
+    committed = buffer.stats()["stored"]
+    if committed == 2:
+        step = buffer.take(timeout_s=30)
+        trained.extend(trained_groups(step))
+        want = {**group_batch(1), "policy_version": torch.zeros(2, dtype=torch.int64)}
+        got = py_wire.decode(step.frames[0], layout="list")  # type: ignore[arg-type]
+        assert_batch_equal(got, want, py_wire.load_schema("text_grpo"))
+        assert buffer.ack(step)
+    else:
+        time.sleep(config.reservation_s + 0.5)
+    assert trained == [0, 1][:committed]
+    stats = buffer.stats()
+    assert stats["acked"] == committed and stats["abandoned"] == 2 - committed
+    assert stats["open_groups"] == 0 and stats["stored_bytes"] == 0
