@@ -87,13 +87,18 @@ class StalenessSampler(_base()):  # type: ignore[misc]
     def __init__(self, config: StreamConfig) -> None:
         super().__init__()
         self.config = _checks.config(config)
-        self.counts = Counts()
+        self.counts = Counts()  # every partition's
+        self.partition_counts: dict[str, Counts] = {}
         # partition -> index -> (key, lease deadline, whether the row heads its group)
         self.leases: dict[str, dict[int, tuple[str, float, bool]]] = {}
         # partition -> reservation rows of sample groups dropped as stale
         self.dropped: dict[str, set[int]] = {}
         # partition -> batch_index -> per-rank global indexes
         self.steps: dict[str, dict[Any, list[list[int]]]] = {}
+
+    def _count(self, partition_id: str, name: str, n: int) -> None:
+        for counts in (self.counts, self.partition_counts.setdefault(partition_id, Counts())):
+            setattr(counts, name, getattr(counts, name) + n)
 
     def _return_expired(self, partition: Any, task_name: str) -> list[int]:
         """Ends the leases of cleared rows (acked) and gives back the rows whose lease ran out:
@@ -106,12 +111,12 @@ class StalenessSampler(_base()):  # type: ignore[misc]
         for index, (key, until, head) in list(leases.items()):
             if index_key.get(index) != key:  # cleared: the consumer acked
                 del leases[index]
-                self.counts.acked += head
+                self._count(partition.partition_id, "acked", head)
             elif until < now:  # not acked in time: offer it again
                 del leases[index]
                 _, status = partition.get_consumption_status(task_name, mask=False)
                 status[index] = 0
-                self.counts.lease_returns += head
+                self._count(partition.partition_id, "lease_returns", head)
                 returned.append(index)
         return returned
 
@@ -200,7 +205,7 @@ class StalenessSampler(_base()):  # type: ignore[misc]
         dropped_heads.update(int(gid) for gid in choice.drop if gid in members)
         for index in {*dropped, *(int(gid) for gid in choice.drop)}:
             meta.setdefault(index, {})["state"] = DROPPED
-        self.counts.dropped_stale += len(choice.drop)
+        self._count(partition.partition_id, "dropped_stale", len(choice.drop))
         if choice.wait:
             return [], dropped
         picked = [g for g in groups if g.gid in set(choice.take)]
@@ -212,7 +217,7 @@ class StalenessSampler(_base()):  # type: ignore[misc]
             leases[head] = (keys[head], until, True)
             for index in members.get(gid, []):
                 leases[index] = (keys[index], until, False)
-        self.counts.delivered += len(picked)
+        self._count(partition.partition_id, "delivered", len(picked))
         if batch_index is not None:
             steps[batch_index] = parts
         taken = [i for part in parts for i in part]
@@ -244,9 +249,11 @@ def _stream_schema(listed: Mapping[str, Mapping[str, Any]]) -> StreamSchema | No
     return None
 
 
-def _sampler_counts(controller: Any) -> dict[str, int]:
-    """Run inside TQ's controller: its :class:`StalenessSampler`'s counts."""
-    counts: dict[str, int] = controller.sampler.counts.as_dict()
+def _sampler_counts(controller: Any, partition_id: str) -> dict[str, int]:
+    """Run inside TQ's controller: its :class:`StalenessSampler`'s counts of a partition."""
+    counts: dict[str, int] = controller.sampler.partition_counts.get(
+        partition_id, Counts()
+    ).as_dict()
     return counts
 
 
@@ -368,13 +375,12 @@ class TQStream:
         return open_groups, stored
 
     def stats(self) -> dict[str, Any]:
-        """The sampler's counts (those of every partition of this TQ: ``delivered``,
-        ``acked``, ``dropped_stale``, ``lease_returns``), and this partition's open groups and
-        stored bytes."""
+        """This partition's counts, kept by the sampler in TQ's controller (``delivered``,
+        ``acked``, ``dropped_stale``, ``lease_returns``), its open groups and stored bytes."""
         import ray
 
         controller = ray.get_actor("TransferQueueController", namespace="transfer_queue")
-        counts: Any = ray.get(controller.__ray_call__.remote(_sampler_counts))
+        counts: Any = ray.get(controller.__ray_call__.remote(_sampler_counts, self.partition_id))
         open_groups, stored = self._open()
         return {**dict(counts), "open_groups": open_groups, "stored_bytes": stored}
 
