@@ -21,7 +21,9 @@ sampler, its tags carry each group's policy version; py_wire adds the rules.
   the consumer clears it (``kv_clear``, TQ's own) when its step is done. A row not cleared
   within the lease goes back: the sampler sets its consumption status to 0 again, and TQ
   offers it to the next ``get_meta`` (a lease that ran out makes TQ call the sampler even
-  when no row is ready: a trainer that died holding every group does not hold them for ever).
+  when no row is ready: a trainer that died holding every group does not hold them for ever),
+  and a step retaken after its lease ran out (a restarted trainer's) is chosen afresh, under
+  a new lease.
 
 Start TQ with the sampler and polling mode (a step that must wait gets an empty batch)::
 
@@ -137,6 +139,11 @@ class StalenessSampler(_base()):  # type: ignore[misc]
         dp_size = int(kwargs.get("dp_size", 1))
         batch_index = kwargs.get("batch_index")
         steps = self.steps.setdefault(partition.partition_id, {})
+        if returned:  # a step whose lease ran out is handed out afresh, under a new lease
+            gone = set(returned)
+            for index, parts in list(steps.items()):
+                if any(i in gone for part in parts for i in part):
+                    del steps[index]
         if batch_index is not None and batch_index in steps:
             part = steps[batch_index][dp_rank]
             return part, part

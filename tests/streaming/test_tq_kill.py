@@ -76,6 +76,20 @@ def produce(stream: TQStream, group: int) -> None:
     stream.put([f"g{group}"], [frame(group, 0)], [0])
 
 
+def group_0_back(stream: TQStream, stuck: str) -> Any:
+    """Step 1, taken just after a trainer died holding group 0: it must hold group 0, within
+    ``lease_s`` (and a bit) of now. Its ``BatchMeta``."""
+    died = time.monotonic()
+    try:
+        meta, got = stream.take(0, step=1, timeout_s=CONFIG.lease_s + 10)
+    except AdmissionTimeout as e:
+        raise AssertionError(f"{stuck}: {e}") from None
+    back_s = time.monotonic() - died
+    assert groups_of(got) == [0]
+    assert back_s <= CONFIG.lease_s + SLACK_S, f"the lease came back after {back_s:.1f} s"
+    return meta
+
+
 def groups_left(partition: str) -> set[str]:
     """The group keys still in the partition."""
     listed = tq.kv_list(partition_id=partition).get(partition, {})
@@ -108,17 +122,26 @@ def test_a_trainer_killed_holding_the_only_group_gives_it_back_after_the_lease(
     produce(stream, 0)
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(Doomed.remote(partition).take_and_die.remote(before_ack))
-    died = time.monotonic()
-    try:
-        meta, got = stream.take(0, step=1, timeout_s=CONFIG.lease_s + 10)
-    except AdmissionTimeout as e:
-        raise AssertionError(f"the dead trainer's lease never ended: {e}") from None
-    back_s = time.monotonic() - died
-    assert groups_of(got) == [0]
-    assert back_s <= CONFIG.lease_s + SLACK_S, f"the lease came back after {back_s:.1f} s"
-    stream.ack(meta)
+    stream.ack(group_0_back(stream, "the dead trainer's lease never ended"))
     produce(stream, 1)  # its slot is free again
     assert [0, *train_all(stream, first_step=2)] == [0, 1]
+    assert groups_left(partition) == set()
+
+
+def test_a_restarted_trainer_that_retakes_the_dead_ones_step_and_dies_gives_it_back_too() -> None:
+    """A trainer dies holding step 0; its restart takes step 0 again (the step its checkpoint
+    is at) after the lease ran out, and dies too. That second hand-out holds a lease as well:
+    the group comes back ``lease_s`` later and trains once."""
+    partition = "restarted"
+    stream = TQStream(CONFIG, partition_id=partition)
+    produce(stream, 0)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(Doomed.remote(partition).take_and_die.remote(True))
+    time.sleep(CONFIG.lease_s + 0.5)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(Doomed.remote(partition).take_and_die.remote(True))  # step 0 again
+    stream.ack(group_0_back(stream, "the second hand-out held no lease"))
+    assert train_all(stream, first_step=2) == []
     assert groups_left(partition) == set()
 
 
