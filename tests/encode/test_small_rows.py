@@ -7,9 +7,8 @@ nothing and reads every row with the full reader."""
 
 from __future__ import annotations
 
+import gc
 import re
-import threading
-import time
 from typing import Any
 
 import numpy as np
@@ -314,57 +313,29 @@ def test_torch_function_mode_cannot_answer_for_rows() -> None:
     assert bytes(frame) == want
 
 
-def test_reset_tiny_rows_in_another_thread_during_encode() -> None:
-    """Rows small enough to be staged, reset by another thread (set_, shrinking resize_) while
-    encodes run: never a crash; each row holds data it had at some moment, or encode refuses
-    a row caught mid-reset with a BatchError (a length that no longer matches)."""
-    n_rows, n = 2048, 8
-    schema = py_wire.Schema.from_toml(
-        """
-name = "tiny_reset"
-version = 1
-sequence_field = "x"
+def test_tiny_rows_reset_after_encode_read_them_keep_the_bytes_read() -> None:
+    """Staged rows are copied while encode reads them. A later field's row (whose
+    ``untyped_storage()`` runs code at that moment, after ``input_ids`` was read and before
+    the frame is written) ``set_()``s every ``input_ids`` row to new storage, freeing the
+    old: the frame holds the rows as they were read. (Another thread could not do this
+    safely: torch does not make ``set_()`` safe against a concurrent read of the tensor.)"""
+    from tests.encode.test_input_safety import _RunsMidEncode
 
-[fields.x]
-tier = "per_token"
-dtype = "float32"
-shape = []
-"""
-    )
-    original = [torch.full((n,), float(i)) for i in range(n_rows)]
-    batch = [o.clone() for o in original]
-    stop = time.monotonic() + 1.5
-    errors: list[BaseException] = []
+    batch = text_batch(tiny_lengths(300))
+    want = [t.clone() for t in batch["input_ids"]]
 
-    def resetter() -> None:
-        try:
-            while time.monotonic() < stop:
-                for t in batch[::3]:
-                    t.set_()
-                for t, src in zip(batch, original, strict=True):
-                    t.set_(src.clone())
-                for t in batch[1::3]:
-                    t.resize_(0)
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
+    def reset(_: object) -> None:
+        for t in batch["input_ids"]:
+            t.set_(torch.full((t.numel(),), -1, dtype=torch.int64).untyped_storage())
+        gc.collect()
 
-    worker = threading.Thread(target=resetter)
-    worker.start()
-    seen = 0
-    try:
-        while time.monotonic() < stop:
-            try:
-                frame = py_wire.encode({"x": list(batch)}, schema)
-            except BatchError:
-                continue
-            for i, row in enumerate(py_wire.decode(frame, schema, layout="list")["x"]):
-                assert row.numel() in (0, n)
-                assert bool((row == float(i)).all()), f"row {i} holds data it never had"
-            seen += 1
-    finally:
-        worker.join()
-    assert not errors, errors
-    assert seen > 0
+    _RunsMidEncode.hook = reset
+    batch["reward"] = batch["reward"].as_subclass(_RunsMidEncode)
+    frame = py_wire.encode(batch, TEXT)
+    assert _RunsMidEncode.hook is None, "the reset never ran"
+    assert all(bool((t == -1).all()) for t in batch["input_ids"])
+    got = py_wire.decode(frame, TEXT, layout="list")["input_ids"]
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
 
 
 def test_a_row_whose_storage_was_shrunk_is_refused_on_both_paths() -> None:
