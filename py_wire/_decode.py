@@ -7,6 +7,7 @@ is O(fields) torch calls, independent of rows and bytes.
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -493,7 +494,7 @@ class _FieldDecoder:
         pad = self.options.pad_values.get(name, self.schema.fields[name].pad_value)
         if isinstance(values, torch.Tensor):
             return _padded(values, offsets, self.seq_lengths, pad, self.width)
-        out = torch.empty((self.seq_lengths.shape[0], self.width, *token_shape), dtype=dtype)
+        out = _new_host_tensor((self.seq_lengths.shape[0], self.width, *token_shape), dtype)
         _native.pad_rows(values, offsets, out, _pad_bytes(pad, dtype))
         return out
 
@@ -706,6 +707,22 @@ def _pad_bytes(pad: float | int | bool, dtype: torch.dtype) -> bytes:
     return cached
 
 
+#: Padded outputs from this size up come from the frame pool (``ReceiveBuffer``): pages already
+#: faulted in by an earlier frame or decode, where a fresh allocation this large pays a page
+#: fault and a page clear per 4 KiB on first write (the pool's own threshold).
+POOLED_OUTPUT_MIN = 256 << 10
+
+
+def _new_host_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised host tensor with a storage of exactly its bytes, for a copy that writes
+    every byte (the padded layout's)."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < POOLED_OUTPUT_MIN:
+        return torch.empty(shape, dtype=dtype)
+    pooled = torch.frombuffer(_native.ReceiveBuffer(nbytes), dtype=torch.uint8, count=nbytes)
+    return pooled.view(dtype).view(shape)
+
+
 def _padded(
     values: torch.Tensor,
     offsets: torch.Tensor,
@@ -718,7 +735,7 @@ def _padded(
         width = int(lengths.max()) if rows else 0
     if values.device.type != "cpu":
         return _padded_by_torch(values, lengths, pad, width)  # pad_rows reads host memory
-    out = torch.empty((rows, width, *values.shape[1:]), dtype=values.dtype)
+    out = _new_host_tensor((rows, width, *values.shape[1:]), values.dtype)
     pad_bytes = _pad_bytes(pad, values.dtype)
     _native.pad_rows(values, offsets, out, pad_bytes)
     return out

@@ -129,5 +129,11 @@ class RowCutter:
         return tensor if self._native else tensor.view(self._dtype)
 
 
+_NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {}
+
+
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
-    return torch.empty(0, dtype=dtype).numpy().dtype
+    found = _NUMPY_DTYPES.get(dtype)
+    if found is None:
+        found = _NUMPY_DTYPES[dtype] = torch.empty(0, dtype=dtype).numpy().dtype
+    return found
