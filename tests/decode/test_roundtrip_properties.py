@@ -395,3 +395,26 @@ def test_padded_decode_of_bfloat16_and_multi_element_tokens_reads_the_frame_byte
         for r, n in enumerate(lengths):
             assert torch.equal(out[name][r, :n], batch[name][r]), (name, r)
             assert bool((out[name][r, n:] == pad).all()), (name, r)
+
+
+def test_a_pooled_padded_output_outlives_its_frame_and_later_frames() -> None:
+    """Padded outputs from 256 KiB up sit in the frame pool's pages: each keeps its pages
+    until it dies (a later encode or decode reusing the pool never writes under it), and each
+    has a storage of exactly its own bytes (it pickles as itself)."""
+    schema = Schema.model_validate(
+        {
+            "name": "probe_pool",
+            "sequence_field": "ids",
+            "fields": {"ids": {"tier": "per_token", "dtype": "int64", "pad_value": -1}},
+        }
+    )
+    rows = [torch.arange(n) for n in (40_000, 9_000, 0)]
+    out = py_wire.decode(py_wire.encode({"ids": rows}, schema), layout="padded")["ids"]
+    assert out.nbytes >= py_wire._decode.POOLED_OUTPUT_MIN
+    assert out.untyped_storage().nbytes() == out.nbytes
+    want = out.clone()
+    for _ in range(3):  # frames and padded decodes of the same size, dropped at once
+        other = [torch.full((n,), 7) for n in (40_000, 9_000, 0)]
+        py_wire.decode(py_wire.encode({"ids": other}, schema), layout="padded")
+    assert torch.equal(out, want)
+    assert torch.equal(pickle.loads(pickle.dumps(out, protocol=5)), want)
