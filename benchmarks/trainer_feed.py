@@ -157,9 +157,23 @@ def micro_section(bdd: Any, frame: py_wire.Frame, micro: int, reps: int) -> None
             nemo_interop.iter_micro_batches(frame, micro, per_micro_batch_width=True)
         ),
     }
+    # The floor of the padded micro-batches' decode: one memcpy of the padded bytes they hold.
+    padded_bytes = sum(
+        v.nbytes
+        for mb in nemo_interop.iter_micro_batches(frame, micro)
+        for v in mb.values()
+        if isinstance(v, torch.Tensor) and v.dim() > 1
+    )
+    src = torch.empty(padded_bytes, dtype=torch.uint8)
+    dst = torch.empty(padded_bytes, dtype=torch.uint8)
+    fns["memcpy"] = lambda: dst.copy_(src)
     t = medians_ms_interleaved(fns, reps)
     base = t["nemo"]
     print(f"   NeMo-RL make_microbatch_iterator({micro}), in memory: {base:.3f} ms")
+    print(
+        f"   one memcpy of the padded bytes they return ({padded_bytes / 1e6:.1f} MB): "
+        f"{t['memcpy']:.3f} ms ({t['memcpy'] / base:.2f}x)"
+    )
     for name, label in (
         ("floor", f"torch's floor: {constructors} jagged constructors alone"),
         ("jagged", "py_wire jagged (default layout), pre-decoded"),
@@ -170,6 +184,11 @@ def micro_section(bdd: Any, frame: py_wire.Frame, micro: int, reps: int) -> None
         ("nemo_rl narrow", "  ... per_micro_batch_width=True"),
     ):
         print(f"   {label:58} {t[name]:8.3f} ms  {t[name] / base:6.2f}x")
+    print(
+        f"   jagged against torch's floor: {t['jagged'] / t['floor']:.2f}x pre-decoded, "
+        f"{t['jagged+decode'] / t['floor']:.2f}x with the decode; nemo_rl.iter_micro_batches "
+        f"against the memcpy: {t['nemo_rl'] / t['memcpy']:.2f}x"
+    )
     full = sum(mb["input_ids"].numel() for mb in nemo_interop.iter_micro_batches(frame, micro))
     narrow = sum(
         mb["input_ids"].numel()
@@ -199,11 +218,17 @@ def pickle_section(frame: py_wire.Frame, micro: int) -> None:
     window = py_wire.decode(frame, rows=range(0, micro))
     row = py_wire.decode(frame)["pixel_values"][0]
 
+    nemo_mb = next(iter(nemo_interop.iter_micro_batches(frame, micro)))
+
     def own_bytes(value: Any) -> int:
         if isinstance(value, torch.Tensor):
             return own_bytes([value.values(), value.offsets()]) if value.is_nested else value.nbytes
         if isinstance(value, py_wire.PackedTensor):
             return sum(t.nbytes for t in value.segments)
+        if hasattr(value, "tensors") and hasattr(value, "dim_to_pack"):  # NeMo-RL's
+            return own_bytes([t for t in value.tensors if t is not None])
+        if hasattr(value, "data") and isinstance(value.data, dict):  # a BatchedDataDict
+            return own_bytes(value.data)
         if isinstance(value, dict):
             return sum(own_bytes(v) for v in value.values())
         if isinstance(value, list | tuple):
@@ -212,6 +237,7 @@ def pickle_section(frame: py_wire.Frame, micro: int) -> None:
 
     for name, value in (
         (f"micro-batch of {micro} rows", mb),
+        (f"nemo_rl micro-batch of {micro}", nemo_mb),
         (f"decode(rows=range(0, {micro}))", window),
         ("pixel_values row 0", row),
     ):
@@ -241,6 +267,24 @@ def small_section(reps: int) -> None:
             f"   {rows:5} rows ({len(raw):7} B): decode {t['decode'] * 1e3:7.1f}, "
             f"decode of bytes {t['decode(bytes)'] * 1e3:7.1f}, wrap {t['wrap'] * 1e3:6.1f}, "
             f"memcpy {t['memcpy'] * 1e3:6.1f}"
+        )
+    print("   layout='padded' (what NeMo-RL takes), against one memcpy of the bytes it returns:")
+    for rows, tokens in ((1, 16), (1000, 16), (1000, 1024)):
+        frame = py_wire.encode(small_batch(rows, tokens), "text_grpo")
+        padded = py_wire.decode(frame, layout="padded")
+        nbytes = sum(v.nbytes for v in padded.values() if isinstance(v, torch.Tensor))
+        src, dst = torch.empty(nbytes, dtype=torch.uint8), torch.empty(nbytes, dtype=torch.uint8)
+        t = medians_ms_interleaved(
+            {
+                "padded": lambda f=frame: py_wire.decode(f, layout="padded"),
+                "memcpy": lambda s=src, d=dst: d.copy_(s),
+            },
+            reps * 50 if tokens <= 16 else reps * 5,
+        )
+        print(
+            f"   {rows:5} rows of {tokens:4} tokens ({nbytes / 1e3:8.1f} kB padded): "
+            f"decode {t['padded'] * 1e3:8.1f}, memcpy {t['memcpy'] * 1e3:7.1f} "
+            f"({t['padded'] / t['memcpy']:.1f}x)"
         )
 
 

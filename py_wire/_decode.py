@@ -7,6 +7,7 @@ is O(fields) torch calls, independent of rows and bytes.
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -96,6 +97,15 @@ class FrameViews:
         """An index table (host memory)."""
         t = _exact(self.array, loc)
         return t.clone() if self.private else t
+
+    def host_tokens(self, loc: TensorLoc) -> np.ndarray | None:
+        """A per-token field's values in host memory as ``[tokens, token bytes]`` uint8 (numpy
+        has no bfloat16), for the codec to read without a tensor built first; None when the
+        payload lies elsewhere or holds nothing."""
+        if self.payload is not self.base or loc.nbytes == 0:
+            return None
+        part = self.array[loc.offset : loc.offset + loc.nbytes]
+        return part.reshape(loc.shape[0], loc.nbytes // loc.shape[0])
 
     def values(self, loc: TensorLoc) -> torch.Tensor:
         """A field's values (where the payload lies), not yet copied by ``private``."""
@@ -415,8 +425,18 @@ class _FieldDecoder:
         self.jagged_offsets: torch.Tensor | None = None
 
     def value(self, f: FieldLayout) -> Any:
-        values = self.views.values(f.values)
         cast = DTYPES[f.dtype] if self.options.source_dtype and f.stored_dtype != f.dtype else None
+        if (
+            f.tier == "per_token"
+            and self.options.layout == "padded"
+            and cast is None
+            and self.window is None
+        ):
+            # The padding copy reads the frame's bytes directly: no tensor over them first.
+            tokens = self.views.host_tokens(f.values)
+            if tokens is not None:
+                return self._padded(f.name, tokens, DTYPES[f.values.dtype], f.values.shape[1:])
+        values = self.views.values(f.values)
         if f.tier == "scalar":
             if self.window is not None:
                 values = self.window.scalar(values)
@@ -449,17 +469,34 @@ class _FieldDecoder:
             return [self.views.own(r) for r in torch.split(values, torch.diff(offsets).tolist())]
         if layout == "padded":
             values = _owned(values, cast, clone=False)  # padding copies anyway
-            if self.seq_lengths is None:
-                self.seq_lengths = torch.diff(offsets)
-                self.width = padded_width(self.seq_lengths, self.options.pad_to_multiple_of)
-            pad = self.options.pad_values.get(name, self.schema.fields[name].pad_value)
-            return _padded(values, offsets, self.seq_lengths, pad, self.width)
+            return self._padded(name, values, values.dtype, list(values.shape[1:]))
         if self.jagged_offsets is None:
             # One offsets tensor for every field: they share one ragged dim.
             self.jagged_offsets = own(offsets)
             if self.device.type != "cpu":
                 self.jagged_offsets = self.jagged_offsets.to(self.device)
         return jagged(own(_owned(values, cast, self.options.clone)), self.jagged_offsets)
+
+    def _padded(
+        self,
+        name: str,
+        values: torch.Tensor | np.ndarray,
+        dtype: torch.dtype,
+        token_shape: list[int],
+    ) -> torch.Tensor:
+        """``values`` (a tensor, or the frame's ``[tokens, token bytes]``) padded to the batch's
+        width: ``[rows, width, *token_shape]`` of ``dtype``."""
+        offsets = self.seq_offsets
+        assert offsets is not None
+        if self.seq_lengths is None:
+            self.seq_lengths = torch.diff(offsets)
+            self.width = padded_width(self.seq_lengths, self.options.pad_to_multiple_of)
+        pad = self.options.pad_values.get(name, self.schema.fields[name].pad_value)
+        if isinstance(values, torch.Tensor):
+            return _padded(values, offsets, self.seq_lengths, pad, self.width)
+        out = _new_host_tensor((self.seq_lengths.shape[0], self.width, *token_shape), dtype)
+        _native.pad_rows(values, offsets, out, _pad_bytes(pad, dtype))
+        return out
 
 
 def _sequence_tokens(
@@ -670,6 +707,22 @@ def _pad_bytes(pad: float | int | bool, dtype: torch.dtype) -> bytes:
     return cached
 
 
+#: Padded outputs from this size up come from the frame pool (``ReceiveBuffer``): pages already
+#: faulted in by an earlier frame or decode, where a fresh allocation this large pays a page
+#: fault and a page clear per 4 KiB on first write (the pool's own threshold).
+POOLED_OUTPUT_MIN = 256 << 10
+
+
+def _new_host_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised host tensor with a storage of exactly its bytes, for a copy that writes
+    every byte (the padded layout's)."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < POOLED_OUTPUT_MIN:
+        return torch.empty(shape, dtype=dtype)
+    pooled = torch.frombuffer(_native.ReceiveBuffer(nbytes), dtype=torch.uint8, count=nbytes)
+    return pooled.view(dtype).view(shape)
+
+
 def _padded(
     values: torch.Tensor,
     offsets: torch.Tensor,
@@ -682,7 +735,7 @@ def _padded(
         width = int(lengths.max()) if rows else 0
     if values.device.type != "cpu":
         return _padded_by_torch(values, lengths, pad, width)  # pad_rows reads host memory
-    out = torch.empty((rows, width, *values.shape[1:]), dtype=values.dtype)
+    out = _new_host_tensor((rows, width, *values.shape[1:]), values.dtype)
     pad_bytes = _pad_bytes(pad, values.dtype)
     _native.pad_rows(values, offsets, out, pad_bytes)
     return out

@@ -4,7 +4,7 @@ storage of exactly its own bytes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -86,7 +86,12 @@ class MicroBatches:
         narrow_multiple: int | None = None,
         device: str | torch.device | None = None,
         pin_memory: bool = False,
+        packed_as: Callable[[PackedTensor], Any] | None = None,
     ) -> None:
+        """``packed_as`` (NeMo-RL's interop) converts each packed field of the whole batch once,
+        to a value whose ``slice(list(range(a, b)))`` gives rows ``a..b`` (NeMo-RL's own
+        ``PackedTensor``, as ``BatchedDataDict.slice`` calls it): micro-batches then slice
+        that, not py_wire's field."""
         if "rows" in options:
             raise WireError("iter_micro_batches: pass row groups as `groups`, not rows=")
         self._stager: Stager | None = None
@@ -122,7 +127,10 @@ class MicroBatches:
         # cut (and, for jagged fields, one constructor call) per field.
         self._fields: list[tuple[str, str, Any]] = []
         for name, value in self.decoded.items():
-            if isinstance(value, PackedTensor):
+            if isinstance(value, PackedTensor) and packed_as is not None:
+                self.decoded[name] = converted = packed_as(value)
+                self._fields.append((name, "converted", converted))
+            elif isinstance(value, PackedTensor):
                 self._fields.append((name, "packed", value))
             elif isinstance(value, torch.Tensor) and value.is_nested:
                 self._fields.append((name, "nested", RowCutter(jagged_values(value))))
@@ -191,6 +199,8 @@ class MicroBatches:
                     out[name] = tensor[a:b, :width].contiguous()
             elif kind == "packed":
                 out[name] = value.slice(slice(a, b))
+            elif kind == "converted":
+                out[name] = value.slice(list(range(a, b)))
             elif kind == "list":
                 out[name] = value[a:b]
             else:

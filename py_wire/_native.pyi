@@ -51,6 +51,7 @@ __all__ = [
     "pack_into",
     "pack_rows",
     "pad_rows",
+    "fill_padding_with_first_token",
     "placeholder_runs",
     "register_torch",
     "reserved_metadata_key",
@@ -298,8 +299,12 @@ def placeholder_runs(
     rows: list[torch.Tensor] | list[npt.NDArray[np.int64]], token_id: int
 ) -> list[list[int]]: ...
 def pad_rows(
-    values: torch.Tensor, offsets: torch.Tensor, out: torch.Tensor, pad: bytes
+    values: torch.Tensor | npt.NDArray[np.uint8],
+    offsets: torch.Tensor,
+    out: torch.Tensor,
+    pad: bytes,
 ) -> None: ...
+def fill_padding_with_first_token(out: torch.Tensor, lengths: torch.Tensor) -> None: ...
 def gather(
     frames: Sequence[Frame],
     rows: range | Sequence[range] | Sequence[int] | npt.NDArray[np.int64] | None = None,

@@ -518,8 +518,8 @@ class _FrameRows:
     def _segment(self, seg: int) -> torch.Tensor:
         shapes, offsets, _, _ = self._tables()
         try:
-            return self._cut(offsets[seg], offsets[seg + 1]).view(shapes[seg])
-        except (RuntimeError, IndexError) as e:
+            return self._cut.shaped(offsets[seg], offsets[seg + 1], shapes[seg])
+        except (RuntimeError, IndexError, ValueError) as e:
             # The codec validated these tables; only a buffer written since can get here.
             raise FrameError(
                 f"segment {seg} no longer fits its values (was the frame's buffer written "

@@ -66,31 +66,74 @@ def _cut(array: np.ndarray, t: torch.Tensor) -> torch.Tensor:
     return flat.view(t.dtype).view(t.shape)
 
 
+#: torch dtypes numpy holds as they are: ``torch.from_numpy`` of such an array is the tensor
+#: itself, without the ``view(dtype)`` other dtypes (bfloat16, float8) take.
+_NUMPY_NATIVE = {
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.complex128,
+}
+
+
 class RowCutter:
     """Rows ``[lo, hi)`` (along dim 0) of one contiguous host tensor, each cut as a tensor over
     exactly those rows' bytes: a micro-batch's slice of a field pickles, saves and moves as its
-    own bytes, never the whole field. The same memory (no copy); O(1) per cut."""
+    own bytes, never the whole field. The same memory (no copy); O(1) per cut: a numpy slice of
+    the field's elements and one ``torch.from_numpy`` (a ``view(dtype)`` more where numpy has
+    no such dtype), the cheapest own-storage tensor torch builds."""
 
-    __slots__ = ("_array", "_dtype", "_row_bytes", "_shape", "_tensor")
+    __slots__ = ("_dtype", "_elements", "_native", "_shape", "_tensor")
 
     def __init__(self, t: torch.Tensor) -> None:
         self._tensor = t
         self._dtype = t.dtype
         self._shape = tuple(t.shape[1:])
-        self._row_bytes = t.element_size()
-        for d in self._shape:
-            self._row_bytes *= d
-        self._array: np.ndarray | None = None
+        self._native = t.dtype in _NUMPY_NATIVE
+        #: The field's elements (numpy's dtype of the same size where numpy lacks torch's),
+        #: shaped ``[rows, ...]``; None for what is not a plain contiguous host tensor.
+        self._elements: np.ndarray | None = None
         host = t.device.type == "cpu" and not t.is_nested and t.layout == torch.strided
         if host and t.dim() > 0 and t.is_contiguous() and t.nbytes > 0:
             start = int(t.storage_offset()) * t.element_size()
-            self._array = _storage_array(t)[start : start + t.nbytes]
+            whole = _storage_array(t)[start : start + t.nbytes]
+            element = _numpy_dtype(t.dtype) if self._native else f"u{t.element_size()}"
+            self._elements = whole.view(element).reshape(t.shape)
 
     def __call__(self, lo: int, hi: int) -> torch.Tensor:
-        array = self._array
-        if array is None:  # not a plain contiguous host tensor (a device tensor): a view
+        elements = self._elements
+        if elements is None:  # not a plain contiguous host tensor (a device tensor): a view
             return self._tensor[lo:hi]
-        if hi <= lo or self._row_bytes == 0:
+        if hi <= lo:
             return torch.empty((max(hi - lo, 0), *self._shape), dtype=self._dtype)
-        part = array[lo * self._row_bytes : hi * self._row_bytes]
-        return torch.from_numpy(part).view(self._dtype).view(hi - lo, *self._shape)
+        return self._own(elements[lo:hi])
+
+    def shaped(self, lo: int, hi: int, shape: list[int]) -> torch.Tensor:
+        """Elements ``[lo, hi)`` of a 1-D field as a tensor of ``shape`` (their count), over
+        exactly their bytes: a packed segment. Raises ``ValueError`` (numpy's) or
+        ``RuntimeError`` (torch's) when ``shape`` does not hold them."""
+        elements = self._elements
+        if elements is None or hi <= lo:
+            return self._tensor[lo:hi].view(shape)
+        return self._own(elements[lo:hi].reshape(shape))
+
+    def _own(self, part: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(part)
+        return tensor if self._native else tensor.view(self._dtype)
+
+
+_NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {}
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    found = _NUMPY_DTYPES.get(dtype)
+    if found is None:
+        found = _NUMPY_DTYPES[dtype] = torch.empty(0, dtype=dtype).numpy().dtype
+    return found

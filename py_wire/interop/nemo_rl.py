@@ -37,7 +37,7 @@ from py_wire._decode import MAX_PAD_MULTIPLE, Writable, decode
 from py_wire._encode import encode
 from py_wire._errors import with_context
 from py_wire._micro import Groups, MicroBatches
-from py_wire._native import BatchError, Frame, FrameError, WireError
+from py_wire._native import BatchError, Frame, FrameError, WireError, fill_padding_with_first_token
 from py_wire._packed import PackedTensor
 from py_wire._schema import Schema, load_schema
 from py_wire._source import as_frame
@@ -282,12 +282,16 @@ def iter_micro_batches(
     options: dict[str, Any] = {"stage": stage, "layout": "padded", "writable": writable}
     if width is not None:
         options["pad_to_multiple_of"] = width
+    nemo = nemo_packed_class()
     batches = MicroBatches(
         frame,
         groups,
         options,
         narrow=per_micro_batch_width,
         narrow_multiple=1 if pad_to_multiple_of is None else pad_to_multiple_of,
+        # NeMo-RL's PackedTensor built once over the batch (each segment a tensor of its own
+        # bytes); each micro-batch is its own slice of it, as make_microbatch_iterator's.
+        packed_as=None if nemo is None else lambda value: _as_nemo(value, nemo),
     )
     _broadcast_into_padding(batches.decoded, _row_lengths(frame))
     for mb in batches:
@@ -329,6 +333,10 @@ def _broadcast_into_padding(out: dict[str, Any], row_lengths: torch.Tensor | Non
     for name in BROADCAST_FIELDS:
         value = out.get(name)
         if not isinstance(value, torch.Tensor) or value.dim() != 2 or value.shape[1] == 0:
+            continue
+        if value.device.type == "cpu" and value.is_contiguous():
+            # The codec writes the padding cells only, in place: no pass over the valid ones.
+            fill_padding_with_first_token(value, row_lengths)
             continue
         lengths = row_lengths.to(value.device)
         # One elementwise pass over the cells, in place (where reads each cell before it writes).

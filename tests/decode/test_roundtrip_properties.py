@@ -367,3 +367,54 @@ def test_bundled_schemas_roundtrip(data: st.DataObject) -> None:
     decoded = _decode_default(frame, schema, batch, frame.num_rows)
     assert_batch_equal(decoded, batch, schema)
     assert_batch_equal(py_wire.decode(bytes(frame), layout="list"), batch, schema)
+
+
+def test_padded_decode_of_bfloat16_and_multi_element_tokens_reads_the_frame_bytes() -> None:
+    """The padded layout copies from the frame's bytes as unsigned ints of the dtype's width
+    (numpy has no bfloat16): every dtype width and token shape pads as the jagged rows say."""
+    schema = Schema.model_validate(
+        {
+            "name": "probe_widths",
+            "sequence_field": "ids",
+            "fields": {
+                "ids": {"tier": "per_token", "dtype": "int64", "pad_value": 7},
+                "h": {"tier": "per_token", "dtype": "bfloat16", "shape": [3], "pad_value": -1.5},
+                "m": {"tier": "per_token", "dtype": "bool", "pad_value": True},
+            },
+        }
+    )
+    lengths = [2, 0, 5]
+    batch = {
+        "ids": [torch.arange(n) for n in lengths],
+        "h": [torch.randn(n, 3).to(torch.bfloat16) for n in lengths],
+        "m": [torch.zeros(n, dtype=torch.bool) for n in lengths],
+    }
+    out = py_wire.decode(py_wire.encode(batch, schema), layout="padded", pad_to_multiple_of=4)
+    for name, pad in (("ids", 7), ("h", -1.5), ("m", True)):
+        assert out[name].shape[:2] == (3, 8) and out[name].dtype == batch[name][0].dtype, name
+        for r, n in enumerate(lengths):
+            assert torch.equal(out[name][r, :n], batch[name][r]), (name, r)
+            assert bool((out[name][r, n:] == pad).all()), (name, r)
+
+
+def test_a_pooled_padded_output_outlives_its_frame_and_later_frames() -> None:
+    """Padded outputs from 256 KiB up sit in the frame pool's pages: each keeps its pages
+    until it dies (a later encode or decode reusing the pool never writes under it), and each
+    has a storage of exactly its own bytes (it pickles as itself)."""
+    schema = Schema.model_validate(
+        {
+            "name": "probe_pool",
+            "sequence_field": "ids",
+            "fields": {"ids": {"tier": "per_token", "dtype": "int64", "pad_value": -1}},
+        }
+    )
+    rows = [torch.arange(n) for n in (40_000, 9_000, 0)]
+    out = py_wire.decode(py_wire.encode({"ids": rows}, schema), layout="padded")["ids"]
+    assert out.nbytes >= py_wire._decode.POOLED_OUTPUT_MIN
+    assert out.untyped_storage().nbytes() == out.nbytes
+    want = out.clone()
+    for _ in range(3):  # frames and padded decodes of the same size, dropped at once
+        other = [torch.full((n,), 7) for n in (40_000, 9_000, 0)]
+        py_wire.decode(py_wire.encode({"ids": other}, schema), layout="padded")
+    assert torch.equal(out, want)
+    assert torch.equal(pickle.loads(pickle.dumps(out, protocol=5)), want)

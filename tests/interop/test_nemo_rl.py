@@ -3,6 +3,7 @@ NeMo-RL's own PackedTensor with its dedup CSR) to a frame and back, with no edit
 
 from __future__ import annotations
 
+import pickle
 import sys
 import types
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 import py_wire
+from py_wire import _micro, _native
 from py_wire.interop import nemo_rl
 from py_wire.synth.registry import generate
 from tests import nemo_rl_model
@@ -236,6 +238,84 @@ def test_micro_batches_are_nemo_rl_s(with_nemo_rl: None) -> None:
             assert torch.equal(mb[k], whole[k][a : a + 4, :w]), k
         saved += whole["input_ids"].shape[1] - w
     assert saved > 0
+
+
+def _own_bytes(value: object) -> int:
+    """The bytes of the tensors ``value`` holds, each once (a segment shared by rows: once)."""
+    seen: dict[int, int] = {}
+
+    def walk(v: object) -> None:
+        if isinstance(v, torch.Tensor):
+            seen[v.data_ptr()] = v.nbytes
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list | tuple):
+            for x in v:
+                walk(x)
+        elif hasattr(v, "tensors"):
+            walk(v.tensors)  # type: ignore[attr-defined]
+
+    walk(value)
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("dedup", [False, True])
+def test_a_micro_batch_pickles_only_its_own_rows_bytes(with_nemo_rl: None, dedup: bool) -> None:
+    """Micro-batches are cut from one padded decode and one NeMo-RL PackedTensor of the whole
+    batch, yet each pickles as its rows' bytes, never the batch's."""
+    batch = nemo_batch("nemo_rl/qwen2_5_vl", 16, dedup)
+    frame = nemo_rl.to_frame(batch, "nemo_rl/qwen2_5_vl")
+    whole = _own_bytes(nemo_rl.from_frame(frame))
+    owns = []
+    for mb in nemo_rl.iter_micro_batches(frame, 4):
+        owns.append(_own_bytes(mb))
+        pickled = len(pickle.dumps(mb, protocol=5))
+        assert owns[-1] <= pickled <= owns[-1] * 1.02 + 16_384, (pickled, owns[-1])
+    # Each row's bytes in one micro-batch (a segment shared by rows of two: in both).
+    assert sum(owns) >= whole if dedup else sum(owns) == whole
+    assert max(owns) < whole
+
+
+def test_micro_batches_slice_one_nemo_rl_packed_tensor_of_the_batch(with_nemo_rl: None) -> None:
+    """A row's segment tensor is built once for the batch: each micro-batch holds the very
+    tensors of NeMo-RL's PackedTensor that ``MicroBatches.decoded`` holds, sliced as NeMo-RL's
+    ``BatchedDataDict.slice`` slices it."""
+    batch = nemo_batch("nemo_rl/qwen2_5_vl", 16, False)
+    frame = nemo_rl.to_frame(batch, "nemo_rl/qwen2_5_vl")
+    converted: list[object] = []
+
+    def convert(value: py_wire.PackedTensor) -> object:
+        converted.append(nemo_rl._as_nemo(value, Nemo))
+        return converted[-1]
+
+    options = {"layout": "padded", "writable": "auto"}
+    batches = _micro.MicroBatches(frame, 4, options, narrow=False, packed_as=convert)
+    packed = [k for k, v in batches.decoded.items() if isinstance(v, Nemo)]
+    assert len(converted) == len(packed) == 2  # pixel_values, image_grid_thw: once each
+    for a, mb in zip(range(0, 16, 4), batches, strict=True):
+        for k in packed:
+            whole = batches.decoded[k]
+            assert type(mb[k]) is Nemo
+            assert all(x is y for x, y in zip(mb[k].tensors, whole.tensors[a : a + 4], strict=True))
+
+
+def test_padding_filled_with_each_rows_first_token_by_the_codec() -> None:
+    """NeMo-RL's ``advantages`` broadcast, written by the codec into the padding cells only: a
+    row without tokens keeps its padding; a length past the width is a FrameError naming the
+    row (never a cell written outside it)."""
+    fill_padding_with_first_token = _native.fill_padding_with_first_token
+    out = torch.tensor([[1.0, 2.0, 0.0], [9.0, 9.0, 9.0], [4.0, 5.0, 6.0], [7.0, 0.0, 0.0]])
+    fill_padding_with_first_token(out, torch.tensor([2, 0, 3, 1]))
+    want = [[1.0, 2.0, 1.0], [9.0, 9.0, 9.0], [4.0, 5.0, 6.0], [7.0, 7.0, 7.0]]
+    assert out.tolist() == want
+    with pytest.raises(py_wire.FrameError, match="row 1: 4 tokens do not fit width 3"):
+        fill_padding_with_first_token(out, torch.tensor([1, 4, 0, 0]))
+    with pytest.raises(py_wire.FrameError, match="does not hold 2 rows"):
+        fill_padding_with_first_token(out, torch.tensor([1, 1]))
+    with pytest.raises(py_wire.BatchError, match="contiguous"):
+        fill_padding_with_first_token(out.t(), torch.tensor([1, 1, 1]))
+    assert out.tolist() == want
 
 
 def test_pad_to_seqlen() -> None:

@@ -316,6 +316,44 @@ fn pad_rows(
     .map_err(to_py)
 }
 
+/// Sets each row's padding in `out` (a contiguous `[B, W, ...]` host tensor, as `pad_rows`
+/// writes) to a copy of the row's first token, `lengths[r]` the row's tokens (rows without
+/// tokens keep their padding): NeMo-RL's `advantages` broadcast, in place.
+#[pyfunction]
+fn fill_padding_with_first_token(
+    py: Python<'_>,
+    out: &Bound<'_, PyAny>,
+    lengths: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let keep = Owners::default();
+    let here = || "padding fill".to_string();
+    let lengths = index_values(lengths, &keep, &here)?;
+    let target = tensor_ref(out, &keep, &here)?;
+    if !target.is_contiguous() || target.shape.len() < 2 {
+        return Err(BatchError::new_err(
+            "fill_padding_with_first_token needs a contiguous [B, W, ...] output",
+        ));
+    }
+    let token_bytes = target.shape[2..]
+        .iter()
+        .try_fold(target.dtype.size() as u64, |n, &d| n.checked_mul(d))
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| BatchError::new_err("padding fill: a token's bytes overflow"))?;
+    let width = usize::try_from(target.shape[1])
+        .map_err(|_| BatchError::new_err("padding fill: the width overflows"))?;
+    let (ptr, len) = (target.bytes.as_ptr() as usize, target.nbytes() as usize);
+    py.detach(|| {
+        // SAFETY: [ptr, ptr+len) is `out`'s contiguous storage (checked above), which `keep`
+        // holds alive; `lengths` was copied into a Vec, so no other memory is read. `out` is
+        // the padded layout's own tensor, written by no one else during this call.
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+        guarded(OnPanic::Internal, || {
+            crate::frame::pad::fill_padding_with_first_token(dst, token_bytes, width, &lengths)
+        })
+    })
+    .map_err(to_py)
+}
+
 /// A row selection as Python hands it over: `None` (every row), a `range`, a list of step-1
 /// ranges (spans), or ints (negative ones count from the end): a list, any sequence, or a 1-D
 /// int64 buffer (a numpy array, a CPU tensor's `.numpy()`), read without a Python object per
@@ -736,8 +774,6 @@ mod _native {
     #[pymodule_export]
     use super::layout::{PyFieldLayout, PyFrameLayout, PyTensorLoc};
     #[pymodule_export]
-    use super::pad_rows;
-    #[pymodule_export]
     use super::transport::{
         encoded_nbytes, frame_nbytes, frame_validation_ranges, interleaved_shard_ranges,
         micro_batch_rows, pack_rows,
@@ -753,6 +789,8 @@ mod _native {
     };
     #[pymodule_export]
     use super::{encode, encode_parts};
+    #[pymodule_export]
+    use super::{fill_padding_with_first_token, pad_rows};
     #[pymodule_export]
     use super::{resolve_contract, resolve_field, resolve_schema};
 }
