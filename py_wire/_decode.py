@@ -34,13 +34,13 @@ from py_wire._native import (
     TensorLoc,
 )
 from py_wire._packed import PackedTensor, _FrameRows
+from py_wire._padding import ATTENTION_MASK, padded_width
+from py_wire._padding import attention_mask as make_attention_mask
 from py_wire._rows import RowWindow
 from py_wire._rowvalues import decode_rows
 from py_wire._schema import Schema, load_schema
 from py_wire._source import as_frame
 from py_wire._storage import StorageSlicer
-from py_wire._trainer import ATTENTION_MASK, padded_width
-from py_wire._trainer import attention_mask as make_attention_mask
 
 Layout = Literal["nested", "padded", "list"]
 Writable = Literal["auto", "view", "copy"]

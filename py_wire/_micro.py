@@ -16,11 +16,11 @@ from py_wire._jagged import jagged, jagged_values
 from py_wire._native import WireError
 from py_wire._ops import take_rows
 from py_wire._packed import PackedTensor
+from py_wire._padding import ATTENTION_MASK, round_up
 from py_wire._rows import row_index_error, row_range
 from py_wire._source import as_frame
 from py_wire._staging import Stager, staged
 from py_wire._storage import RowCutter
-from py_wire._trainer import ATTENTION_MASK, round_up
 
 Groups = int | Sequence[range | Sequence[int] | Any]
 

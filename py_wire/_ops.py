@@ -198,8 +198,6 @@ def shard(
     flag("allow_uneven", allow_uneven)
     frame = as_frame(frame)
     if batch_size is not None or allow_uneven:
-        from py_wire._trainer import shard_rows
-
         ranges = shard_rows(
             frame.num_rows, rank, world_size, batch_size=batch_size, allow_uneven=allow_uneven
         )
@@ -258,3 +256,26 @@ def truncate(frame: Frame, max_len: int) -> Frame:
         return encode(batch, schema, compact=frame.compact)
     except WireError as e:  # the cut is refused: say which call made it
         raise prefixed(e, f"truncate(frame, max_len={max_len})") from None
+
+
+def shard_rows(
+    num_rows: int,
+    rank: int,
+    world_size: int,
+    *,
+    batch_size: int | None = None,
+    allow_uneven: bool = False,
+) -> list[range]:
+    """The row ranges rank ``rank`` gets under NeMo-RL's ``shard_by_batch_size(world_size,
+    batch_size, allow_uneven_shards)``: chunks of ``batch_size`` rows, each cut into
+    ``world_size`` parts, a rank taking its part of every chunk."""
+    return [
+        range(a, b)
+        for a, b in _native.interleaved_shard_ranges(
+            count("num_rows", num_rows),
+            count("rank", rank),
+            count("world_size", world_size, minimum=1),
+            optional_count("batch_size", batch_size, minimum=1),
+            flag("allow_uneven", allow_uneven),
+        )
+    ]

@@ -14,31 +14,10 @@ from typing import Any
 import torch
 
 from py_wire import _native
-from py_wire._args import count, flag, optional_count
+from py_wire._args import count, flag
 from py_wire._packed import PackedTensor
 from py_wire._source import as_frame
 from py_wire._staging import checked_device, checked_pin_memory
-
-#: The key ``decode(..., attention_mask=True)`` adds.
-ATTENTION_MASK = "attention_mask"
-
-
-def padded_width(lengths: torch.Tensor, multiple: int | None) -> int:
-    return round_up(int(lengths.max()) if lengths.numel() else 0, multiple)
-
-
-def round_up(width: int, multiple: int | None) -> int:
-    """``width`` rounded up to ``pad_to_multiple_of`` (unchanged when it is None)."""
-    if multiple is None:
-        return width
-    multiple = count("pad_to_multiple_of", multiple, minimum=1)
-    return -(-width // multiple) * multiple
-
-
-def attention_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
-    """``[B, width]`` bool: True on each row's real tokens."""
-    return torch.arange(width) < lengths[:, None]
-
 
 # -- batching over the sequence offsets --------------------------------------------------------
 
@@ -110,29 +89,6 @@ def pack_sequences(frame: Any, max_tokens: int, *, pad_to_multiple_of: int = 1) 
         positions = torch.arange(int(cu[-1]), dtype=torch.int64) - starts
         out.append(Bin(rows=rows, lengths=lens, cu_seqlens=cu, position_ids=positions))
     return out
-
-
-def shard_rows(
-    num_rows: int,
-    rank: int,
-    world_size: int,
-    *,
-    batch_size: int | None = None,
-    allow_uneven: bool = False,
-) -> list[range]:
-    """The row ranges rank ``rank`` gets under NeMo-RL's ``shard_by_batch_size(world_size,
-    batch_size, allow_uneven_shards)``: chunks of ``batch_size`` rows, each cut into
-    ``world_size`` parts, a rank taking its part of every chunk."""
-    return [
-        range(a, b)
-        for a, b in _native.interleaved_shard_ranges(
-            count("num_rows", num_rows),
-            count("rank", rank),
-            count("world_size", world_size, minimum=1),
-            optional_count("batch_size", batch_size, minimum=1),
-            flag("allow_uneven", allow_uneven),
-        )
-    ]
 
 
 # -- devices -----------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ Frame operations that build new frames (``take_rows``, ``chunk``, ``split``, ``s
 """
 
 from py_wire._micro import MicroBatches, iter_micro_batches
-from py_wire._trainer import Bin, micro_batches, pack_sequences, shard_rows, to
+from py_wire._ops import shard_rows
+from py_wire._trainer import Bin, micro_batches, pack_sequences, to
 
 __all__ = [
     "Bin",
