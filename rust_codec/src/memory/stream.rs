@@ -31,8 +31,8 @@ use std::sync::OnceLock;
 pub const MIN_STREAMED_RUN: usize = 512;
 /// Half the last-level cache when the CPU reports no cache sizes.
 const FALLBACK_THRESHOLD: usize = 16 << 20;
-/// `auto` never streams a frame this small, whatever the report says: it fits any core's own
-/// cache, and deciding it needs no question to the loader.
+/// `auto` never streams a frame this small, whatever the report says: it fits in the cache of
+/// any machine this runs on, and deciding it needs no question to the loader.
 pub const AUTO_FLOOR: usize = 1 << 20;
 
 /// `PY_WIRE_STREAMING`.
