@@ -124,6 +124,7 @@ fn options(threads: usize, parallel_threshold: usize) -> EncodeOptions {
     EncodeOptions {
         threads,
         parallel_threshold,
+        operation_bytes: 0,
     }
 }
 

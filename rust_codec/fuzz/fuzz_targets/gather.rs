@@ -28,6 +28,7 @@ fn direct_agrees(sources: &[Source<'_>], selection: &Rows, planned: Option<&[u8]
     let options = EncodeOptions {
         threads: 2,
         parallel_threshold: 48,
+        operation_bytes: 0,
     };
     match (direct::take(sources, selection, metadata, options), planned) {
         (Ok((buf, layout)), Some(bytes)) => {

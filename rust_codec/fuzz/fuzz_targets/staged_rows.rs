@@ -104,6 +104,7 @@ fn encode_one(spec: &FieldSpec, input: FieldInput<'_>) -> Result<Vec<u8>, String
     let options = EncodeOptions {
         threads: 1,
         parallel_threshold: usize::MAX,
+        operation_bytes: 0,
     };
     encode(&request, options)
         .map(|buf| buf.as_slice().to_vec())

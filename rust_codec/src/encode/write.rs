@@ -21,6 +21,17 @@ pub struct EncodeOptions {
     /// Copies below this many bytes per thread run on fewer threads (default:
     /// [`crate::memory::copy::DEFAULT_PARALLEL_THRESHOLD`]).
     pub parallel_threshold: usize,
+    /// The bytes the whole operation writes when it outputs several frames (`chunk`, `split`;
+    /// 0: just this frame): whether copies stream is decided on it, because the frames written
+    /// first leave the cache while the later ones are written.
+    pub operation_bytes: usize,
+}
+
+impl EncodeOptions {
+    /// Whether a frame of `frame_len` bytes, written under these options, streams.
+    pub fn streams(&self, frame_len: usize) -> bool {
+        crate::memory::stream::streams(frame_len.max(self.operation_bytes))
+    }
 }
 
 impl Default for EncodeOptions {
@@ -34,6 +45,7 @@ impl Default for EncodeOptions {
         EncodeOptions {
             threads,
             parallel_threshold: DEFAULT_PARALLEL_THRESHOLD,
+            operation_bytes: 0,
         }
     }
 }
@@ -194,7 +206,14 @@ impl<'a> Plan<'a> {
             cursor = cursor.max(offset + len);
         }
         out[cursor..].fill(0);
-        run_jobs(&self.jobs, out, options.threads, options.parallel_threshold)?;
+        let streaming = options.streams(out.len());
+        run_jobs(
+            &self.jobs,
+            out,
+            options.threads,
+            options.parallel_threshold,
+            streaming,
+        )?;
         if let Some((header, metadata)) = self.sealed_header(&[(0, out)])? {
             out[..header.len()].copy_from_slice(&header);
             self.header = header;

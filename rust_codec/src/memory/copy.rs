@@ -151,15 +151,17 @@ struct Task<'j, 'a> {
 }
 
 /// Runs every job into `out`. Jobs must write disjoint ranges, sorted by `dst_offset`.
-/// Uses up to `threads` threads when the total exceeds `threshold` bytes per thread.
+/// Uses up to `threads` threads when the total exceeds `threshold` bytes per thread, and
+/// streaming stores if `streaming` (see [`crate::memory::stream::streams`]); each thread fences
+/// its own stores before it finishes (the `Stores` it drops).
 pub fn run_jobs(
     jobs: &[CopyJob<'_>],
     out: &mut [u8],
     threads: usize,
     threshold: usize,
+    streaming: bool,
 ) -> Result<()> {
     let total: usize = jobs.iter().map(|j| j.dst_len()).sum();
-    let out_len = out.len();
     let threads = copy_threads(total, threads, threshold);
     let mut tasks = Vec::with_capacity(jobs.len());
     for job in jobs {
@@ -200,9 +202,6 @@ pub fn run_jobs(
         rest = tail;
         consumed = end;
     }
-    // Streaming stores when the whole output is larger than the last-level cache; each thread
-    // fences its own stores before it finishes (the `Stores` it drops).
-    let streaming = crate::memory::stream::streams(out_len);
     let run_one = |task: &Task, dst: &mut [u8], stores: &mut Stores| -> Result<()> {
         if task.whole {
             copy_tensor_with(&task.job.src, task.job.dst_dtype, dst, stores)
@@ -275,7 +274,8 @@ pub fn pack(
             dst_offset: offset,
         });
     }
-    run_jobs(&jobs, out, threads, threshold)
+    let streaming = crate::memory::stream::streams(out.len());
+    run_jobs(&jobs, out, threads, threshold, streaming)
 }
 
 /// How many threads copy `total` bytes: at most `threads`, each with at least `threshold`.
@@ -455,7 +455,7 @@ mod tests {
             },
         ];
         let mut out = vec![0u8; 64 + a.len() + 64 + b.len()];
-        run_jobs(&jobs, &mut out, 4, 1 << 20).unwrap();
+        run_jobs(&jobs, &mut out, 4, 1 << 20, false).unwrap();
         assert_eq!(&out[64..64 + a.len()], &a[..]);
         assert_eq!(&out[128 + a.len()..], &b[..]);
         assert!(out[..64].iter().all(|&x| x == 0));

@@ -19,7 +19,7 @@ use crate::frame::layout::{DecodedField, FrameLayout, TensorLoc};
 use crate::memory::buffer::AlignedBuf;
 use crate::memory::copy::{copy_threads, on_threads, share_by_bytes, CHUNK};
 use crate::memory::monotone::never_decrease;
-use crate::memory::stream::{streams, Stores};
+use crate::memory::stream::Stores;
 use crate::schema::dtype::DType;
 use crate::schema::spec::{meta, names, Tier};
 use crate::{batch_err, frame_err, internal_err};
@@ -169,7 +169,7 @@ fn copy_fields(
     } else {
         u64::MAX
     };
-    let streaming = streams(data.len());
+    let streaming = options.streams(data.len());
     let mut pieces = cut_pieces(runs, data, piece_max)?;
     let copy = |pieces: &mut [Piece<'_>]| -> Result<()> {
         let mut stores = Stores::new(streaming);

@@ -94,6 +94,10 @@ pub fn split_frames(
     sizes: &[u64],
     options: EncodeOptions,
 ) -> Result<Vec<Output>> {
+    let options = EncodeOptions {
+        operation_bytes: options.operation_bytes.max(source.bytes.len()),
+        ..options
+    };
     if direct::takes(&[source], &output_metadata(source.layout)) {
         return sections(source.layout.num_rows, sizes)?
             .iter()

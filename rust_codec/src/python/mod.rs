@@ -711,6 +711,19 @@ fn reserved_metadata_key(key: &str) -> bool {
         || crate::schema::spec::meta::reserved_unknown(key)
 }
 
+/// What this process's copies stream from: the frame size (0: every frame; `usize::MAX`: none),
+/// then what `PY_WIRE_STREAMING=auto` decides it from, the last-level cache cpu0 reports and
+/// glibc's `x86_non_temporal_threshold` (each `None` where it could not be read).
+#[pyfunction]
+fn streaming_threshold() -> (usize, Option<usize>, Option<usize>) {
+    let report = crate::memory::stream::CacheReport::current();
+    (
+        crate::memory::stream::threshold(),
+        report.last_level_cache,
+        report.glibc_threshold,
+    )
+}
+
 #[pymodule]
 mod _native {
     use pyo3::prelude::*;
@@ -785,7 +798,7 @@ mod _native {
     #[pymodule_export]
     use super::{
         content_digest, gather, held_schema, hold_schema, pack_into, reserved_metadata_key,
-        split_rows,
+        split_rows, streaming_threshold,
     };
     #[pymodule_export]
     use super::{encode, encode_parts};
