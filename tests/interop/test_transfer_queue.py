@@ -684,3 +684,28 @@ def test_write_backs_per_sample_key() -> None:
         ptq.get([names[6], names[1]], "wbs", stage="train"),
     )
     tq.kv_clear(keys=names, partition_id="wbs")
+
+
+def test_a_sample_without_its_groups_media_is_a_frame_error(batch: dict[str, Any]) -> None:
+    """A per-sample key whose group's media key was cleared, or whose tags name another
+    group's media, is a FrameError naming the keys; never another sample's images."""
+    names = keys("gone", 12)
+    ptq.put(batch, SCHEMA, names, "gone", group_size=GROUP)
+    tq.kv_clear(keys=names[:1], partition_id="gone")
+    with pytest.raises(py_wire.FrameError, match=r"media keys \['gone0'\]"):
+        ptq.get(names[1:3], "gone")
+    assert_same(  # a text-only stage needs no media
+        py_wire.decode(
+            py_wire.take_rows(py_wire.encode(batch, SCHEMA), [1, 2]), stage="generation"
+        ),
+        ptq.get(names[1:3], "gone", stage="generation"),
+    )
+    tq.kv_batch_put(
+        keys=[names[9]], partition_id="gone", tags=[{ptq.MEDIA_HOLDER: "gone4", ptq.MEDIA_ROW: 1}]
+    )
+    with pytest.raises(py_wire.FrameError, match="key 'gone9'") as err:
+        ptq.get([names[8], names[9]], "gone")
+    assert err.value.field == ptq.MEDIA
+    with pytest.raises(py_wire.BatchError, match="3 tags for 12 samples"):
+        ptq.put(batch, SCHEMA, keys("tg", 12), "gone", group_size=GROUP, tags=[{}] * 3)
+    tq.kv_clear(keys=names[1:], partition_id="gone")

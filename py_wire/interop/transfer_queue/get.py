@@ -385,11 +385,20 @@ def _shared_media(
     the rows taken from them (a group's images stay one segment), each key's rows checked to
     be the ones its text column holds (schema, sequence field)."""
     holders = list(dict.fromkeys(h for h, _ in sources))
-    meta = retrieve_meta(holders, partition_id)
-    if MEDIA not in meta.field_names:
-        raise FrameError(
-            f"TQ holds no {MEDIA!r} column for media keys {holders[:4]} (their groups' first "
-            "keys: clear a group's keys together)"
+    try:
+        meta = retrieve_meta(holders, partition_id)
+    except BatchError as err:
+        meta = None
+        missing = str(err)
+    else:
+        missing = "" if MEDIA in meta.field_names else f"they hold no {MEDIA!r} column"
+    if meta is None or missing:
+        raise with_context(
+            FrameError(
+                f"keys {list(keys)[:4]}: their groups' media keys {holders[:4]} (each group's "
+                f"first key, which holds its images: clear a group's keys together): {missing}"
+            ),
+            field=MEDIA,
         )
     media = fetch_columns(meta, [MEDIA], holders)[MEDIA]
     first: dict[str, tuple[int, Frame]] = {}
