@@ -8,19 +8,23 @@ reference worker fetches its stage and writes back ``reference_policy_logprobs``
 writes back ``advantages``; 4 DP ranks each take their share through TQ's
 ``SeqlenBalancedSampler`` (``get_meta``), fetch it and cut it into micro-batches of padded
 tensors (py_wire's side fetches with ``py_wire.interop.nemo_rl.get``, which returns NeMo-RL's
-own ``BatchedDataDict`` and ``PackedTensor``). py_wire stores one TQ row per GRPO group (a
-group's images once); NeMo-RL one row
+own ``BatchedDataDict`` and ``PackedTensor``). py_wire runs twice: one TQ key per GRPO group
+(a group's images once), and one key per sample as NeMo-RL keys its rows (each sample's text
+row under its key, a group's images once under its first key); NeMo-RL stores one row
 per sample (the images ``n`` times), its per-token fields as jagged nested tensors and its
 packed media as nested tensors plus ``<key>__lengths`` companions, decoded by its own
 ``materialize`` and ``PackedTensor.from_nested_wire``. NeMo-RL's code is imported from the path
 given (nothing of it is copied here; its imports need ``pillow``).
 
 Each side runs in a TQ of its own (the sampler is configured per side: one row per group for
-py_wire, ``n_samples_per_prompt`` rows per group for NeMo-RL). After the timed rounds every
+py_wire keyed per group, ``n_samples_per_prompt`` rows per group for py_wire keyed per sample
+and for NeMo-RL). After the timed rounds every
 sample's train tensors on every DP rank are compared, py_wire's against NeMo-RL's, bit for bit
 (rows cut to their lengths; NeMo-RL's padded widths differ by rank).
 
     .venv/bin/python benchmarks/grpo_step.py /work/ext/nemo_rl_tq_vlm --reps 3
+
+(the path: a checkout of NeMo-RL's ``zhiyul/tq_vlm``, e.g. ``git archive d265750 nemo_rl``).
 
 Defaults are NeMo-RL's Qwen2.5-VL GRPO recipe (``examples/configs/vlm_grpo_3B.yaml``: 8 prompts
 per step, 16 generations each, 128 samples), on both TQ backends.
@@ -104,8 +108,16 @@ def micro_batches(padded: dict[str, Any]) -> list[dict[str, Any]]:
 # -- py_wire -----------------------------------------------------------------------------------
 
 
-def pywire_step(batch: dict[str, Any], logp: dict[str, torch.Tensor]) -> list[list[Any]]:
-    keys = [f"g{i}" for i in range(len(batch["input_ids"]) // GROUP)]
+def pywire_step(
+    batch: dict[str, Any], logp: dict[str, torch.Tensor], per_sample: bool = False
+) -> list[list[Any]]:
+    """The step through py_wire's adapter, one TQ key per group (``g<i>``) or, with
+    ``per_sample``, one per sample (``s<i>``, as NeMo-RL keys its rows; each group's media
+    stored once under its first key)."""
+    rows = len(batch["input_ids"])
+    keys = [
+        f"s{i}" if per_sample else f"g{i}" for i in range(rows if per_sample else rows // GROUP)
+    ]
     rollout = {k: v for k, v in batch.items() if k not in LATER}
     ptq.put(rollout, SCHEMA, keys, "grpo", group_size=GROUP, stage="logprob")
     nemo_rl.get(keys, "grpo", stage="logprob")
@@ -116,9 +128,11 @@ def pywire_step(batch: dict[str, Any], logp: dict[str, torch.Tensor]) -> list[li
     out = []
     for meta in rank_shares("grpo", len(keys), [ptq.TEXT]):
         got = nemo_rl.get_by_meta(meta, stage="train")
-        got["__samples__"] = [
-            int(k[1:]) * GROUP + j for k in meta_keys(meta, "grpo") for j in range(GROUP)
-        ]
+        names = meta_keys(meta, "grpo")
+        if per_sample:
+            got["__samples__"] = [int(k[1:]) for k in names]
+        else:
+            got["__samples__"] = [int(k[1:]) * GROUP + j for k in names for j in range(GROUP)]
         out.append(micro_batches(got))
     return out
 
@@ -222,11 +236,11 @@ def by_sample(ranks: list[list[dict[str, Any]]]) -> dict[int, dict[str, Any]]:
                 for k, v in mb.items():
                     if k == "__samples__" or k == "attention_mask":
                         continue
-                    if k in MEDIA:
+                    if k in MEDIA:  # the rank's whole PackedTensor: its row i
                         segs = (
-                            v.rows()[j]
+                            v.rows()[i]
                             if isinstance(v, py_wire.PackedTensor)
-                            else v.slice([j]).tensors
+                            else v.slice([i]).tensors
                         )
                         row[k] = [s for s in (segs or []) if s is not None]
                     elif k in PER_TOKEN:
@@ -264,9 +278,21 @@ def compare(a: list[list[Any]], b: list[list[Any]]) -> tuple[list[str], int]:
 
 
 def stored_bytes(partition: str) -> int:
-    """Payload bytes TQ holds for the partition (every field, every key)."""
-    keys = list(tq.kv_list(partition).get(partition, {}))
-    td = tq.kv_batch_get(keys=keys, partition_id=partition)
+    """Payload bytes TQ holds for the partition (every field, every key; with per-sample keys
+    the media column that only each group's first key holds, too)."""
+    listed = tq.kv_list(partition).get(partition, {})
+    keys = list(listed)
+    total = payload_bytes(tq.kv_batch_get(keys=keys, partition_id=partition))
+    holders = list(
+        dict.fromkeys(t[ptq.MEDIA_HOLDER] for t in listed.values() if ptq.MEDIA_HOLDER in t)
+    )
+    if holders:
+        media = tq.kv_batch_get(keys=holders, partition_id=partition, select_fields=[ptq.MEDIA])
+        total += payload_bytes(media)
+    return total
+
+
+def payload_bytes(td: TensorDict) -> int:
     total = 0
     for name in td.keys(include_nested=True, leaves_only=False):
         v = td.get(name)
@@ -323,6 +349,12 @@ def run_backend(
     start(SeqlenBalancedSampler(n_samples_per_prompt=1, dp_size=RANKS), backend)
     out["ours_ms"], out["ours"] = timed(lambda: pywire_step(batch, logp), reps, clear_partition)
     out["ours_bytes"] = stored_bytes("grpo")
+    # Per-sample keys, sampled as NeMo-RL's are (n_samples_per_prompt rows per group).
+    start(SeqlenBalancedSampler(n_samples_per_prompt=GROUP, dp_size=RANKS), backend)
+    out["sample_ms"], out["sample"] = timed(
+        lambda: pywire_step(batch, logp, per_sample=True), reps, clear_partition
+    )
+    out["sample_bytes"] = stored_bytes("grpo")
     start(SeqlenBalancedSampler(n_samples_per_prompt=GROUP, dp_size=RANKS), backend)
     try:
         out["theirs_ms"], out["theirs"] = timed(
@@ -385,10 +417,11 @@ def main() -> None:
 
     print("\n| TQ backend | path | step ms | stored MB |\n|---|---|---:|---:|")
     for r in results:
-        print(
-            f"| {r['backend']} | py_wire (a frame per group) | {r['ours_ms']:.0f} | "
-            f"{r['ours_bytes'] / 1e6:.1f} |"
-        )
+        for mode, label in (("ours", "a key per group"), ("sample", "a key per sample")):
+            print(
+                f"| {r['backend']} | py_wire, {label} | {r[mode + '_ms']:.0f} | "
+                f"{r[mode + '_bytes'] / 1e6:.1f} |"
+            )
         if "theirs_error" in r:
             print(f"| {r['backend']} | NeMo-RL __lengths wire | refused: {r['theirs_error']} | |")
         else:
@@ -404,19 +437,25 @@ def main() -> None:
             continue
         against = "" if ref is r else f" (against NeMo-RL on {ref['backend']})"
         print(
-            f"{r['backend']}: py_wire {ref['theirs_ms'] / r['ours_ms']:.1f}x faster end to end, "
-            f"{r['ours_bytes'] / ref['theirs_bytes']:.3f} of the stored bytes{against}"
+            f"{r['backend']}: per-sample keys {r['sample_bytes'] / r['ours_bytes']:.3f} of the "
+            "per-group layout's stored bytes"
         )
-        problems, compared = compare(r["ours"], ref["theirs"])
-        fields = sorted(by_sample(r["ours"])[0])
-        if problems:
-            failed = True
-            print(f"  DIFFER: {problems[:8]} ({len(problems)} in all)")
-        else:
+        for mode, label in (("ours", "a key per group"), ("sample", "a key per sample")):
             print(
-                f"  every DP rank's train tensors bit-equal to NeMo-RL's: {compared} (sample, "
-                f"field) pairs over {args.rows} samples, fields {fields}"
+                f"{r['backend']}: py_wire, {label}: {ref['theirs_ms'] / r[mode + '_ms']:.1f}x "
+                f"faster end to end, {r[mode + '_bytes'] / ref['theirs_bytes']:.3f} of the "
+                f"stored bytes{against}"
             )
+            problems, compared = compare(r[mode], ref["theirs"])
+            fields = sorted(by_sample(r[mode])[0])
+            if problems:
+                failed = True
+                print(f"  DIFFER: {problems[:8]} ({len(problems)} in all)")
+            else:
+                print(
+                    f"  every DP rank's train tensors bit-equal to NeMo-RL's: {compared} "
+                    f"(sample, field) pairs over {args.rows} samples, fields {fields}"
+                )
     if failed:
         sys.exit(1)
 

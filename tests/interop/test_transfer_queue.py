@@ -599,3 +599,113 @@ def test_nemo_rl_put_takes_nemo_rl_s_packed_tensor_with_its_dedup() -> None:
     with pytest.raises(py_wire.BatchError, match=r"nemo_rl\.from_nemo"):
         ptq.put(nemo, NEMO, keys("nemo_raw", 4), "nemo_put", group_size=2)
     tq.kv_clear(keys=names, partition_id="nemo_put")
+
+
+# -- issue 43, item 1: per-sample keys at group cost ---------------------------------------------
+
+
+def stored_nbytes(names: list[str], partition_id: str) -> int:
+    """The frame bytes TQ holds for ``names``: every column they all hold, and the media
+    column of the keys that hold one (with per-sample keys, each group's first)."""
+    client = tq.get_client()
+    meta = client.kv_retrieve_meta(keys=names, partition_id=partition_id)
+    got = client.get_data(meta)
+    total = sum(column_nbytes(got[c]) for c in meta.field_names)
+    if ptq.MEDIA not in meta.field_names:
+        listed = tq.kv_list(partition_id)[partition_id]
+        holders = list(dict.fromkeys(listed[n].get(ptq.MEDIA_HOLDER, n) for n in names))
+        media = tq.kv_batch_get(keys=holders, partition_id=partition_id, select_fields=ptq.MEDIA)
+        total += column_nbytes(media[ptq.MEDIA])
+    return total
+
+
+def test_per_sample_keys_store_within_a_fifth_of_per_group(batch: dict[str, Any]) -> None:
+    """One key per sample stores each group's images once: within 1.2x of one key per group
+    (keyed per sample with group_size=1, every sample holds its own copy: more than 1.2x)."""
+    ptq.put(batch, SCHEMA, keys("byg", 3), "bytes", group_size=GROUP)
+    ptq.put(batch, SCHEMA, keys("bys", 12), "bytes", group_size=GROUP)
+    ptq.put(batch, SCHEMA, keys("by1", 12), "bytes", group_size=1)
+    per_group = stored_nbytes(keys("byg", 3), "bytes")
+    per_sample = stored_nbytes(keys("bys", 12), "bytes")
+    unshared = stored_nbytes(keys("by1", 12), "bytes")
+    assert per_sample <= 1.2 * per_group, (per_sample, per_group)
+    assert unshared > 1.2 * per_group, (unshared, per_group)
+    listed = tq.kv_list("bytes")["bytes"]
+    for i, name in enumerate(keys("bys", 12)):
+        g = i // GROUP
+        assert listed[name][ptq.MEDIA_HOLDER] == f"bys{g * GROUP}"
+        assert listed[name][ptq.MEDIA_ROW] == i % GROUP
+        assert listed[name][ptq.TOTAL_LENGTHS] == len(batch["input_ids"][i])
+    tq.kv_clear(keys=keys("byg", 3) + keys("bys", 12) + keys("by1", 12), partition_id="bytes")
+
+
+def test_per_sample_fetch_is_the_whole_batch_decode(batch: dict[str, Any]) -> None:
+    """Whatever samples a per-sample fetch names (all, some of several groups, any order), for
+    every stage, it returns bit for bit what decoding the whole batch returns for those rows."""
+    names = keys("pss", 12)
+    meta = ptq.put(batch, SCHEMA, names, "pss", group_size=GROUP)
+    assert meta.size == 12
+    frame = py_wire.encode(batch, SCHEMA)
+    picks = [9, 2, 3, 11, 0]
+    for stage in (None, *py_wire.load_schema(SCHEMA).stages):
+        assert_same(py_wire.decode(frame, stage=stage), ptq.get(names, "pss", stage=stage))
+        want = py_wire.decode(py_wire.take_rows(frame, picks), stage=stage)
+        assert_same(want, ptq.get([names[i] for i in picks], "pss", stage=stage))
+        assert_same(want, ptq.get_samples([(names[i], 0) for i in picks], "pss", stage=stage))
+    # one sample, and a TQ meta of samples (what a sampler hands out)
+    assert_same(py_wire.decode(frame, rows=range(5, 6)), ptq.get(names[5], "pss"))
+    tq_meta = tq.get_client().kv_retrieve_meta(keys=[names[7], names[4]], partition_id="pss")
+    assert_same(py_wire.decode(py_wire.take_rows(frame, [7, 4])), ptq.get_by_meta(tq_meta))
+    tq.kv_clear(keys=names, partition_id="pss")
+
+
+def test_write_backs_per_sample_key() -> None:
+    """NeMo-RL writes back per sample key, each DP rank its own samples (here across groups):
+    the train fetch of every key, or of some, is the whole batch's decode."""
+    full = _nemo_batch()
+    later = ("prev_logprobs", "reference_policy_logprobs")
+    rollout = {k: v for k, v in full.items() if k not in later}
+    names = keys("wbs", 8)
+    ptq.put(rollout, NEMO, names, "wbs", group_size=4, stage="logprob")
+    frame = py_wire.encode(full, NEMO)
+    assert_same(py_wire.decode(frame, stage="logprob"), ptq.get(names, "wbs", stage="logprob"))
+    # checked against each sample key's stored row
+    with pytest.raises(py_wire.BatchError, match="row 0 has 1 tokens") as err:
+        ptq.write_back(names[:1], "wbs", {"prev_logprobs": [torch.zeros(1)]})
+    assert err.value.field == "prev_logprobs"
+    ranks = [[0, 5, 2, 7], [4, 1, 6, 3]]  # each rank's samples from both groups
+    for field in later:
+        rows = list(full[field])
+        for mine in ranks:
+            ptq.write_back([names[i] for i in mine], "wbs", {field: [rows[i] for i in mine]})
+    assert_same(py_wire.decode(frame, stage="train"), ptq.get(names, "wbs", stage="train"))
+    assert_same(
+        py_wire.decode(py_wire.take_rows(frame, [6, 1]), stage="train"),
+        ptq.get([names[6], names[1]], "wbs", stage="train"),
+    )
+    tq.kv_clear(keys=names, partition_id="wbs")
+
+
+def test_a_sample_without_its_groups_media_is_a_frame_error(batch: dict[str, Any]) -> None:
+    """A per-sample key whose group's media key was cleared, or whose tags name another
+    group's media, is a FrameError naming the keys; never another sample's images."""
+    names = keys("gone", 12)
+    ptq.put(batch, SCHEMA, names, "gone", group_size=GROUP)
+    tq.kv_clear(keys=names[:1], partition_id="gone")
+    with pytest.raises(py_wire.FrameError, match=r"media keys \['gone0'\]"):
+        ptq.get(names[1:3], "gone")
+    assert_same(  # a text-only stage needs no media
+        py_wire.decode(
+            py_wire.take_rows(py_wire.encode(batch, SCHEMA), [1, 2]), stage="generation"
+        ),
+        ptq.get(names[1:3], "gone", stage="generation"),
+    )
+    tq.kv_batch_put(
+        keys=[names[9]], partition_id="gone", tags=[{ptq.MEDIA_HOLDER: "gone4", ptq.MEDIA_ROW: 1}]
+    )
+    with pytest.raises(py_wire.FrameError, match="key 'gone9'") as err:
+        ptq.get([names[8], names[9]], "gone")
+    assert err.value.field == ptq.MEDIA
+    with pytest.raises(py_wire.BatchError, match="3 tags for 12 samples"):
+        ptq.put(batch, SCHEMA, keys("tg", 12), "gone", group_size=GROUP, tags=[{}] * 3)
+    tq.kv_clear(keys=names[1:], partition_id="gone")

@@ -6,13 +6,16 @@ their image boundaries, per-row shapes and lengths, media shared inside a GRPO g
 checked at the producer. :func:`put` stores a batch as frames, :func:`get` returns the decoded
 views of the rows asked for (:func:`get_frames` the frames themselves).
 
-**Granularity: one TQ row per GRPO group** (``group_size`` rows of the batch, the ``n``
-generations of one prompt; ``group_size=1`` gives one TQ row per sample). A group's rows share
-their prompt's images: inside one frame they are one segment, stored and moved once (the
-Qwen2.5-VL batch of ``benchmarks/data_plane.py``: 73 MB instead of 291 MB); per-row frames
-would store every image ``n`` times. GRPO consumes whole groups anyway (advantages are
-normalised per group), so TQ's samplers pick groups: a sampler sees one key per group, and
-its tags are the caller's (nothing py_wire needs travels in tags).
+**Granularity: one TQ key per GRPO group, or one per sample.** A group is ``group_size`` rows
+of the batch, the ``n`` generations of one prompt, and its rows share their prompt's images:
+inside one frame they are one segment, stored and moved once (the Qwen2.5-VL batch of
+``benchmarks/data_plane.py``: 73 MB instead of 291 MB); per-row frames would store every image
+``n`` times. Keyed per group (``len(keys)`` = groups), a TQ row holds a group's frames and
+TQ's samplers pick groups. Keyed per sample (``len(keys)`` = rows, as NeMo-RL keys its rows),
+each key's text column holds its sample's row alone, and the group's media frame is stored
+once, under the group's first key, which every key of the group names in its tags
+(``MEDIA_HOLDER``, ``MEDIA_ROW``); a fetch of any samples reads each of their groups' media
+frames once. Tags are otherwise the caller's, plus ``total_lengths``.
 
 **Stages are columns.** Every group is two TQ columns, each holding one frame per row:
 ``py_wire.text`` and ``py_wire.media``. Which column a field travels in is declared in the
@@ -75,6 +78,8 @@ from py_wire.interop.transfer_queue.columns import (
     COLUMN_KEY,
     COLUMNS,
     MEDIA,
+    MEDIA_HOLDER,
+    MEDIA_ROW,
     TEXT,
     TOTAL_LENGTHS,
     WRITE_BACK,
@@ -97,6 +102,8 @@ __all__ = [
     "COLUMNS",
     "COLUMN_KEY",
     "MEDIA",
+    "MEDIA_HOLDER",
+    "MEDIA_ROW",
     "TEXT",
     "TOTAL_LENGTHS",
     "WRITE_BACK",

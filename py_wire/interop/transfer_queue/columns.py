@@ -47,6 +47,15 @@ ALIGN = 64
 TOTAL_LENGTHS = "total_lengths"
 
 
+#: Per-sample keys (:func:`put` with one key per sample): the tag naming the key whose
+#: ``py_wire.media`` column holds the sample's group's media (its group's first key) ...
+MEDIA_HOLDER = "py_wire.media_key"
+
+
+#: ... and the tag naming the sample's row in that group's media frame.
+MEDIA_ROW = "py_wire.media_row"
+
+
 def media_fields(schema: Schema | str | Path) -> tuple[str, ...]:
     """The fields stored in the media column: those the schema declares ``column = "media"``
     (images, their grids and masks), in schema order."""

@@ -23,6 +23,8 @@ from py_wire.interop.transfer_queue.columns import (
     COLUMN_KEY,
     COLUMNS,
     MEDIA,
+    MEDIA_HOLDER,
+    MEDIA_ROW,
     TEXT,
     WRITE_BACK,
     is_ours,
@@ -311,28 +313,150 @@ def get(
             for k, v in out.items()
             if k in asked or k not in checked_schema(frames[TEXT][0]).fields
         }
-    frames = _read(meta, keys, stage, fields)
+    frames, media = _read(meta, keys, stage, fields, partition_id)
+    if media is None:
+        return decode_columns(
+            frames, keys, stage=stage, fields=fields, writable=writable, **decode_options
+        )
+    _check_groups(frames, keys)
+    joined = {**{c: [_joined(g)] for c, g in frames.items()}, MEDIA: [media]}
     return decode_columns(
-        frames, keys, stage=stage, fields=fields, writable=writable, **decode_options
+        joined, [_label(keys)], stage=stage, fields=fields, writable=writable, **decode_options
     )
 
 
 def _read(
-    meta: Any, keys: list[str], stage: str | None, fields: Sequence[str] | None
-) -> dict[str, list[Frame]]:
+    meta: Any, keys: list[str], stage: str | None, fields: Sequence[str] | None, partition_id: str
+) -> tuple[dict[str, list[Frame]], Frame | None]:
     """The columns of ``keys`` a fetch for ``stage`` / ``fields`` reads: the text and write-back
     columns first, then the media column when the (now known) schema says a wanted field is
-    media."""
+    media. Per-sample keys (tagged with their group's media key) read their groups' media
+    frames once: those come back as one frame of the keys' rows, in order (else None)."""
     held = list(meta.field_names)
     frames = fetch_columns(meta, _needed_columns(held, None, stage, fields), keys)
     sch = checked_schema(frames[TEXT][0])
+    sources = _media_sources(meta, keys)
+    wants_media = MEDIA in _needed_columns([*held, MEDIA], sch, stage, fields)
+    if sources is not None and media_fields(sch) and wants_media:
+        rest = [c for c in _needed_columns(held, sch, stage, fields) if c not in frames]
+        frames.update(fetch_columns(meta, [c for c in rest if c != MEDIA], keys))
+        return frames, _shared_media(keys, sources, frames[TEXT], partition_id)
     if MEDIA not in held and media_fields(sch) and stage is None and fields is None:
         raise FrameError(
             f"TQ holds no {MEDIA!r} column for keys {keys[:4]}, though their schema has media"
         )
     rest = [c for c in _needed_columns(held, sch, stage, fields) if c not in frames]
     frames.update(fetch_columns(meta, rest, keys))
-    return frames
+    return frames, None
+
+
+def _media_sources(meta: Any, keys: Sequence[str]) -> list[tuple[str, int | None]] | None:
+    """Where each key's media are: per-sample keys name their group's media key and their row
+    there (:func:`put`'s tags); a key stored per group holds its own (``(key, None)``: all its
+    rows). None when no key is a per-sample one."""
+    custom = list(getattr(meta, "custom_meta", None) or ())
+    if len(custom) != len(keys) or not any(MEDIA_HOLDER in c for c in custom):
+        return None
+    out: list[tuple[str, int | None]] = []
+    for key, tags in zip(keys, custom, strict=True):
+        if MEDIA_HOLDER not in tags:
+            out.append((key, None))
+            continue
+        holder, row = tags[MEDIA_HOLDER], tags.get(MEDIA_ROW)
+        if not isinstance(holder, str) or isinstance(row, bool) or not isinstance(row, int):
+            raise with_context(
+                FrameError(
+                    f"key {key!r}: tags {MEDIA_HOLDER}={holder!r:.60}, {MEDIA_ROW}={row!r:.60} "
+                    "do not name a media key and row"
+                ),
+                field=MEDIA_HOLDER,
+            )
+        out.append((holder, row))
+    return out
+
+
+def _shared_media(
+    keys: Sequence[str],
+    sources: Sequence[tuple[str, int | None]],
+    text: Sequence[Frame],
+    partition_id: str,
+) -> Frame:
+    """The media of ``keys``' rows as one frame, in order: each media key's frame read once,
+    the rows taken from them (a group's images stay one segment), each key's rows checked to
+    be the ones its text column holds (schema, sequence field)."""
+    holders = list(dict.fromkeys(h for h, _ in sources))
+    try:
+        meta = retrieve_meta(holders, partition_id)
+    except BatchError as err:
+        meta = None
+        missing = str(err)
+    else:
+        missing = "" if MEDIA in meta.field_names else f"they hold no {MEDIA!r} column"
+    if meta is None or missing:
+        raise with_context(
+            FrameError(
+                f"keys {list(keys)[:4]}: their groups' media keys {holders[:4]} (each group's "
+                f"first key, which holds its images: clear a group's keys together): {missing}"
+            ),
+            field=MEDIA,
+        )
+    media = fetch_columns(meta, [MEDIA], holders)[MEDIA]
+    first: dict[str, tuple[int, Frame]] = {}
+    start = 0
+    for holder, frame in zip(holders, media, strict=True):
+        first[holder] = (start, frame)
+        start += frame.num_rows
+    fingerprint = checked_schema(text[0]).fingerprint
+    picks: list[int] = []
+    for key, (holder, row), t in zip(keys, sources, text, strict=True):
+        base, frame = first[holder]
+        if checked_schema(frame).fingerprint != fingerprint:
+            _not_one_group(key, MEDIA, f"schema {checked_schema(frame).name!r} at {holder!r}")
+        rows = range(frame.num_rows) if row is None else range(row, row + t.num_rows)
+        if rows.start < 0 or rows.stop > frame.num_rows or len(rows) != t.num_rows:
+            _not_one_group(
+                key, MEDIA, f"rows {rows.start}:{rows.stop} of {holder!r}'s {frame.num_rows}"
+            )
+        picks.extend(base + r for r in rows)
+    joined = _joined(media)
+    taken = joined if picks == list(range(joined.num_rows)) else take_rows(joined, picks)
+    _check_media_rows(keys, text, taken, checked_schema(text[0]).sequence_field)
+    return taken
+
+
+def _check_media_rows(
+    keys: Sequence[str], text: Sequence[Frame], media: Frame, seq: str | None
+) -> None:
+    """Each key's media rows carry its text rows' sequence field: compared once over all rows,
+    then row by row to name the key that differs."""
+    if seq is None:
+        return
+    joined = _joined(text)
+    want, got = _sequence(joined, seq), _sequence(media, seq)
+    if _same(want, got):
+        return
+    if want is None or got is None:
+        _not_one_group(_label(keys), MEDIA, f"a sequence field {seq!r} unlike the text's")
+    assert want is not None and got is not None
+    row = 0
+    for key, t in zip(keys, text, strict=True):
+        for r in range(row, row + t.num_rows):
+            lo, hi = int(want[0][r]), int(want[0][r + 1])
+            glo, ghi = int(got[0][r]), int(got[0][r + 1])
+            if not torch.equal(want[1][lo:hi], got[1][glo:ghi]):
+                _not_one_group(key, MEDIA, f"a sequence field {seq!r} unlike its text column's")
+        row += t.num_rows
+    _not_one_group(_label(keys), MEDIA, f"a sequence field {seq!r} unlike the text's")
+
+
+def _joined(frames: Sequence[Frame]) -> Frame:
+    return frames[0] if len(frames) == 1 else concat(list(frames))
+
+
+def _label(keys: Sequence[str]) -> str:
+    """One name for the samples of ``keys`` decoded as one batch (in error messages)."""
+    shown = ", ".join(map(repr, keys[:4]))
+    return f"samples of keys [{shown}{', ...' if len(keys) > 4 else ''}]"
 
 
 def get_samples(
@@ -367,7 +491,7 @@ def get_samples(
     meta = retrieve_meta(keys, partition_id)
     if TEXT not in meta.field_names:
         raise FrameError(f"TQ holds no {TEXT!r} column for every one of keys {keys[:4]}")
-    frames = _read(meta, keys, stage, fields)
+    frames, media = _read(meta, keys, stage, fields, partition_id)
     start, first = 0, {}
     for key, frame in zip(keys, frames[TEXT], strict=True):
         first[key] = (start, frame.num_rows)
@@ -382,9 +506,9 @@ def get_samples(
                 row=i,
             )
         picks.append(base + row)
-    taken = {
-        c: [take_rows(g[0] if len(g) == 1 else concat(list(g)), picks)] for c, g in frames.items()
-    }
+    taken = {c: [take_rows(_joined(g), picks)] for c, g in frames.items()}
+    if media is not None:
+        taken[MEDIA] = [take_rows(media, picks)]
     return decode_columns(taken, ["samples"], stage=stage, fields=fields, **decode_options)
 
 

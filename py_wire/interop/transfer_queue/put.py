@@ -14,16 +14,21 @@ from py_wire import _native
 from py_wire._args import batch_mapping, count, items
 from py_wire._encode import checked_fields, plain_tensors
 from py_wire._native import BatchError, Frame
+from py_wire._ops import split
 from py_wire._packed import PackedTensor
 from py_wire._schema import Schema, load_schema
 from py_wire._typing import as_jagged
 from py_wire.interop.transfer_queue.columns import (
     COLUMNS,
+    MEDIA,
+    MEDIA_HOLDER,
+    MEDIA_ROW,
     TEXT,
     TOTAL_LENGTHS,
     Raw,
     column_codec,
     column_of,
+    frames_column,
     media_fields,
     packed_column,
     stores_frames_as_objects,
@@ -195,29 +200,39 @@ def encode_group_frames(
     return encode_columns(_stored_codecs(sch, stage, columns), plans, as_objects=True)
 
 
-def _group_tags(
-    plans: Mapping[str, Sequence[Raw]], sch: Schema, tags: Sequence[Mapping[str, Any]] | None
+def _row_tokens(raw: tuple[str, str, Any, Any]) -> list[int]:
+    """Each row's tokens in one group's checked sequence field (``_encode._classify``'s
+    forms)."""
+    _, kind, first, second = raw
+    if kind == "jagged":
+        return [int(n) for n in torch.diff(second).tolist()]
+    if kind == "padded":
+        return [int(n) for n in second]
+    return [int(r.shape[0]) for r in first]
+
+
+def _tags(
+    plans: Mapping[str, Sequence[Raw]],
+    sch: Schema,
+    tags: Sequence[Mapping[str, Any]] | None,
+    per_sample: bool,
 ) -> list[dict[str, Any]] | None:
-    """Each group's TQ tags: the caller's, plus ``total_lengths`` (the group's tokens, what
-    TQ's ``SeqlenBalancedSampler`` balances by) unless the caller set it."""
+    """Each key's TQ tags: the caller's, plus ``total_lengths`` (its tokens, what TQ's
+    ``SeqlenBalancedSampler`` balances by) unless the caller set it. A key is a group, or with
+    ``per_sample`` a row of one."""
     seq = sch.sequence_field
     if seq is None:
         return None if tags is None else [dict(t) for t in tags]
+    tokens: list[int] = []
+    for raw in plans[TEXT]:
+        rows = _row_tokens(next(r for r in raw if r[0] == seq))
+        tokens += rows if per_sample else [sum(rows)]
     out = []
-    for i, raw in enumerate(plans[TEXT]):
+    for i, n in enumerate(tokens):
         tag = {} if tags is None else dict(tags[i])
-        if TOTAL_LENGTHS not in tag:
-            tag[TOTAL_LENGTHS] = _token_count(next(r for r in raw if r[0] == seq))
+        tag.setdefault(TOTAL_LENGTHS, n)
         out.append(tag)
     return out
-
-
-def _token_count(raw: tuple[str, str, Any, Any]) -> int:
-    """The tokens of one group's checked sequence field (``_encode._classify``'s forms)."""
-    _, kind, first, _second = raw
-    if kind == "jagged":
-        return int(first.shape[0])
-    return sum(int(r.shape[0]) for r in first)
 
 
 def put(
@@ -230,26 +245,36 @@ def put(
     tags: Sequence[Mapping[str, Any]] | None = None,
     stage: str | None = None,
 ) -> Any:
-    """Store ``batch`` in TQ, one row per group under ``keys`` (one key per group, in order),
-    in ``partition_id``, with optional per-group ``tags`` (TQ's; py_wire adds
-    ``total_lengths``, the group's tokens, unless given). ``stage`` checks the batch as
-    ``encode(stage=)`` does: a rollout batch needs only what ``stage`` needs, and later stages'
-    fields come by :func:`write_back`. Returns TQ's ``KVBatchMeta``, or None for a batch of no
+    """Store ``batch`` in TQ under ``keys``, in ``partition_id``: one key per group (a TQ row
+    per group) or one key per sample (a TQ row per sample, each group's media stored once: see
+    below), in order, with optional per-key ``tags`` (TQ's; py_wire adds ``total_lengths``, the
+    key's tokens, unless given). ``stage`` checks the batch as ``encode(stage=)`` does: a
+    rollout batch needs only what ``stage`` needs, and later stages' fields come by
+    :func:`write_back`. Returns TQ's ``KVBatchMeta`` of ``keys``, or None for a batch of no
     rows (nothing is stored). Raises :class:`~py_wire.BatchError` for anything
-    :func:`py_wire.encode` refuses, before TQ sees a byte."""
+    :func:`py_wire.encode` refuses, before TQ sees a byte.
+
+    **Per-sample keys** (as NeMo-RL keys its rows): each key's text column holds its sample's
+    row alone (cut from its group's frame, not encoded again); the group's media frame is
+    stored once, in the media column of the group's first key, and every key of the group is
+    tagged with that key (``MEDIA_HOLDER``) and its row there (``MEDIA_ROW``). :func:`get` of
+    any samples reads their groups' media frames once and takes their rows: it returns what it
+    returns for per-group keys. Clear a group's keys together (its first key holds the others'
+    media)."""
     sch = load_schema(schema)
     partition(partition_id)
     as_objects = stores_frames_as_objects()
     plans, held = _group_plans(batch, sch, group_size, stage)
-    columns = encode_columns(_stored_codecs(sch, stage, held), plans, as_objects)
     n = len(plans[TEXT])
     keys = names("keys", keys)
     refuse_repeats(keys, "keys")
-    if len(keys) != n:
+    rows = _num_rows(batch_mapping("batch", batch), sch)
+    per_sample = len(keys) != n and len(keys) == rows
+    if len(keys) not in (n, rows):
         raise with_field(
             BatchError(
                 f"{len(keys)} keys for the batch's {n} groups of group_size={group_size!r:.60} "
-                "(one key per group)"
+                f"and {rows} rows (one key per group, or one per sample)"
             ),
             "keys",
         )
@@ -258,11 +283,50 @@ def put(
         for i, tag in enumerate(tags):
             if not isinstance(tag, Mapping):
                 raise TypeError(f"tags[{i}] must be a mapping, not {type(tag).__name__}")
-        if len(tags) != n:
-            raise with_field(BatchError(f"{len(tags)} tags for {n} groups"), "tags")
+        if len(tags) != len(keys):
+            what = "samples" if per_sample else "groups"
+            raise with_field(BatchError(f"{len(tags)} tags for {len(keys)} {what}"), "tags")
     if n == 0:
         return None
-    return tq_put(keys, partition_id, columns, as_objects, _group_tags(plans, sch, tags))
+    codecs = _stored_codecs(sch, stage, held)
+    key_tags = _tags(plans, sch, tags, per_sample)
+    if not per_sample:
+        columns = encode_columns(codecs, plans, as_objects)
+        return tq_put(keys, partition_id, columns, as_objects, key_tags)
+    return _put_per_sample(keys, partition_id, codecs, plans, as_objects, key_tags)
+
+
+def _put_per_sample(
+    keys: list[str],
+    partition_id: str,
+    codecs: Mapping[str, _native.Codec],
+    plans: Mapping[str, Sequence[Raw]],
+    as_objects: bool,
+    tags: list[dict[str, Any]] | None,
+) -> Any:
+    """Each group's media frame under its first key, then each sample's text row under its own
+    key, tagged with its media's key and row. Media go first: a sampler that picks keys by
+    their text column never hands out a sample whose media are not stored yet."""
+    frames = encode_columns(codecs, plans, as_objects=True)
+    key_tags = tags if tags is not None else [{} for _ in keys]
+    texts: list[Frame] = []
+    holders: list[str] = []
+    for group in frames[TEXT]:
+        holder = keys[len(texts)]
+        if MEDIA in frames:
+            for row in range(group.num_rows):
+                key_tags[len(texts) + row].update({MEDIA_HOLDER: holder, MEDIA_ROW: row})
+        texts += split(group, [1] * group.num_rows)
+        holders.append(holder)
+    if MEDIA in frames:
+        media = {MEDIA: _as_column(frames[MEDIA], as_objects)}
+        tq_put(holders, partition_id, media, as_objects, None)
+    text = {TEXT: _as_column(texts, as_objects)}
+    return tq_put(keys, partition_id, text, as_objects, key_tags if key_tags[0] else None)
+
+
+def _as_column(frames: list[Frame], as_objects: bool) -> Any:
+    return frames if as_objects else frames_column(frames)
 
 
 def tq_put(

@@ -14,7 +14,7 @@ from py_wire._decode import checked_schema, decode_selected
 from py_wire._encode import checked_fields
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
-from py_wire._ops import concat
+from py_wire._ops import concat, split
 from py_wire._schema import Schema
 from py_wire._typing import as_jagged
 from py_wire.interop.transfer_queue.columns import (
@@ -22,12 +22,13 @@ from py_wire.interop.transfer_queue.columns import (
     WRITE_BACK,
     Raw,
     column_codec,
+    frames_column,
     stores_frames_as_objects,
     written_fields,
 )
 from py_wire.interop.transfer_queue.get import fetch_columns
 from py_wire.interop.transfer_queue.meta import key_list, retrieve_meta, with_field
-from py_wire.interop.transfer_queue.put import encode_columns, group_rows, tq_put, value_rows
+from py_wire.interop.transfer_queue.put import encode_columns, tq_put, value_rows
 
 
 def write_back(
@@ -82,16 +83,14 @@ def write_back(
         batch[name] = _aligned(sch, name, fields[name], total, lengths)
     column = WRITE_BACK + ",".join(names)
     codec = column_codec(sch, column, None, ())
-    plans: dict[str, list[Raw]] = {column: []}
-    start = 0
-    for frame in text:
-        stop = start + frame.num_rows
-        group = {k: group_rows(k, v, start, stop) for k, v in batch.items()}
-        plans[column].append(checked_fields(group, sch, None, required=False))
-        start = stop
+    # Checked and encoded once over every key's rows, then cut into one frame per key without
+    # decoding: per-sample keys cost one encode, not one per key.
+    plans: dict[str, list[Raw]] = {column: [checked_fields(batch, sch, None, required=False)]}
+    (whole,) = encode_columns({column: codec}, plans, as_objects=True)[column]
+    frames = [whole] if len(text) == 1 else split(whole, [f.num_rows for f in text])
     as_objects = stores_frames_as_objects()
-    columns = encode_columns({column: codec}, plans, as_objects)
-    return tq_put(keys, partition_id, columns, as_objects, None)
+    value = frames if as_objects else frames_column(frames)
+    return tq_put(keys, partition_id, {column: value}, as_objects, None)
 
 
 def _check_written(
