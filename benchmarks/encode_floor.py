@@ -31,8 +31,8 @@ and py_wire's are printed above the figures. ``--glibc-default`` keeps glibc's o
 
 Prints each size's medians and the ratio of encode and of each op to the floor; with ``--runs``
 above 1, the spread (lowest-highest) of each ratio over the runs, and of the ratio of each
-method's fastest rep to the floor's (on a shared machine, what a neighbour's load skews least). Writes ``encode_floor.json``
-under ``--out``.
+method's fastest rep to the floor's (on a shared machine, what a neighbour's load skews least).
+Writes ``encode_floor.json`` under ``--out``.
 """
 
 from __future__ import annotations

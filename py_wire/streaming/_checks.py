@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from py_wire._args import MAX_COUNT, integer, items
@@ -49,14 +49,20 @@ def optional_version(name: str, value: object) -> int | None:
     return None if value is None else version(name, value)
 
 
-def seconds(name: str, value: object) -> float:
-    """A duration: a finite positive real number (an int or float, numpy's included)."""
+def _real(name: str, value: object, unit: str) -> float:
+    """A real number (an int or float, numpy's included) as a float; an int past float's
+    range is ``inf``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be a {unit}, not {type(value).__name__} {value!r:.80}")
     try:
-        as_float = float(value)
-    except OverflowError:  # an int past float's range
-        as_float = math.inf
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def seconds(name: str, value: object) -> float:
+    """A duration: a finite positive real number."""
+    as_float = _real(name, value, "number of seconds")
     if not (math.isfinite(as_float) and as_float > 0):
         raise _error(f"{name} must be a finite number of seconds > 0, got {value!r}")
     return as_float
@@ -95,6 +101,66 @@ def listed(
 def ranks(name: str, value: object) -> int:
     """A data-parallel size: an int in ``[1, MAX_RANKS]``."""
     return whole(name, value, minimum=1, maximum=MAX_RANKS)
+
+
+def amount(name: str, value: object) -> float:
+    """A quantity of a Ray resource: a finite real number >= 0."""
+    as_float = _real(name, value, "number")
+    if not (math.isfinite(as_float) and as_float >= 0):
+        raise _error(f"{name} must be a finite number >= 0, got {value!r}")
+    return as_float
+
+
+#: Resources Ray refuses in ``resources`` (each is an argument of its own).
+BUILTIN_RESOURCES = ("CPU", "GPU", "memory")
+
+
+def resources(name: str, value: object) -> dict[str, float]:
+    """Ray custom resources: a mapping of non-empty resource names to amounts."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict of resource amounts, not {type(value).__name__}")
+    out: dict[str, float] = {}
+    for key, amount_of in value.items():
+        key = text(f"{name} key", key)
+        if key in BUILTIN_RESOURCES:
+            raise _error(
+                f"{name} names {key!r}, which Ray takes as its own argument "
+                f"(num_cpus, num_gpus, memory), not as a custom resource"
+            )
+        out[key] = amount(f"{name}[{key!r}]", amount_of)
+    return out
+
+
+#: Ray's scheduling strategies given by name.
+STRATEGY_NAMES = ("DEFAULT", "SPREAD")
+
+
+def scheduling_strategy(name: str, value: object) -> Any:
+    """A Ray actor scheduling strategy: one of :data:`STRATEGY_NAMES`, or an object of
+    ``ray.util.scheduling_strategies`` (node affinity, placement group, node labels)."""
+    if isinstance(value, str):
+        if value not in STRATEGY_NAMES:
+            raise _error(
+                f"{name} must be one of {STRATEGY_NAMES} or a strategy object, got {value!r}"
+            )
+        return value
+    from ray.util import scheduling_strategies as strategies
+
+    kinds = tuple(
+        kind
+        for kind_name in (
+            "NodeAffinitySchedulingStrategy",
+            "PlacementGroupSchedulingStrategy",
+            "NodeLabelSchedulingStrategy",
+        )
+        if isinstance(kind := getattr(strategies, kind_name, None), type)
+    )
+    if not isinstance(value, kinds):
+        raise TypeError(
+            f"{name} must be {' or '.join(repr(n) for n in STRATEGY_NAMES)} or one of "
+            f"{', '.join(k.__name__ for k in kinds)}, not {type(value).__name__}"
+        )
+    return value
 
 
 def config(value: object) -> Any:

@@ -112,9 +112,16 @@ def is_stale(version: int, trainer_version: int, k: int) -> bool:
     return trainer_version - version > k
 
 
-def choose(groups: Iterable[Group], trainer_version: int, config: StreamConfig) -> Choice:
+def choose(
+    groups: Iterable[Group],
+    trainer_version: int,
+    config: StreamConfig,
+    one_version: bool = False,
+) -> Choice:
     """The groups a trainer step at ``trainer_version`` takes: ``batch_groups`` whole groups,
-    the oldest (lowest version, then first stored) first."""
+    the oldest (lowest version, then first stored) first. ``one_version``: the step's groups
+    all have one version (the oldest that has ``batch_groups`` ready groups), for a schema
+    without a per-row ``policy_version`` field, whose step frame cannot carry two."""
     k = config.max_staleness
     groups = list(groups)
     ready = sorted((g for g in groups if g.ready), key=lambda g: (g.version, g.seq))
@@ -122,6 +129,14 @@ def choose(groups: Iterable[Group], trainer_version: int, config: StreamConfig) 
     # Past the bound: never trained, whatever the policy (pacing cannot make it fresh again).
     drop = [g.gid for g in ready if is_stale(g.version, trainer_version, k)]
     ready = [g for g in ready if not is_stale(g.version, trainer_version, k)]
+    if one_version:
+        # Within the window's (k + 1) * batch_groups groups, once all are ready, some version
+        # has batch_groups of them: a step of one version always comes.
+        by_version: dict[int, list[Group]] = {}
+        for g in ready:
+            by_version.setdefault(g.version, []).append(g)
+        full = [same for same in by_version.values() if len(same) >= config.batch_groups]
+        ready = full[0] if full else []
     if len(ready) < config.batch_groups:
         return Choice([], drop, True)
     take = ready[: config.batch_groups]

@@ -28,7 +28,7 @@ import itertools
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from py_wire._native import Frame
@@ -84,11 +84,16 @@ class _Buffer:
         self.trainer_version = 0
         # The schema of the first group stored; every later group must have it.
         self.schema: StreamSchema | None = None
+        # Whether that schema lacks a per-row policy_version field: a step then takes groups
+        # of one version, the only ones step_frame can join.
+        self.one_version = False
         self.stored_bytes = 0
         self.stored_total = 0  # every byte ever stored, for the caller's accounting
         self.peak_bytes = 0
         self.counts = Counts()
         self.staleness: dict[int, int] = {}
+        # Per leased group, the trainer's lag behind it when the group was taken (trained).
+        self.taken_lag: dict[str, int] = {}
         self.seq = itertools.count()
 
     def _expire(self) -> None:
@@ -101,9 +106,7 @@ class _Buffer:
         for lease, (until, gids) in list(self.leases.items()):
             if until < now:  # the consumer died or hung: its groups come back
                 del self.leases[lease]
-                for gid in gids:
-                    self.leased.discard(gid)
-                self.counts.lease_returns += len(gids)
+                self._give_back(gids)
 
     def _open(self) -> int:
         return len(self.groups)
@@ -157,7 +160,7 @@ class _Buffer:
                 "sample=i, not the group as one frame"
             )
         # Refused before it waits for bytes; the reservation stays, for a frame of the schema.
-        self.schema = same_schema(self.schema, frame, f"group {gid}")
+        self._same_schema(frame, f"group {gid}")
         reason = admits(self._open(), self.stored_bytes, nbytes, self.config)
         if reason is not None:
             return reason
@@ -204,7 +207,7 @@ class _Buffer:
                 f"group {gid}: sample {index} says policy_version {version}, but the group "
                 f"was reserved with version {group.version}"
             )
-        self.schema = same_schema(self.schema, text, f"group {gid}, sample {index}")
+        self._same_schema(text, f"group {gid}, sample {index}")
         new_media = digest is not None and digest not in self.media
         if new_media and media is None:
             return "media"
@@ -228,6 +231,21 @@ class _Buffer:
             self.counts.stored += 1
         return None
 
+    def _same_schema(self, frame: Frame, what: str) -> None:
+        from py_wire._decode import checked_schema
+
+        first = self.schema is None
+        self.schema = same_schema(self.schema, frame, what)
+        if first:
+            self.one_version = VERSION_KEY not in checked_schema(frame).fields
+
+    def _give_back(self, gids: list[str]) -> None:
+        """A lease's groups, not trained: free for the next step."""
+        for gid in gids:
+            self.leased.discard(gid)
+            self.taken_lag.pop(gid, None)
+        self.counts.lease_returns += len(gids)
+
     def _store(self, frame: Frame) -> Any:
         if self.object_store:
             import ray
@@ -244,7 +262,7 @@ class _Buffer:
         lease_s = _checks.optional_seconds("lease_s", lease_s)
         self._expire()
         free = [g for g in self.groups.values() if g.gid not in self.leased]
-        choice = choose(free, self.trainer_version, self.config)
+        choice = choose(free, self.trainer_version, self.config, self.one_version)
         for gid in choice.drop:
             self._remove(gid)
             self.counts.dropped_stale += 1
@@ -254,6 +272,8 @@ class _Buffer:
         until = time.monotonic() + (lease_s or self.config.lease_s)
         self.leases[lease] = (until, list(choice.take))
         self.leased.update(choice.take)
+        for gid in choice.take:
+            self.taken_lag[gid] = self.trainer_version - self.groups[gid].version
         self.counts.delivered += len(choice.take)
         picked = [self.groups[gid] for gid in choice.take]
         parts = balance(picked, ranks)
@@ -282,17 +302,25 @@ class _Buffer:
                 self.rehomed += 1
         return out
 
+    def release(self, lease: str) -> None:
+        """The consumer could not use its step (a take refused after the lease): its groups
+        are free again at once, not when the lease lapses."""
+        entry = self.leases.pop(lease, None)
+        if entry is not None:
+            self._give_back(entry[1])
+
     def ack(self, lease: str) -> bool:
         """The consumer finished its step: its groups leave the buffer. False when the lease
-        had lapsed (its groups were given back and may be trained again elsewhere)."""
+        had lapsed (its groups were given back and may be trained again elsewhere). Each
+        group's staleness is the lag it was taken (trained) at: the trainer may update its
+        version before it acks."""
         self._expire()
         entry = self.leases.pop(lease, None)
         if entry is None:
             return False
         for gid in entry[1]:
             self.leased.discard(gid)
-            version = self.groups[gid].version
-            lag = self.trainer_version - version
+            lag = self.taken_lag.pop(gid)
             self.staleness[lag] = self.staleness.get(lag, 0) + 1
             self._remove(gid)
             self.counts.acked += 1
@@ -426,6 +454,9 @@ class _BufferActor:
             lambda: self.state.take(ranks, lease_s), lambda o: o is not None, wait_s
         )
 
+    async def release(self, lease: str) -> None:
+        await self._attempt(lambda: self.state.release(lease), lambda o: True, 0.0)
+
     async def ack(self, lease: str) -> bool:
         return bool(await self._attempt(lambda: self.state.ack(lease), lambda o: True, 0.0))
 
@@ -438,16 +469,39 @@ class _BufferActor:
 
 class RayBuffer:
     """A handle on the buffer actor; picklable, so producers and trainers in other Ray
-    processes share one buffer. ``name`` makes it a named actor others can find."""
+    processes share one buffer. ``name`` makes it a named actor others can find.
 
-    def __init__(self, config: StreamConfig, name: str | None = None) -> None:
+    Where the actor runs is Ray's actor placement, with Ray's own options: ``num_cpus`` (0 by
+    default: it waits, it does not compute), ``resources`` (custom resources the node must
+    offer, e.g. ``{"trainer_node": 0.01}``) and ``scheduling_strategy`` (``"DEFAULT"``,
+    ``"SPREAD"``, or a ``ray.util.scheduling_strategies`` object: a
+    ``NodeAffinitySchedulingStrategy`` to pin it to a node, a
+    ``PlacementGroupSchedulingStrategy`` to put it in a placement group's bundle). Place it
+    on a node that lives as long as the job (the trainer's or the head): it holds every
+    stored group, and a buffer on a rollout node dies with that node."""
+
+    def __init__(
+        self,
+        config: StreamConfig,
+        name: str | None = None,
+        *,
+        num_cpus: float = 0,
+        resources: Mapping[str, float] | None = None,
+        scheduling_strategy: Any = None,
+    ) -> None:
         self.config = _checks.config(config)
         if name is not None:
             _checks.text("name", name)
+        options: dict[str, Any] = {"num_cpus": _checks.amount("num_cpus", num_cpus)}
+        if resources is not None:
+            options["resources"] = _checks.resources("resources", resources)
+        if scheduling_strategy is not None:
+            options["scheduling_strategy"] = _checks.scheduling_strategy(
+                "scheduling_strategy", scheduling_strategy
+            )
         import ray
 
-        actor = ray.remote(num_cpus=0, max_restarts=0)(_BufferActor)
-        options: dict[str, Any] = {}
+        actor = ray.remote(max_restarts=0)(_BufferActor)
         if name is not None:
             options["name"] = name
         self.actor = actor.options(**options).remote(config)
@@ -579,8 +633,6 @@ class RayBuffer:
         ranks = _checks.ranks("ranks", ranks)
         timeout_s = _checks.seconds("timeout_s", timeout_s)
         lease_s = _checks.optional_seconds("lease_s", lease_s)
-        import ray
-
         start = time.perf_counter()
         lease, parts = self._wait(
             "take",
@@ -590,6 +642,24 @@ class RayBuffer:
             "take",
         )
         waited = time.perf_counter() - start
+        try:
+            frames = self._frames(lease, parts)
+        except Exception:
+            # Refused or failed after the lease: its groups go back now, for the next take.
+            self._call("release", lease)
+            raise
+        return Step(
+            lease,
+            frames,
+            [[gid for gid, _, _ in part] for part in parts],
+            [[v for _, v, _ in part] for part in parts],
+            waited,
+        )
+
+    def _frames(self, lease: str, parts: list[list[tuple[str, int, Any]]]) -> list[Frame | None]:
+        """Each rank's step frame of its leased ``parts``."""
+        import ray
+
         # Every group put whole is fetched in one ray.get: one round trip for the step.
         whole = [
             (gid, stored[0])
@@ -614,13 +684,7 @@ class RayBuffer:
                 for _, version, stored in part
             ]
             frames.append(step_frame(group_frames))
-        return Step(
-            lease,
-            frames,
-            [[gid for gid, _, _ in part] for part in parts],
-            [[v for _, v, _ in part] for part in parts],
-            waited,
-        )
+        return frames
 
     def ack(self, step: Step | str) -> bool:
         """Ends ``step``'s lease (a :class:`Step`, or its lease id): its groups leave the

@@ -91,7 +91,7 @@ TARGETS: list[Target] = [
     *_targets("StreamConfig", lambda **kw: StreamConfig(**{"max_staleness": 1,
               "batch_groups": 1, **kw}), *CONFIG_FIELDS),
     *_targets("RayBuffer", _until_backend(lambda config=CONFIG, **kw: RayBuffer(config, **kw)),
-              "config", "name"),
+              "config", "name", "num_cpus", "resources", "scheduling_strategy"),
     *_targets("RayBuffer.reserve", _ray("reserve"), "version", "timeout_s", "samples"),
     *_targets("RayBuffer.put", _ray("put", gid="g", frame=SAMPLE), "gid", "frame",
               "timeout_s", "sample", gid="group"),
