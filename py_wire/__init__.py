@@ -12,7 +12,7 @@ from py_wire import (
 )
 from py_wire._decode import check_contracts, decode
 from py_wire._encode import encode, encode_parts, placeholder_runs
-from py_wire._evolution import SchemaEvolutionWarning
+from py_wire._evolution import SchemaConflictWarning, SchemaEvolutionWarning
 from py_wire._io import encoded_nbytes, frame_nbytes, load, save
 from py_wire._native import (
     BatchError,
@@ -46,6 +46,7 @@ __all__ = [
     "ReceiveBuffer",
     "RowIndexError",
     "Schema",
+    "SchemaConflictWarning",
     "SchemaError",
     "SchemaEvolutionWarning",
     "TensorLoc",

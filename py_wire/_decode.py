@@ -22,7 +22,12 @@ from py_wire._args import fill_value, flag, optional_count
 from py_wire._device import host_shadow
 from py_wire._dtypes import DTYPES
 from py_wire._errors import with_context
-from py_wire._evolution import SchemaEvolutionWarning, check_readable
+from py_wire._evolution import (
+    SchemaConflictWarning,
+    SchemaEvolutionWarning,
+    check_readable,
+    unchecked_contracts,
+)
 from py_wire._jagged import jagged
 from py_wire._native import (
     ContractError,
@@ -238,7 +243,7 @@ def decode(
     frame, clone, payload = _source_frame(data, policy, partial)
     if verify:
         _verify(frame, payload)
-    frame_schema, reader = _schema_of(frame, wanted)
+    frame_schema, reader = _schema_of(frame, wanted, stage, payload)
     # A reader's other version of the frame's schema: its fields (of ``stage``) only.
     if stage is not None:
         keep: set[str] | None = set((reader or frame_schema).fields_for(stage))
@@ -338,12 +343,16 @@ def _verify(frame: Frame, payload: torch.Tensor | None) -> None:
     host.verify()
 
 
-def _schema_of(frame: Frame, wanted: Schema | None) -> tuple[Schema, Schema | None]:
+def _schema_of(
+    frame: Frame, wanted: Schema | None, stage: str | None, payload: torch.Tensor | None
+) -> tuple[Schema, Schema | None]:
     """The frame's schema, and the reader's when it is another version of it. A caller's
     schema must be the frame's, or one that reads it by the evolution rule
     (:mod:`py_wire._evolution`: ``SchemaError`` naming the field and both versions
-    otherwise); the frame's fields it does not declare are reported
-    (:class:`SchemaEvolutionWarning`) and left out."""
+    otherwise), and the frame must keep the reader's contracts (of ``stage``) that its own
+    schema lacks (``ContractError``); the frame's fields it does not declare are reported
+    (:class:`SchemaEvolutionWarning`) and left out, and so is a reader's schema of the frame's
+    name and version that is not the frame's (:class:`SchemaConflictWarning`)."""
     frame_schema = checked_schema(frame)
     if wanted is None or wanted.fingerprint == frame_schema.fingerprint:
         return frame_schema, None
@@ -354,6 +363,21 @@ def _schema_of(frame: Frame, wanted: Schema | None) -> tuple[Schema, Schema | No
             f"({wanted.fingerprint})"
         )
     check_readable(wanted, frame_schema)
+    _check_reader_contracts(frame, payload, wanted, frame_schema, stage)
+    if wanted.version == frame_schema.version:
+        warnings.warn(
+            SchemaConflictWarning(
+                f"schema {wanted.name!r} v{wanted.version} (the reader's, {wanted.fingerprint}) "
+                f"is not the schema of that name and version the frame was written under "
+                f"({frame_schema.fingerprint}): one was changed without a new version; the "
+                "frame is read as another version of it",
+                wanted.name,
+                wanted.version,
+                wanted.fingerprint,
+                frame_schema.fingerprint,
+            ),
+            stacklevel=3,
+        )
     extra = tuple(f.name for f in frame.layout.fields if f.name not in wanted.fields)
     if extra:
         warnings.warn(
@@ -368,6 +392,27 @@ def _schema_of(frame: Frame, wanted: Schema | None) -> tuple[Schema, Schema | No
             stacklevel=3,
         )
     return frame_schema, wanted
+
+
+def _check_reader_contracts(
+    frame: Frame,
+    payload: torch.Tensor | None,
+    reader: Schema,
+    frame_schema: Schema,
+    stage: str | None,
+) -> None:
+    """A reader's contracts that the frame's schema lacks were never checked on the frame (its
+    encode did not know them): check them now, in the codec, in one pass over the tokens
+    (:class:`ContractError` naming the row). A frame in device memory is copied to the host
+    for the check (``payload``)."""
+    contracts = unchecked_contracts(reader, frame_schema, stage)
+    if not contracts:
+        return
+    codec = _native.Codec(
+        list(reader._specs.values()), contracts, reader.sequence_field, reader.lengths_field, {}
+    )
+    host = frame if payload is None else Frame.from_buffer(payload.cpu().numpy())
+    _native.check_contracts(host, codec)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,11 @@ accepted input dtypes, contracts, keys added to a later version) is reported, no
 ``decode(frame, schema)`` with a compatible schema of another version reads the frame: it
 returns the fields the reader's schema declares and reports the frame's fields it does not
 (:class:`SchemaEvolutionWarning`); an incompatible one is a :class:`SchemaError` naming the field
-and both versions. ``Schema.diff`` and ``py-wire schema diff OLD NEW`` say which, and why.
+and both versions. Contracts are a note for the diff, never for the data: the reader's
+contracts that the frame's schema does not declare were never checked on the frame, so
+``decode`` checks them (:func:`unchecked_contracts`). A schema of the frame's name and version
+with another fingerprint is reported (:class:`SchemaConflictWarning`). ``Schema.diff`` and
+``py-wire schema diff OLD NEW`` say which, and why.
 """
 
 from __future__ import annotations
@@ -58,6 +62,28 @@ class SchemaEvolutionWarning(UserWarning):
         self.extra_fields = extra_fields
         self.reader_version = reader_version
         self.frame_version = frame_version
+
+
+class SchemaConflictWarning(UserWarning):
+    """``decode(frame, schema)`` was handed a schema of the frame's name and version that is not
+    the frame's (another fingerprint): one of the two was edited without its version bumped.
+    The frame is read by the evolution rule all the same (any layout change is a
+    :class:`SchemaError`); ``name``, ``version``, ``reader_fingerprint`` and
+    ``frame_fingerprint`` say which two schemas disagree."""
+
+    def __init__(
+        self,
+        message: str,
+        name: str,
+        version: int,
+        reader_fingerprint: str,
+        frame_fingerprint: str,
+    ) -> None:
+        super().__init__(message)
+        self.name = name
+        self.version = version
+        self.reader_fingerprint = reader_fingerprint
+        self.frame_fingerprint = frame_fingerprint
 
 
 def _show(value: Any) -> str:
@@ -150,6 +176,18 @@ def diff(old: Schema, new: Schema) -> SchemaDiff:
         tuple(notes),
         frozenset(bad),
     )
+
+
+def unchecked_contracts(reader: Schema, written: Schema, stage: str | None) -> list[str]:
+    """The reader's contracts (as the codec takes them: JSON) that a frame written under
+    ``written`` was never checked against: those ``written`` does not declare, less those
+    ``stage`` is not held to (a stage that does not carry the contract's media field)."""
+    carried = None if stage is None else set(reader.fields_for(stage))
+    return [
+        text
+        for c, text in zip(reader.contracts, reader._contracts_json, strict=True)
+        if c not in written.contracts and (carried is None or c.media_field in carried)
+    ]
 
 
 def check_readable(reader: Schema, written: Schema) -> SchemaDiff:

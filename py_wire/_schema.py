@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import threading
 import tomllib
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -30,7 +33,7 @@ from pydantic import (
 from py_wire import _native
 from py_wire._evolution import SchemaDiff
 from py_wire._evolution import diff as schema_diff
-from py_wire._native import FrameError, SchemaError
+from py_wire._native import FrameError, SchemaError, WireError
 
 if TYPE_CHECKING:
     from py_wire._native import Frame
@@ -452,12 +455,16 @@ class Schema(BaseModel):
         tensors against the field table it derives from it); every failure is a
         ``FrameError``. A compact frame (``py_wire.schema_ref``) gives the schema this process
         holds under its fingerprint (``FrameError`` naming the fingerprint when it holds none).
-        A schema read from an embedded frame is held from then on (up to a cap), so that later
-        compact frames of it can be read."""
+        A schema read from an embedded frame is held from then on, within the bounds on schemas
+        learnt from frames (least recently received let go first), so that later compact
+        frames of it can be read."""
         fingerprint, text = frame.schema_source  # one call: what the codec validated
         if fingerprint is None:
             raise FrameError("the frame carries no schema")
         if text is None:  # compact: the schema named by fingerprint, as the codec holds it
+            view = _HELD_VIEWS.get(fingerprint)
+            if view is not None and _native.holds_schema(fingerprint):
+                return view
             held = _native.held_schema(fingerprint)
             if held is None:
                 raise FrameError(
@@ -466,8 +473,16 @@ class Schema(BaseModel):
                     "fingerprint (load it with py_wire.load_schema, or pass schema= to decode / "
                     "Frame.from_buffer)"
                 )
-            return _schema_view(held)
-        return _schema_from_frame_text(text, fingerprint)
+            view = Schema._validate(json.loads(held), "a held schema")
+            _HELD_VIEWS.put(fingerprint, view, len(held))
+            return view
+        view = _FRAME_VIEWS.get(fingerprint)
+        if view is None:
+            view = _schema_from_frame_text(text, fingerprint)
+            _FRAME_VIEWS.put(fingerprint, view, len(text))
+        if not _native.holds_schema(fingerprint):  # (marks it used when it is)
+            _native.hold_schema(text, True)
+        return view
 
     @classmethod
     def _validate(cls, data: Any, source: str) -> Schema:
@@ -491,7 +506,73 @@ def _problems(e: ValidationError) -> str:
     return "; ".join(out)
 
 
-@functools.lru_cache(maxsize=64)
+#: Schemas learnt from frames may keep this many bytes in the codec's registry (their JSON and
+#: specs; ``frame::compact``), the least recently used let go beyond it.
+LEARNT_SCHEMA_BYTES_ENV = "PY_WIRE_LEARNT_SCHEMA_BYTES"
+
+
+def _learnt_budget_from_env() -> None:
+    raw = os.environ.get(LEARNT_SCHEMA_BYTES_ENV)
+    if raw is None:
+        return
+    try:
+        budget = int(raw)
+    except ValueError:
+        budget = -1
+    if budget < 0:
+        raise WireError(
+            f"{LEARNT_SCHEMA_BYTES_ENV}={raw[:80]!r} must be a number of bytes (an int >= 0)"
+        )
+    _native.set_learnt_schema_budget(budget)
+
+
+_learnt_budget_from_env()
+
+
+class _Views:
+    """Typed views of schemas by fingerprint, least recently used first out, bounded by the
+    bytes of the JSON they were read from (a view keeps about that much): a peer sending many
+    large schemas cannot pin them here either."""
+
+    def __init__(self, max_bytes: int, max_entries: int) -> None:
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self._views: OrderedDict[str, tuple[Schema, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, fingerprint: str) -> Schema | None:
+        with self._lock:
+            found = self._views.get(fingerprint)
+            if found is None:
+                return None
+            self._views.move_to_end(fingerprint)
+            return found[0]
+
+    def put(self, fingerprint: str, view: Schema, nbytes: int) -> None:
+        if nbytes > self.max_bytes:
+            return
+        with self._lock:
+            replaced = self._views.pop(fingerprint, None)
+            self._bytes -= 0 if replaced is None else replaced[1]
+            self._views[fingerprint] = (view, nbytes)
+            self._bytes += nbytes
+            while self._bytes > self.max_bytes or len(self._views) > self.max_entries:
+                _, (_, gone) = self._views.popitem(last=False)
+                self._bytes -= gone
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+
+#: Views of embedded frames' schemas (their canonical text) and of schemas the codec holds
+#: (their full text, fields in declared order), kept apart: the two list fields in another
+#: order.
+_FRAME_VIEWS = _Views(16 << 20, 64)
+_HELD_VIEWS = _Views(16 << 20, 256)
+
+
 def _schema_from_frame_text(text: str, fingerprint: str) -> Schema:
     """The schema an embedded frame's text describes: its typed view. The codec's reader checked
     the text when the frame was wrapped (``schema::embedded``: size, fingerprint, nesting, JSON,
@@ -503,23 +584,16 @@ def _schema_from_frame_text(text: str, fingerprint: str) -> Schema:
             f"the frame's schema reads back with fingerprint {schema.fingerprint}, not "
             f"{fingerprint[:80]}"
         )
-    _hold(schema, learnt=True)
     return schema
 
 
-@functools.lru_cache(maxsize=256)
-def _schema_view(text: str) -> Schema:
-    """The typed view of a schema the codec holds (its JSON, as ``held_schema`` returns it)."""
-    return Schema._validate(json.loads(text), "a held schema")
-
-
-def _hold(schema: Schema, learnt: bool = False) -> None:
-    """Hold ``schema`` in the codec's registry (``frame::compact``), the one record of what
-    this process holds: compact frames naming its fingerprint can then be read. ``learnt``:
-    read from a frame, not loaded by the process; the codec keeps those only up to a cap."""
+def _hold(schema: Schema) -> None:
+    """Hold ``schema``, loaded by this process, in the codec's registry (``frame::compact``),
+    the one record of what this process holds: compact frames naming its fingerprint can then
+    be read. (Schemas learnt from frames are held by :meth:`Schema.from_frame`.)"""
     if schema.__dict__.get("_held"):  # this view was held already (a memo on the instance)
         return
-    held, _fingerprint = _native.hold_schema(json.dumps(schema.model_dump()), learnt)
+    held, _fingerprint = _native.hold_schema(json.dumps(schema.model_dump()), False)
     if held:
         schema.__dict__["_held"] = True
 

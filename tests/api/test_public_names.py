@@ -20,6 +20,7 @@ PUBLIC = {
     # errors
     "WireError", "BatchError", "ContractError", "FrameError", "InternalError", "SchemaError",
     "RowIndexError",
+    "SchemaConflictWarning",
     "SchemaEvolutionWarning",
     # schemas
     "Schema", "FieldDef", "PlaceholderContract", "load_schema", "bundled_schemas",

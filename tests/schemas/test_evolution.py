@@ -5,6 +5,7 @@ both versions. ``Schema.diff`` and ``py-wire schema diff`` say which."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 import py_wire
 from py_wire._dtypes import DTYPES
 from py_wire.cli import main as cli
+from py_wire.synth.registry import generate
 from py_wire.testing import assert_batch_equal, batches, schemas
 
 V1: dict[str, Any] = {
@@ -307,3 +309,52 @@ def test_generated_pairs_of_versions(kind: str, data: st.DataObject) -> None:
         kept = [n for n in writer.fields if n in reader.fields]
         assert_batch_equal(out, b, writer, fields=kept)
         assert not set(out) - set(reader.fields) - {"lengths"}
+
+
+def _qwen_without_contracts(version: int) -> py_wire.Schema:
+    data = py_wire.load_schema("qwen2_5_vl").model_dump(mode="json")
+    data["contracts"] = []
+    data["version"] = version
+    return py_wire.Schema.from_dict(data)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_readers_contracts_are_checked_on_a_frame_written_without_them(
+    version: int,
+) -> None:
+    # Written under a copy of qwen2_5_vl without its contracts, row 2's image placeholders one
+    # token short: its encode never checked them, so the reader's decode must.
+    writer = _qwen_without_contracts(version)
+    broken = generate("qwen2_5_vl", 4, misalign_row=2)
+    frame = py_wire.encode(broken, writer)
+    with pytest.raises(py_wire.ContractError, match="row 2") as raised:
+        py_wire.decode(frame, "qwen2_5_vl")
+    assert raised.value.row == 2
+    assert "image_placeholders" in str(raised.value)
+    # A stage that does not carry the media is not held to the contract (as encode's stages).
+    same_version = version == 1
+    with pytest.warns(py_wire.SchemaConflictWarning) if same_version else contextlib.nullcontext():
+        out = py_wire.decode(frame, "qwen2_5_vl", stage="generation")
+    assert "pixel_values" not in out
+
+
+def test_a_frame_that_keeps_the_readers_contracts_decodes() -> None:
+    writer = _qwen_without_contracts(2)
+    good = generate("qwen2_5_vl", 4)
+    out = py_wire.decode(py_wire.encode(good, writer), "qwen2_5_vl")
+    assert_batch_equal(good, out, py_wire.load_schema("qwen2_5_vl"))
+
+
+def test_another_schema_of_the_frames_name_and_version_is_reported() -> None:
+    def describe(data: dict[str, Any]) -> None:
+        data["fields"]["reward"]["description"] = "edited, version not bumped"
+
+    frame = py_wire.encode(batch(), schema(1, describe))
+    with pytest.warns(py_wire.SchemaConflictWarning, match="'evo' v1") as caught:
+        out = py_wire.decode(frame, schema(1))
+    warning = caught[0].message
+    assert isinstance(warning, py_wire.SchemaConflictWarning)
+    assert (warning.name, warning.version) == ("evo", 1)
+    assert warning.reader_fingerprint == schema(1).fingerprint
+    assert warning.frame_fingerprint == frame.schema.fingerprint != warning.reader_fingerprint
+    assert torch.equal(out["reward"], batch()["reward"])

@@ -13,18 +13,26 @@
 //!
 //! What a process holds lives in a process-wide registry, filled by the Python layer
 //! (`load_schema` and every schema an API call is handed, and schemas learnt from embedded
-//! frames, those up to a cap).
+//! frames). Schemas the process loaded stay for its life; schemas learnt from frames are
+//! bounded by count ([`MAX_LEARNT`]) and by the bytes they keep ([`learnt_budget`], by default
+//! [`DEFAULT_LEARNT_BYTES`]), the least recently used let go first: a peer sending many large
+//! schemas cannot pin memory for the life of a receiver.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::error::{Code, Detail, Error, Result};
 use crate::schema::spec::{meta, FieldSpec};
 use crate::{frame_err, internal_err, schema_err};
 
-/// The most schemas learnt from frames (not loaded by the process itself) the registry keeps:
-/// hostile embedded frames, each with a schema of its own, cannot grow it without bound.
+/// The most schemas learnt from frames (not loaded by the process itself) the registry keeps.
 pub const MAX_LEARNT: usize = 4096;
+
+/// The bytes that schemas learnt from frames may keep (their JSON and specs) unless the process
+/// sets another budget ([`set_learnt_budget`]): 64 MiB holds 4,096 schemas of 16 KB, or 64 of
+/// the largest a frame may embed (1 MiB).
+pub const DEFAULT_LEARNT_BYTES: usize = 64 << 20;
 
 /// A schema as a reader of compact frames needs it: its fingerprint, field specs (schema order)
 /// and sequence field.
@@ -38,23 +46,169 @@ pub struct HeldSchema {
     pub sequence_field: Option<String>,
 }
 
-struct Registry {
-    by_fingerprint: HashMap<String, Arc<HeldSchema>>,
+impl HeldSchema {
+    /// The heap and inline bytes this schema keeps, as the learnt budget counts them.
+    fn kept_bytes(&self) -> usize {
+        let specs: usize = self
+            .specs
+            .iter()
+            .map(|s| {
+                std::mem::size_of::<FieldSpec>()
+                    + s.name.len()
+                    + s.shape.len() * std::mem::size_of::<Option<u64>>()
+            })
+            .sum();
+        std::mem::size_of::<Self>()
+            + self.fingerprint.len()
+            + specs
+            + self.sequence_field.as_ref().map_or(0, String::len)
+    }
+}
+
+struct Entry {
+    schema: Arc<HeldSchema>,
     /// The schema's JSON as it was held (every key; fields in declared order), for readers
     /// that build their own view of it (Python's `Schema`).
-    texts: HashMap<String, Arc<str>>,
+    text: Option<Arc<str>>,
+    /// What the entry keeps: the schema and its text, and the fingerprint keying it.
+    bytes: usize,
+    /// Read from a frame, not loaded by the process: counted against the learnt bounds, and let
+    /// go (least recently used first) to stay within them.
+    learnt: bool,
+    /// The registry's clock when the entry was last held or read.
+    last_used: AtomicU64,
+}
+
+/// The schemas a process holds, by fingerprint.
+struct Registry {
+    entries: HashMap<String, Entry>,
     learnt: usize,
+    learnt_bytes: usize,
+    budget: usize,
+    clock: AtomicU64,
+}
+
+impl Registry {
+    fn new(budget: usize) -> Self {
+        Registry {
+            entries: HashMap::new(),
+            learnt: 0,
+            learnt_bytes: 0,
+            budget,
+            clock: AtomicU64::new(0),
+        }
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The entry held under `fingerprint`, marked as used now.
+    fn get(&self, fingerprint: &str) -> Option<&Entry> {
+        let entry = self.entries.get(fingerprint)?;
+        entry.last_used.store(self.tick(), Ordering::Relaxed);
+        Some(entry)
+    }
+
+    /// Holds `schema` (with its `text`, when given), or marks it used if it is held already;
+    /// returns whether it is held afterwards. A learnt schema larger than the whole budget is
+    /// not held; holding one lets go of the least recently used learnt schemas it displaces.
+    /// A schema the process loads itself is never let go, even if it was learnt before.
+    fn insert(&mut self, schema: HeldSchema, text: Option<Arc<str>>, learnt: bool) -> bool {
+        let now = self.tick();
+        let fingerprint = schema.fingerprint.clone();
+        if let Some(entry) = self.entries.get_mut(&fingerprint) {
+            entry.last_used.store(now, Ordering::Relaxed);
+            let mut added = 0;
+            if entry.text.is_none() {
+                if let Some(text) = text {
+                    added = text.len();
+                    entry.bytes += added;
+                    entry.text = Some(text);
+                }
+            }
+            if entry.learnt && !learnt {
+                entry.learnt = false;
+                self.learnt -= 1;
+                self.learnt_bytes -= entry.bytes - added;
+            } else if entry.learnt {
+                self.learnt_bytes += added;
+                self.fit(0, 0);
+            }
+            return self.entries.contains_key(&fingerprint);
+        }
+        let bytes = schema.kept_bytes() + fingerprint.len() + text.as_ref().map_or(0, |t| t.len());
+        if learnt {
+            if bytes > self.budget {
+                return false;
+            }
+            self.fit(1, bytes);
+            self.learnt += 1;
+            self.learnt_bytes += bytes;
+        }
+        let entry = Entry {
+            schema: Arc::new(schema),
+            text,
+            bytes,
+            learnt,
+            last_used: AtomicU64::new(now),
+        };
+        self.entries.insert(fingerprint, entry);
+        true
+    }
+
+    /// Lets go of learnt schemas, least recently used first, until `count` more schemas of
+    /// `bytes` more bytes fit within the learnt bounds.
+    fn fit(&mut self, count: usize, bytes: usize) {
+        while self.learnt > 0
+            && (self.learnt + count > MAX_LEARNT || self.learnt_bytes + bytes > self.budget)
+        {
+            let oldest = self
+                .entries
+                .iter()
+                .filter(|(_, e)| e.learnt)
+                .min_by_key(|(_, e)| e.last_used.load(Ordering::Relaxed))
+                .map(|(fingerprint, _)| fingerprint.clone());
+            let Some(entry) = oldest.and_then(|fp| self.entries.remove(&fp)) else {
+                return;
+            };
+            self.learnt -= 1;
+            self.learnt_bytes -= entry.bytes;
+        }
+    }
 }
 
 fn registry() -> &'static RwLock<Registry> {
     static REGISTRY: OnceLock<RwLock<Registry>> = OnceLock::new();
-    REGISTRY.get_or_init(|| {
-        RwLock::new(Registry {
-            by_fingerprint: HashMap::new(),
-            texts: HashMap::new(),
-            learnt: 0,
-        })
-    })
+    REGISTRY.get_or_init(|| RwLock::new(Registry::new(DEFAULT_LEARNT_BYTES)))
+}
+
+fn write_registry() -> Result<std::sync::RwLockWriteGuard<'static, Registry>> {
+    registry()
+        .write()
+        .map_err(|_| internal_err!("schema registry lock poisoned"))
+}
+
+/// Schemas learnt from frames that this process holds: how many, the bytes they keep, and the
+/// budget those bytes stay within.
+pub fn learnt_usage() -> (usize, usize, usize) {
+    registry()
+        .read()
+        .map_or((0, 0, 0), |r| (r.learnt, r.learnt_bytes, r.budget))
+}
+
+/// The bytes schemas learnt from frames may keep.
+pub fn learnt_budget() -> usize {
+    learnt_usage().2
+}
+
+/// Sets the bytes schemas learnt from frames may keep, letting go of the least recently used
+/// ones beyond it; returns the budget it replaces.
+pub fn set_learnt_budget(bytes: usize) -> Result<usize> {
+    let mut reg = write_registry()?;
+    let previous = std::mem::replace(&mut reg.budget, bytes);
+    reg.fit(0, 0);
+    Ok(previous)
 }
 
 /// Whether `s` is a fingerprint as py_wire writes one: `sha256:` and 64 lowercase hex digits.
@@ -64,10 +218,7 @@ pub fn is_fingerprint(s: &str) -> bool {
     })
 }
 
-/// Holds `schema` for this process. `learnt` marks a schema read from a frame rather than
-/// loaded by the process: those are kept up to [`MAX_LEARNT`], after which `false` is returned
-/// and nothing is stored. The specs are validated (the codec's own rules).
-pub fn hold(schema: HeldSchema, learnt: bool) -> Result<bool> {
+fn hold_entry(schema: HeldSchema, text: Option<Arc<str>>, learnt: bool) -> Result<bool> {
     if !is_fingerprint(&schema.fingerprint) {
         return Err(schema_err!(
             "{:?} is not a schema fingerprint (sha256: and 64 hex digits)",
@@ -77,21 +228,15 @@ pub fn hold(schema: HeldSchema, learnt: bool) -> Result<bool> {
     for spec in &schema.specs {
         spec.validate()?;
     }
-    let mut reg = registry()
-        .write()
-        .map_err(|_| internal_err!("schema registry lock poisoned"))?;
-    if reg.by_fingerprint.contains_key(&schema.fingerprint) {
-        return Ok(true);
-    }
-    if learnt {
-        if reg.learnt >= MAX_LEARNT {
-            return Ok(false);
-        }
-        reg.learnt += 1;
-    }
-    reg.by_fingerprint
-        .insert(schema.fingerprint.clone(), Arc::new(schema));
-    Ok(true)
+    Ok(write_registry()?.insert(schema, text, learnt))
+}
+
+/// Holds `schema` for this process. `learnt` marks a schema read from a frame rather than
+/// loaded by the process: those are kept within the learnt bounds ([`MAX_LEARNT`],
+/// [`learnt_budget`]), letting go of the least recently used, and one larger than the whole
+/// budget is not kept (`false` is returned). The specs are validated (the codec's own rules).
+pub fn hold(schema: HeldSchema, learnt: bool) -> Result<bool> {
+    hold_entry(schema, None, learnt)
 }
 
 /// Holds the schema whose JSON is `text` (a schema's full or canonical form, as
@@ -102,23 +247,24 @@ pub fn hold_text(text: &str, learnt: bool) -> Result<(bool, String)> {
     crate::schema::text::check_nesting(text)?;
     let resolved = crate::schema::model::resolve(&crate::schema::text::parse(text)?)?;
     let fingerprint = resolved.fingerprint.clone();
-    let held = hold(
+    let held = hold_entry(
         HeldSchema {
             fingerprint: fingerprint.clone(),
             specs: resolved.specs,
             sequence_field: resolved.sequence_field,
         },
+        Some(Arc::from(resolved.full.as_str())),
         learnt,
     )?;
-    if held {
-        let mut reg = registry()
-            .write()
-            .map_err(|_| internal_err!("schema registry lock poisoned"))?;
-        reg.texts
-            .entry(fingerprint.clone())
-            .or_insert_with(|| Arc::from(resolved.full.as_str()));
-    }
     Ok((held, fingerprint))
+}
+
+/// Whether this process holds a schema under `fingerprint`, marking it used (a learnt schema
+/// still received is not the least recently used).
+pub fn holds(fingerprint: &str) -> bool {
+    registry()
+        .read()
+        .is_ok_and(|r| r.get(fingerprint).is_some())
 }
 
 /// The JSON of the schema held under `fingerprint` by [`hold_text`].
@@ -126,7 +272,7 @@ pub fn held_text(fingerprint: &str) -> Option<Arc<str>> {
     registry()
         .read()
         .ok()
-        .and_then(|r| r.texts.get(fingerprint).cloned())
+        .and_then(|r| r.get(fingerprint).and_then(|e| e.text.clone()))
 }
 
 /// The schema this process holds under `fingerprint`.
@@ -134,7 +280,7 @@ pub fn held(fingerprint: &str) -> Option<Arc<HeldSchema>> {
     registry()
         .read()
         .ok()
-        .and_then(|r| r.by_fingerprint.get(fingerprint).cloned())
+        .and_then(|r| r.get(fingerprint).map(|e| e.schema.clone()))
 }
 
 /// The compact form's reference, if `metadata` is a compact header's: the fingerprint checked
@@ -230,5 +376,129 @@ mod tests {
             ..schema
         };
         assert!(hold(bad, false).is_err());
+    }
+
+    /// A schema of `fields` fields with names of `name_len` bytes, so that it keeps about
+    /// `fields * name_len` bytes.
+    fn large_schema(tag: u8, fields: usize, name_len: usize) -> HeldSchema {
+        let specs = (0..fields)
+            .map(|i| FieldSpec {
+                name: format!("f{i}_{}", "x".repeat(name_len)),
+                tier: crate::schema::spec::Tier::Scalar,
+                dtype: crate::schema::dtype::DType::F32,
+                wire_dtype: None,
+                shape: vec![],
+                pack_dim: 0,
+            })
+            .collect();
+        HeldSchema {
+            fingerprint: format!("sha256:{}", format!("{tag:02x}").repeat(32)),
+            specs,
+            sequence_field: None,
+        }
+    }
+
+    #[test]
+    fn learnt_schemas_stay_within_the_byte_budget_least_recently_used_out() {
+        let budget = 1 << 20;
+        let mut reg = Registry::new(budget);
+        let loaded = large_schema(0, 64, 4096);
+        assert!(reg.insert(loaded.clone(), Some(Arc::from("{}")), false));
+        let schemas: Vec<HeldSchema> = (1..=40).map(|t| large_schema(t, 16, 4096)).collect();
+        let each = schemas[0].kept_bytes();
+        assert!(each > 64 << 10, "{each}");
+        for (i, schema) in schemas.iter().enumerate() {
+            assert!(reg.insert(schema.clone(), Some(Arc::from("{}")), true));
+            assert!(
+                reg.learnt_bytes <= budget,
+                "{} > {budget}",
+                reg.learnt_bytes
+            );
+            if i >= 2 {
+                // The first learnt schema is used all along: never the least recently used.
+                assert!(
+                    reg.get(&schemas[0].fingerprint).is_some(),
+                    "schema 0 let go"
+                );
+            }
+        }
+        let kept: usize = reg
+            .entries
+            .values()
+            .filter(|e| e.learnt)
+            .map(|e| e.bytes)
+            .sum();
+        assert_eq!(
+            (reg.learnt_bytes, reg.learnt),
+            (kept, budget / (each + 2 + 71))
+        );
+        // The oldest unused went first; the newest and the loaded schema (beyond the learnt
+        // budget on its own) stay.
+        assert!(reg.get(&schemas[1].fingerprint).is_none());
+        assert!(reg.get(&schemas[39].fingerprint).is_some());
+        assert!(reg.get(&loaded.fingerprint).is_some());
+        // One larger than the whole budget is not held, and displaces nothing.
+        let held_before = reg.learnt;
+        assert!(!reg.insert(large_schema(99, 512, 4096), None, true));
+        assert_eq!(reg.learnt, held_before);
+    }
+
+    #[test]
+    fn learnt_schemas_past_the_default_budget_are_let_go_oldest_first() {
+        // 72 schemas of 1 MB (a long description, as a peer may send) against the default
+        // 64 MiB: the oldest are let go, the newest is held.
+        let description = "d".repeat(1 << 20);
+        let fingerprints: Vec<String> = (0..72)
+            .map(|i| {
+                let text = format!(
+                    r#"{{"name":"budget_default_{i}","fields":{{"r":{{"tier":"scalar","dtype":"float32","description":"{description}"}}}}}}"#
+                );
+                let (held, fingerprint) = hold_text(&text, true).unwrap();
+                assert!(held, "schema {i}");
+                fingerprint
+            })
+            .collect();
+        assert!(
+            held_text(&fingerprints[0]).is_none(),
+            "the oldest learnt schema is pinned"
+        );
+        assert!(held(&fingerprints[0]).is_none());
+        let newest = held_text(&fingerprints[71]).unwrap();
+        assert!(newest.len() > 1 << 20);
+    }
+
+    #[test]
+    fn learnt_schemas_stay_within_the_count_cap() {
+        let mut reg = Registry::new(usize::MAX);
+        for i in 0..MAX_LEARNT + 10 {
+            let fingerprint = format!("sha256:{i:064x}");
+            let schema = HeldSchema {
+                fingerprint,
+                specs: vec![],
+                sequence_field: None,
+            };
+            assert!(reg.insert(schema, None, true));
+        }
+        assert_eq!(reg.learnt, MAX_LEARNT);
+        assert!(reg.get(&format!("sha256:{:064x}", 9)).is_none());
+        assert!(reg.get(&format!("sha256:{:064x}", 10)).is_some());
+    }
+
+    #[test]
+    fn a_learnt_schema_loaded_later_is_never_let_go() {
+        let mut reg = Registry::new(1 << 20);
+        let schema = large_schema(1, 16, 4096);
+        assert!(reg.insert(schema.clone(), None, true));
+        assert_eq!(reg.learnt, 1);
+        assert!(reg.insert(schema.clone(), Some(Arc::from("{}")), false));
+        assert_eq!((reg.learnt, reg.learnt_bytes), (0, 0));
+        for t in 2..60 {
+            assert!(reg.insert(large_schema(t, 16, 4096), None, true));
+        }
+        assert!(reg.get(&schema.fingerprint).is_some());
+        // A smaller budget lets go of learnt schemas only.
+        reg.budget = 0;
+        reg.fit(0, 0);
+        assert_eq!((reg.learnt, reg.learnt_bytes, reg.entries.len()), (0, 0, 1));
     }
 }

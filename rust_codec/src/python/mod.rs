@@ -599,6 +599,26 @@ fn held_schema(fingerprint: &str) -> Option<String> {
     crate::frame::compact::held_text(fingerprint).map(|t| t.to_string())
 }
 
+/// Whether this process holds a schema under `fingerprint`, marking it used (so that a learnt
+/// schema still received is not let go first).
+#[pyfunction]
+fn holds_schema(fingerprint: &str) -> bool {
+    crate::frame::compact::holds(fingerprint)
+}
+
+/// Schemas learnt from frames that this process holds: (count, bytes kept, byte budget).
+#[pyfunction]
+fn learnt_schemas() -> (usize, usize, usize) {
+    crate::frame::compact::learnt_usage()
+}
+
+/// Sets the bytes schemas learnt from frames may keep (the least recently used beyond it are
+/// let go); returns the budget it replaces.
+#[pyfunction]
+fn set_learnt_schema_budget(max_bytes: usize) -> PyResult<usize> {
+    crate::frame::compact::set_learnt_budget(max_bytes).map_err(to_py)
+}
+
 /// Consecutive sections of `frame` of `sizes` rows each (adding up to its row count), reading
 /// its tables once.
 #[pyfunction]
@@ -797,8 +817,8 @@ mod _native {
     use super::{check_frame_contracts, placeholder_runs};
     #[pymodule_export]
     use super::{
-        content_digest, gather, held_schema, hold_schema, pack_into, reserved_metadata_key,
-        split_rows, streaming_threshold,
+        content_digest, gather, held_schema, hold_schema, holds_schema, learnt_schemas, pack_into,
+        reserved_metadata_key, set_learnt_schema_budget, split_rows, streaming_threshold,
     };
     #[pymodule_export]
     use super::{encode, encode_parts};

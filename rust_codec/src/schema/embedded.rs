@@ -81,20 +81,28 @@ pub fn check_text(text: &str, fingerprint_entry: &str) -> Result<SchemaFacts> {
 
 /// Texts checked before, by fingerprint: a process reads many frames of one schema, and each
 /// needs only a comparison of its text with the one checked (the checks depend on nothing
-/// else). Bounded: emptied when full, so hostile frames cannot grow it.
+/// else). Bounded by count and by the bytes of the texts (twice that with their facts):
+/// emptied when full, so hostile frames cannot grow it.
 const MAX_CHECKED: usize = 256;
+const MAX_CHECKED_TEXT_BYTES: usize = 8 << 20;
 
 type Checked = (String, Arc<SchemaFacts>);
 
-fn checked_texts() -> &'static RwLock<HashMap<String, Checked>> {
-    static CHECKED: OnceLock<RwLock<HashMap<String, Checked>>> = OnceLock::new();
-    CHECKED.get_or_init(|| RwLock::new(HashMap::new()))
+#[derive(Default)]
+struct CheckedTexts {
+    by_fingerprint: HashMap<String, Checked>,
+    text_bytes: usize,
+}
+
+fn checked_texts() -> &'static RwLock<CheckedTexts> {
+    static CHECKED: OnceLock<RwLock<CheckedTexts>> = OnceLock::new();
+    CHECKED.get_or_init(|| RwLock::new(CheckedTexts::default()))
 }
 
 /// [`check_text`], remembering texts that passed.
 pub fn checked_facts(text: &str, fingerprint_entry: &str) -> Result<Arc<SchemaFacts>> {
     if let Ok(cache) = checked_texts().read() {
-        if let Some((known, facts)) = cache.get(fingerprint_entry) {
+        if let Some((known, facts)) = cache.by_fingerprint.get(fingerprint_entry) {
             if known == text {
                 return Ok(facts.clone());
             }
@@ -102,13 +110,19 @@ pub fn checked_facts(text: &str, fingerprint_entry: &str) -> Result<Arc<SchemaFa
     }
     let facts = Arc::new(check_text(text, fingerprint_entry)?);
     if let Ok(mut cache) = checked_texts().write() {
-        if cache.len() >= MAX_CHECKED {
-            cache.clear();
+        if cache.by_fingerprint.len() >= MAX_CHECKED
+            || cache.text_bytes + text.len() > MAX_CHECKED_TEXT_BYTES
+        {
+            *cache = CheckedTexts::default();
         }
-        cache.insert(
-            fingerprint_entry.to_string(),
-            (text.to_string(), facts.clone()),
-        );
+        if text.len() <= MAX_CHECKED_TEXT_BYTES {
+            let replaced = cache.by_fingerprint.insert(
+                fingerprint_entry.to_string(),
+                (text.to_string(), facts.clone()),
+            );
+            let gone = replaced.map_or(0, |(old, _)| old.len());
+            cache.text_bytes = cache.text_bytes + text.len() - gone;
+        }
     }
     Ok(facts)
 }

@@ -1,0 +1,118 @@
+"""Schemas learnt from received frames are bounded by the bytes they keep, not only by count:
+a peer sending many large schemas cannot pin memory for the life of a receiver. The least
+recently used learnt schema is let go first; schemas the process loads itself stay."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import pytest
+import torch
+
+import py_wire
+from py_wire import _native
+from py_wire import _schema as schema_module
+
+
+def _peer_schema(i: int, description_bytes: int) -> py_wire.Schema:
+    return py_wire.Schema.from_dict(
+        {
+            "name": f"learnt_{description_bytes}_{i}",
+            "fields": {
+                "r": {"tier": "scalar", "dtype": "float32", "description": "d" * description_bytes}
+            },
+        }
+    )
+
+
+def _peer_frames(schema: py_wire.Schema) -> tuple[bytes, bytes]:
+    """An embedded and a compact frame of ``schema``, as a peer process sends them: this
+    process holds no schema for having encoded them (writing a compact frame needs its schema
+    held, so it is held as learnt meanwhile, and every learnt schema let go after)."""
+    batch: dict[str, Any] = {"r": torch.tensor([1.0, 2.0])}
+    with mock.patch.object(schema_module, "_hold", lambda schema: None):
+        embedded = bytes(memoryview(py_wire.encode(batch, schema)))
+        _native.hold_schema(json.dumps(schema.model_dump()), True)
+        compact = bytes(memoryview(py_wire.encode(batch, schema, compact=True)))
+    _native.set_learnt_schema_budget(_native.set_learnt_schema_budget(0))
+    assert _native.held_schema(schema.fingerprint) is None
+    return embedded, compact
+
+
+def _peer_embedded_frame(schema: py_wire.Schema) -> bytes:
+    with mock.patch.object(schema_module, "_hold", lambda schema: None):
+        return bytes(memoryview(py_wire.encode({"r": torch.tensor([1.0, 2.0])}, schema)))
+
+
+@pytest.fixture
+def small_budget() -> Iterator[int]:
+    budget = 2 << 20
+    previous = _native.set_learnt_schema_budget(budget)
+    try:
+        yield budget
+    finally:
+        _native.set_learnt_schema_budget(previous)
+
+
+def test_learnt_schemas_stay_within_a_byte_budget_least_recently_used_out(
+    small_budget: int,
+) -> None:
+    schemas = [_peer_schema(i, 256 << 10) for i in range(24)]
+    frames = [_peer_frames(s) for s in schemas]
+    for i, (embedded, _) in enumerate(frames):
+        py_wire.decode(embedded)  # learnt from the frame
+        # Schema 0's compact frames keep arriving: it is never the least recently used.
+        assert py_wire.decode(frames[0][1])["r"].tolist() == [1.0, 2.0], i
+        count, kept, budget = _native.learnt_schemas()
+        assert kept <= budget == small_budget
+    assert count < len(schemas)
+    with pytest.raises(py_wire.FrameError, match=schemas[1].fingerprint):
+        py_wire.decode(frames[1][1])
+    assert py_wire.decode(frames[-1][1])["r"].tolist() == [1.0, 2.0]
+    # Received again, a schema let go is learnt again.
+    py_wire.decode(frames[1][0])
+    assert py_wire.decode(frames[1][1])["r"].tolist() == [1.0, 2.0]
+    # The typed views of received schemas are bounded by bytes too.
+    assert schema_module._FRAME_VIEWS.nbytes <= schema_module._FRAME_VIEWS.max_bytes
+
+
+def test_a_loaded_schema_is_never_let_go(small_budget: int) -> None:
+    loaded = _peer_schema(0, 1_000_000)
+    _, compact = _peer_frames(loaded)
+    py_wire.load_schema(loaded)
+    for i in range(1, 12):
+        py_wire.decode(_peer_embedded_frame(_peer_schema(i, 256 << 10)))
+    assert py_wire.decode(compact)["r"].tolist() == [1.0, 2.0]
+
+
+def test_the_default_budget_counts_what_received_schemas_keep() -> None:
+    # At the default budget (64 MiB): each received schema of 1 MB counts at least its JSON,
+    # so at most 64 of the largest a frame embeds are kept (1,024 of them kept 1.5 GiB before).
+    # Letting go past the default budget is tested in the codec
+    # (compact::tests::learnt_schemas_past_the_default_budget_are_let_go_oldest_first): 65
+    # schemas of 1 MB through Python take 25 s here.
+    count, kept, budget = _native.learnt_schemas()
+    assert budget == 64 << 20
+    schemas = [_peer_schema(100 + i, 1_000_000) for i in range(3)]
+    for schema in schemas:
+        py_wire.decode(_peer_embedded_frame(schema))
+        assert _native.held_schema(schema.fingerprint) is not None
+    now_count, now_kept, _ = _native.learnt_schemas()
+    assert now_count == count + 3
+    assert now_kept - kept >= 3 * 1_000_000
+
+
+def test_the_budget_variable_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(schema_module.LEARNT_SCHEMA_BYTES_ENV, "lots")
+    with pytest.raises(py_wire.WireError, match="PY_WIRE_LEARNT_SCHEMA_BYTES='lots'"):
+        schema_module._learnt_budget_from_env()
+    monkeypatch.setenv(schema_module.LEARNT_SCHEMA_BYTES_ENV, str(3 << 20))
+    previous = _native.learnt_schemas()[2]
+    try:
+        schema_module._learnt_budget_from_env()
+        assert _native.learnt_schemas()[2] == 3 << 20
+    finally:
+        _native.set_learnt_schema_budget(previous)
