@@ -323,6 +323,7 @@ def test_nemo_rl_over_tq_one_line_per_side(tq_started: Any) -> None:
         batch=rollout,
         sample_ids=sample_ids,
         partition_id="side",
+        n=4,  # generations per prompt: two groups of four samples, a key each
         tags=[{"step": 3}] * 8,
         meta=meta,
         pad_to_seqlen=width,
