@@ -67,6 +67,8 @@ DROPPED = "dropped"
 #: The key (with this prefix, then the schema's fingerprint) that names the partition's schema:
 #: the first one TQ's controller created (``kv_list`` order) is the stream's schema.
 SCHEMA_KEY = "py_wire.schema:"
+#: The schema key's tag saying its schema has no per-row ``policy_version`` field.
+ONE_VERSION = "one_version"
 
 
 def _tq() -> Any:
@@ -203,7 +205,11 @@ class StalenessSampler(_base()):  # type: ignore[misc]
                     nbytes=int(tags.get("nbytes", 0)),
                 )
             )
-        choice = choose(groups, trainer_version, self.config)
+        # A schema without a per-row version field (or a partition whose schema key says
+        # nothing) gets steps of one version: step_frame could not join two.
+        schema_tags = [meta.get(i, {}) for i, k in keys.items() if str(k).startswith(SCHEMA_KEY)]
+        one_version = bool(schema_tags[0].get(ONE_VERSION, True)) if schema_tags else True
+        choice = choose(groups, trainer_version, self.config, one_version)
 
         def rows_of(gid: str) -> list[int]:
             return members.get(gid, [int(gid)])
@@ -254,6 +260,17 @@ def _stream_schema(listed: Mapping[str, Mapping[str, Any]]) -> StreamSchema | No
             fingerprint = key[len(SCHEMA_KEY) :]
             return fingerprint, str(tags.get("name", "a schema"))
     return None
+
+
+def _release(controller: Any, partition_id: str, indexes: list[int]) -> None:
+    """Run inside TQ's controller: the lease of the step holding ``indexes`` runs out now,
+    its groups' reservation rows included (the sampler's next call gives the rows back, and
+    TQ makes that call: a lease ran out). A step's rows share one lease deadline."""
+    leases = controller.sampler.leases.get(partition_id, {})
+    step = {leases[index][1] for index in indexes if index in leases}
+    for index, (key, until, head) in list(leases.items()):
+        if until in step:
+            leases[index] = (key, 0.0, head)
 
 
 def _sampler_counts(controller: Any, partition_id: str) -> dict[str, int]:
@@ -438,11 +455,14 @@ class TQStream:
         if self._schema is not None:
             same_schema(self._schema, frame, what)
             return
+        from py_wire._decode import checked_schema
+
         mine = same_schema(None, frame, what)
         key = SCHEMA_KEY + mine[0]
-        _tq().kv_put(
-            key=key, partition_id=self.partition_id, tag={"state": "schema", "name": mine[1]}
-        )
+        # The sampler reads it: a schema without a per-row version gets steps of one version.
+        one_version = VERSION_KEY not in checked_schema(frame).fields
+        tag = {"state": "schema", "name": mine[1], ONE_VERSION: one_version}
+        _tq().kv_put(key=key, partition_id=self.partition_id, tag=tag)
         first = _stream_schema(self._listed())
         if first is not None and first[0] != mine[0]:
             _tq().kv_clear(keys=[key], partition_id=self.partition_id)
@@ -701,13 +721,23 @@ class TQStream:
         wait_until(check, timeout_s, f"take step {step}")
         self.last_wait_s = time.perf_counter() - start
         meta = got[0]
-        data = client.get_data(meta)
-        keys = [str(i) for i in meta.global_indexes]
-        frames = stored_frames(data[TEXT], TEXT, keys)
-        for frame in frames:
-            frame.schema = checked_schema(frame)
-        frames = _assembled(frames, _custom_meta(meta))
-        return meta, step_frame(frames) if frames else None
+        try:
+            data = client.get_data(meta)
+            keys = [str(i) for i in meta.global_indexes]
+            frames = stored_frames(data[TEXT], TEXT, keys)
+            for frame in frames:
+                frame.schema = checked_schema(frame)
+            frames = _assembled(frames, _custom_meta(meta))
+            return meta, step_frame(frames) if frames else None
+        except Exception:
+            # Refused or failed after the sampler leased the rows: they go back now, for the
+            # next take, not when the lease runs out.
+            import ray
+
+            controller = ray.get_actor("TransferQueueController", namespace="transfer_queue")
+            indexes = [int(i) for i in meta.global_indexes]
+            ray.get(controller.__ray_call__.remote(_release, self.partition_id, indexes))
+            raise
 
     def ack(self, meta: Any) -> None:
         """The step is done: its groups leave TQ (``clear_samples``, and the reservation rows
