@@ -26,7 +26,6 @@ from py_wire._evolution import (
     SchemaConflictWarning,
     SchemaEvolutionWarning,
     check_readable,
-    unchecked_contracts,
 )
 from py_wire._jagged import jagged
 from py_wire._native import (
@@ -405,7 +404,7 @@ def _check_reader_contracts(
     encode did not know them): check them now, in the codec, in one pass over the tokens
     (:class:`ContractError` naming the row). A frame in device memory is copied to the host
     for the check (``payload``)."""
-    contracts = unchecked_contracts(reader, frame_schema, stage)
+    contracts = reader.unchecked_contracts(frame_schema, stage)
     if not contracts:
         return
     codec = _native.Codec(

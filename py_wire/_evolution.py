@@ -11,9 +11,9 @@ returns the fields the reader's schema declares and reports the frame's fields i
 (:class:`SchemaEvolutionWarning`); an incompatible one is a :class:`SchemaError` naming the field
 and both versions. Contracts are a note for the diff, never for the data: the reader's
 contracts that the frame's schema does not declare were never checked on the frame, so
-``decode`` checks them (:func:`unchecked_contracts`). A schema of the frame's name and version
-with another fingerprint is reported (:class:`SchemaConflictWarning`). ``Schema.diff`` and
-``py-wire schema diff OLD NEW`` say which, and why.
+``decode`` checks them (:meth:`py_wire.Schema.unchecked_contracts`). A schema of the frame's
+name and version with another fingerprint is reported (:class:`SchemaConflictWarning`).
+``Schema.diff`` and ``py-wire schema diff OLD NEW`` say which, and why.
 """
 
 from __future__ import annotations
@@ -176,18 +176,6 @@ def diff(old: Schema, new: Schema) -> SchemaDiff:
         tuple(notes),
         frozenset(bad),
     )
-
-
-def unchecked_contracts(reader: Schema, written: Schema, stage: str | None) -> list[str]:
-    """The reader's contracts (as the codec takes them: JSON) that a frame written under
-    ``written`` was never checked against: those ``written`` does not declare, less those
-    ``stage`` is not held to (a stage that does not carry the contract's media field)."""
-    carried = None if stage is None else set(reader.fields_for(stage))
-    return [
-        text
-        for c, text in zip(reader.contracts, reader._contracts_json, strict=True)
-        if c not in written.contracts and (carried is None or c.media_field in carried)
-    ]
 
 
 def check_readable(reader: Schema, written: Schema) -> SchemaDiff:

@@ -319,6 +319,18 @@ class Schema(BaseModel):
         names = self.fields_for(stage) if stage is not None else list(self.fields)
         return [n for n in names if self.fields[n].required]
 
+    def unchecked_contracts(self, written: Schema, stage: str | None) -> list[str]:
+        """This (the reader's) schema's contracts, as the codec takes them (JSON), that a frame
+        written under ``written`` was never checked against: those ``written`` does not
+        declare, less those ``stage`` is not held to (a stage that does not carry the
+        contract's media field)."""
+        carried = None if stage is None else set(self.fields_for(stage))
+        return [
+            text
+            for c, text in zip(self.contracts, self._contracts_json, strict=True)
+            if c not in written.contracts and (carried is None or c.media_field in carried)
+        ]
+
     def diff(self, other: Schema) -> SchemaDiff:
         """How ``other`` (usually this schema's next version) differs from this one, and
         whether frames written under either are read under the other (``.compatible``; why
