@@ -7,13 +7,13 @@ counted. Two backends with the same rules (:mod:`py_wire.streaming._policy`): Tr
 (:mod:`py_wire.streaming.ray_buffer`: an actor, frames in Ray's object store). See
 ``docs/streaming.md``."""
 
+from py_wire.streaming._errors import AdmissionTimeout, StreamError
 from py_wire.streaming._policy import (
-    AdmissionTimeout,
     Counts,
     StreamConfig,
-    StreamError,
 )
-from py_wire.streaming.ray_buffer import VERSION_KEY, RayBuffer, Step
+from py_wire.streaming._step import VERSION_KEY
+from py_wire.streaming.ray_buffer import RayBuffer, Step
 
 __all__ = [
     "VERSION_KEY",

@@ -18,6 +18,7 @@ from typing import Any
 
 from py_wire._args import MAX_COUNT, integer, items
 from py_wire._native import Frame
+from py_wire.streaming._errors import StreamError
 
 #: The most data-parallel ranks one step is shared among (a step's list per rank is built
 #: before anything is handed out).
@@ -27,8 +28,6 @@ MAX_GROUPS_PER_PUT = 1 << 16
 
 
 def _error(message: str) -> Exception:
-    from py_wire.streaming._policy import StreamError  # _policy's config calls these checks
-
     return StreamError(message)
 
 
@@ -160,14 +159,6 @@ def scheduling_strategy(name: str, value: object) -> Any:
             f"{name} must be {' or '.join(repr(n) for n in STRATEGY_NAMES)} or one of "
             f"{', '.join(k.__name__ for k in kinds)}, not {type(value).__name__}"
         )
-    return value
-
-
-def config(value: object) -> Any:
-    from py_wire.streaming._policy import StreamConfig
-
-    if not isinstance(value, StreamConfig):
-        raise TypeError(f"config must be a StreamConfig, not {type(value).__name__}")
     return value
 
 

@@ -24,18 +24,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 from py_wire._decode import checked_schema
-from py_wire._native import Frame, SchemaError, WireError
+from py_wire._native import Frame, SchemaError
+from py_wire.streaming._checks import config_fields
+from py_wire.streaming._errors import AdmissionTimeout, StreamError
 
 Policy = Literal["pace", "drop"]
-
-
-class StreamError(WireError):
-    """A fully-async buffer refused or could not finish an operation."""
-
-
-class AdmissionTimeout(StreamError):
-    """A producer waited longer than its timeout for a slot (the trainer is more than the
-    staleness bound behind, or the buffer is over its byte budget)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +48,6 @@ class StreamConfig:
     admission_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
-        from py_wire.streaming._checks import config_fields
-
         checked = config_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
         for name, value in checked.items():  # a numpy int or float is kept as Python's
             object.__setattr__(self, name, value)
@@ -65,6 +56,13 @@ class StreamConfig:
     def window(self) -> int:
         """The most groups reserved, in flight or stored at once."""
         return (self.max_staleness + 1) * self.batch_groups
+
+
+def checked_config(value: object) -> StreamConfig:
+    """``value`` if it is a :class:`StreamConfig` (a ``TypeError`` naming ``config`` if not)."""
+    if not isinstance(value, StreamConfig):
+        raise TypeError(f"config must be a StreamConfig, not {type(value).__name__}")
+    return value
 
 
 @dataclasses.dataclass

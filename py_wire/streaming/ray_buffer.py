@@ -31,28 +31,24 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
+from py_wire._decode import checked_schema
 from py_wire._native import Frame
-from py_wire._ops import concat
 from py_wire.streaming import _checks, _samples
+from py_wire.streaming._errors import AdmissionTimeout, StreamError
 from py_wire.streaming._policy import (
-    AdmissionTimeout,
     Counts,
     Group,
     StreamConfig,
-    StreamError,
     StreamSchema,
     admits,
     balance,
+    checked_config,
     choose,
     is_stale,
     same_schema,
 )
+from py_wire.streaming._step import MAX_SAMPLES, VERSION_KEY, step_frame
 
-#: The metadata key a producer's frames carry their policy version in; concatenated per row
-#: into the schema field of the same name.
-VERSION_KEY = "policy_version"
-#: The most samples one group may arrive as (a GRPO group is 4-64).
-MAX_SAMPLES = 4096
 #: Media digests this process put recently (so a prompt's later samples go without them).
 _SENT_MEDIA: collections.OrderedDict[str, None] = collections.OrderedDict()
 MAX_SENT_MEDIA = 1024
@@ -232,7 +228,6 @@ class _Buffer:
         return None
 
     def _same_schema(self, frame: Frame, what: str) -> None:
-        from py_wire._decode import checked_schema
 
         first = self.schema is None
         self.schema = same_schema(self.schema, frame, what)
@@ -489,7 +484,7 @@ class RayBuffer:
         resources: Mapping[str, float] | None = None,
         scheduling_strategy: Any = None,
     ) -> None:
-        self.config = _checks.config(config)
+        self.config = checked_config(config)
         if name is not None:
             _checks.text("name", name)
         options: dict[str, Any] = {"num_cpus": _checks.amount("num_cpus", num_cpus)}
@@ -706,18 +701,6 @@ def _fetch(refs: list[Any]) -> list[Frame]:
     import ray
 
     return cast(list[Frame], ray.get(refs))
-
-
-def step_frame(groups: list[Frame]) -> Frame:
-    """A step's groups as one frame. Where the schema declares a ``policy_version`` field,
-    each row carries its group's version there; a schema without one (NeMo-RL's and verl's
-    field sets) takes the groups only when they agree on the version (``concat`` refuses
-    them otherwise, naming the key and both values): never a version silently dropped."""
-    from py_wire._decode import checked_schema
-
-    groups = _checks.listed("groups", groups, _checks.frame, minimum=1)
-    declares = VERSION_KEY in checked_schema(groups[0]).fields
-    return concat(groups, per_row={VERSION_KEY: VERSION_KEY} if declares else None)
 
 
 def _assembled(version: int, stored: Any) -> Frame:

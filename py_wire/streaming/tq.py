@@ -38,22 +38,24 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from py_wire._decode import checked_schema
 from py_wire._native import Frame
 from py_wire.interop.transfer_queue.columns import TEXT, frames_column, stored_frames
-from py_wire.streaming import _checks
+from py_wire.streaming import _checks, _samples
+from py_wire.streaming._errors import StreamError
 from py_wire.streaming._policy import (
     Counts,
     Group,
     StreamConfig,
-    StreamError,
     StreamSchema,
     admits,
     balance,
+    checked_config,
     choose,
     same_schema,
     wait_until,
 )
-from py_wire.streaming.ray_buffer import MAX_SAMPLES, VERSION_KEY, step_frame
+from py_wire.streaming._step import MAX_SAMPLES, VERSION_KEY, step_frame
 
 #: TQ task name the trainer consumes under.
 TASK = "py_wire.train"
@@ -90,7 +92,7 @@ class StalenessSampler(_base()):  # type: ignore[misc]
 
     def __init__(self, config: StreamConfig) -> None:
         super().__init__()
-        self.config = _checks.config(config)
+        self.config = checked_config(config)
         self.counts = Counts()  # every partition's
         self.partition_counts: dict[str, Counts] = {}
         # partition -> index -> (key, lease deadline, whether the row heads its group)
@@ -312,7 +314,7 @@ def _whole(
 
 def tq_config(config: StreamConfig, **overrides: Any) -> Any:
     """TQ's ``init`` config with :class:`StalenessSampler` and polling mode."""
-    _checks.config(config)
+    checked_config(config)
     from omegaconf import OmegaConf
 
     conf: Any = OmegaConf.create(
@@ -329,7 +331,7 @@ class TQStream:
     settings only, the TQ client is the process's own)."""
 
     def __init__(self, config: StreamConfig, partition_id: str = "py_wire.rollouts") -> None:
-        self.config = _checks.config(config)
+        self.config = checked_config(config)
         self.partition_id = _checks.text("partition_id", partition_id)
         self._seq = 0
         self._untagged: dict[str, float] = {}
@@ -455,7 +457,6 @@ class TQStream:
         if self._schema is not None:
             same_schema(self._schema, frame, what)
             return
-        from py_wire._decode import checked_schema
 
         mine = same_schema(None, frame, what)
         key = SCHEMA_KEY + mine[0]
@@ -598,7 +599,6 @@ class TQStream:
         group out once all ``n`` samples and their media rows are stored, and :meth:`take`
         rebuilds its frame (placeholders checked against the images again). Returns the bytes
         stored."""
-        from py_wire.streaming import _samples
 
         key = _checks.text("key", key)
         index = _checks.whole("index", index, maximum=MAX_SAMPLES - 1)
@@ -693,7 +693,6 @@ class TQStream:
         dp_size = _checks.ranks("dp_size", dp_size)
         dp_rank = _checks.whole("dp_rank", dp_rank, maximum=dp_size - 1)
         timeout_s = _checks.seconds("timeout_s", timeout_s)
-        from py_wire._decode import checked_schema
 
         client = _tq().get_client()
         got: list[Any] = []
@@ -770,7 +769,6 @@ def versions_of(meta: Any) -> list[int]:
 def _assembled(frames: list[Frame], tags: list[Mapping[str, Any]]) -> list[Frame]:
     """One frame per group, in the order the groups' rows came: rows stored whole stay as
     they are; a group's sample and media rows are rebuilt into the group's frame."""
-    from py_wire.streaming import _samples
 
     out: list[Frame | str] = []
     parts: dict[str, dict[str, Any]] = {}
