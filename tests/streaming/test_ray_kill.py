@@ -17,6 +17,7 @@ import torch
 
 import py_wire
 from py_wire.streaming import RayBuffer, StreamConfig
+from py_wire.streaming.ray_buffer import CALL_WAIT_S
 from py_wire.testing import assert_batch_equal
 from tests.helpers import small_text_batch
 
@@ -236,7 +237,6 @@ def test_a_consumer_dying_while_its_take_waits_holds_nothing_past_a_call_and_a_l
     its death. Its call may still lease them (a call waits at most ``CALL_WAIT_S`` in the
     buffer), and then they come back after ``lease_s``: never later than the two, and the
     next consumer trains each once."""
-    from py_wire.streaming.ray_buffer import CALL_WAIT_S
 
     config = StreamConfig(max_staleness=0, batch_groups=2, lease_s=2.0)
     buffer = RayBuffer(config)
@@ -270,8 +270,14 @@ def test_a_producer_dying_while_its_put_waits_commits_whole_or_not_at_all() -> N
     step = buffer.take(timeout_s=30)
     trained = trained_groups(step)
     assert buffer.ack(step)  # room for the waiting put
-    time.sleep(0.5)
-    committed = buffer.stats()["stored"]
+    # Either the dead producer's waiting call commits its group, or the call ends and the
+    # reservation lapses: wait for whichever comes (a fixed sleep read a commit that came late
+    # under load as none).
+    deadline = time.monotonic() + CALL_WAIT_S + config.reservation_s + 30
+    while (seen := buffer.stats())["stored"] < 2 and seen["abandoned"] == 0:
+        assert time.monotonic() < deadline, f"neither committed nor lapsed: {seen}"
+        time.sleep(0.1)
+    committed = seen["stored"]
     if committed == 2:
         step = buffer.take(timeout_s=30)
         trained.extend(trained_groups(step))
@@ -279,8 +285,6 @@ def test_a_producer_dying_while_its_put_waits_commits_whole_or_not_at_all() -> N
         got = py_wire.decode(step.frames[0], layout="list")  # type: ignore[arg-type]
         assert_batch_equal(got, want, py_wire.load_schema("text_grpo"))
         assert buffer.ack(step)
-    else:
-        time.sleep(config.reservation_s + 0.5)
     assert trained == [0, 1][:committed]
     stats = buffer.stats()
     assert stats["acked"] == committed and stats["abandoned"] == 2 - committed
