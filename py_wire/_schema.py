@@ -474,8 +474,8 @@ class Schema(BaseModel):
         if fingerprint is None:
             raise FrameError("the frame carries no schema")
         if text is None:  # compact: the schema named by fingerprint, as the codec holds it
-            view = _HELD_VIEWS.get(fingerprint)
-            if view is not None and _native.holds_schema(fingerprint):
+            view = _VIEWS.get(fingerprint, held=True)
+            if view is not None:
                 return view
             held = _native.held_schema(fingerprint)
             if held is None:
@@ -486,14 +486,14 @@ class Schema(BaseModel):
                     "Frame.from_buffer)"
                 )
             view = Schema._validate(json.loads(held), "a held schema")
-            _HELD_VIEWS.put(fingerprint, view, len(held))
+            _VIEWS.put(fingerprint, True, view, len(held))
             return view
-        view = _FRAME_VIEWS.get(fingerprint)
+        view = _VIEWS.get(fingerprint, held=False)
         if view is None:
             view = _schema_from_frame_text(text, fingerprint)
-            _FRAME_VIEWS.put(fingerprint, view, len(text))
-        if not _native.holds_schema(fingerprint):  # (marks it used when it is)
-            _native.hold_schema(text, True)
+            if _native.holds_schema(fingerprint) or _native.hold_schema(text, True)[0]:
+                # a view is kept only of a schema the codec holds
+                _VIEWS.put(fingerprint, False, view, len(text))
         return view
 
     @classmethod
@@ -542,32 +542,45 @@ _learnt_budget_from_env()
 
 
 class _Views:
-    """Typed views of schemas by fingerprint, least recently used first out, bounded by the
-    bytes of the JSON they were read from (a view keeps about that much): a peer sending many
-    large schemas cannot pin them here either."""
+    """Typed views of the schemas the codec holds (``frame::compact``, the one record of what
+    this process holds), by fingerprint. A view is served only while the codec still holds its
+    schema (asking it marks the schema used), and dropped once the codec has let go of it; the
+    least recently used go first beyond the bytes of the JSON they were read from (a view keeps
+    about that much), so a peer sending many large schemas cannot pin them here either. An
+    embedded frame's view (its canonical text) and the held text's view (fields in declared
+    order) are kept apart: the two list fields in another order."""
 
     def __init__(self, max_bytes: int, max_entries: int) -> None:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
-        self._views: OrderedDict[str, tuple[Schema, int]] = OrderedDict()
+        self._views: OrderedDict[tuple[str, bool], tuple[Schema, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, fingerprint: str) -> Schema | None:
+    def get(self, fingerprint: str, held: bool) -> Schema | None:
+        """The view of the schema held under ``fingerprint`` (``held``: of its held text, else
+        of an embedded frame's), or None."""
+        if not _native.holds_schema(fingerprint):
+            with self._lock:
+                for form in (True, False):
+                    gone = self._views.pop((fingerprint, form), None)
+                    self._bytes -= 0 if gone is None else gone[1]
+            return None
         with self._lock:
-            found = self._views.get(fingerprint)
+            found = self._views.get((fingerprint, held))
             if found is None:
                 return None
-            self._views.move_to_end(fingerprint)
+            self._views.move_to_end((fingerprint, held))
             return found[0]
 
-    def put(self, fingerprint: str, view: Schema, nbytes: int) -> None:
+    def put(self, fingerprint: str, held: bool, view: Schema, nbytes: int) -> None:
         if nbytes > self.max_bytes:
             return
+        key = (fingerprint, held)
         with self._lock:
-            replaced = self._views.pop(fingerprint, None)
+            replaced = self._views.pop(key, None)
             self._bytes -= 0 if replaced is None else replaced[1]
-            self._views[fingerprint] = (view, nbytes)
+            self._views[key] = (view, nbytes)
             self._bytes += nbytes
             while self._bytes > self.max_bytes or len(self._views) > self.max_entries:
                 _, (_, gone) = self._views.popitem(last=False)
@@ -578,11 +591,9 @@ class _Views:
         return self._bytes
 
 
-#: Views of embedded frames' schemas (their canonical text) and of schemas the codec holds
-#: (their full text, fields in declared order), kept apart: the two list fields in another
-#: order.
-_FRAME_VIEWS = _Views(16 << 20, 64)
-_HELD_VIEWS = _Views(16 << 20, 256)
+#: The one cache of typed schema views (what the two caches of embedded and held views bounded
+#: between them before).
+_VIEWS = _Views(32 << 20, 320)
 
 
 def _schema_from_frame_text(text: str, fingerprint: str) -> Schema:
@@ -602,12 +613,11 @@ def _schema_from_frame_text(text: str, fingerprint: str) -> Schema:
 def _hold(schema: Schema) -> None:
     """Hold ``schema``, loaded by this process, in the codec's registry (``frame::compact``),
     the one record of what this process holds: compact frames naming its fingerprint can then
-    be read. (Schemas learnt from frames are held by :meth:`Schema.from_frame`.)"""
-    if schema.__dict__.get("_held"):  # this view was held already (a memo on the instance)
-        return
-    held, _fingerprint = _native.hold_schema(json.dumps(schema.model_dump()), False)
-    if held:
-        schema.__dict__["_held"] = True
+    be read. The registry is asked every time (a schema it holds already, learnt or loaded, is
+    marked loaded without its text). (Schemas learnt from frames are held by
+    :meth:`Schema.from_frame`.)"""
+    if not _native.pin_schema(schema.fingerprint):
+        _native.hold_schema(json.dumps(schema.model_dump()), False)
 
 
 def hold_schema(schema: Schema | str | Path) -> Schema:

@@ -76,7 +76,36 @@ def test_learnt_schemas_stay_within_a_byte_budget_least_recently_used_out(
     py_wire.decode(frames[1][0])
     assert py_wire.decode(frames[1][1])["r"].tolist() == [1.0, 2.0]
     # The typed views of received schemas are bounded by bytes too.
-    assert schema_module._FRAME_VIEWS.nbytes <= schema_module._FRAME_VIEWS.max_bytes
+    assert schema_module._VIEWS.nbytes <= schema_module._VIEWS.max_bytes
+
+
+def test_a_schema_view_is_served_only_while_the_codec_holds_its_schema() -> None:
+    schema = _peer_schema(200, 64)
+    frame = py_wire.Frame.from_buffer(_peer_embedded_frame(schema))
+    learnt = py_wire.Schema.from_frame(frame)
+    assert py_wire.Schema.from_frame(frame) is learnt  # held: its view is kept
+    previous = _native.set_learnt_schema_budget(0)  # the codec lets go of every learnt schema
+    try:
+        assert _native.held_schema(schema.fingerprint) is None
+        again = py_wire.Schema.from_frame(frame)
+        # Python kept no view of its own of a schema the codec let go of.
+        assert again is not learnt
+        assert again.fingerprint == learnt.fingerprint == schema.fingerprint
+        assert _native.held_schema(schema.fingerprint) is None
+    finally:
+        _native.set_learnt_schema_budget(previous)
+    assert py_wire.Schema.from_frame(frame) is not learnt  # learnt again, viewed afresh
+
+
+def test_a_learnt_schema_loaded_later_stays_when_learnt_ones_are_let_go() -> None:
+    schema = _peer_schema(201, 64)
+    learnt = py_wire.Schema.from_frame(py_wire.Frame.from_buffer(_peer_embedded_frame(schema)))
+    py_wire.load_schema(learnt)  # the registry marks it loaded
+    previous = _native.set_learnt_schema_budget(0)
+    try:
+        assert _native.held_schema(schema.fingerprint) is not None
+    finally:
+        _native.set_learnt_schema_budget(previous)
 
 
 def test_a_loaded_schema_is_never_let_go(small_budget: int) -> None:

@@ -157,6 +157,22 @@ impl Registry {
         true
     }
 
+    /// Marks the schema held under `fingerprint` as loaded by the process (never let go) and
+    /// used now; returns whether one is held.
+    fn pin(&mut self, fingerprint: &str) -> bool {
+        let now = self.tick();
+        let Some(entry) = self.entries.get_mut(fingerprint) else {
+            return false;
+        };
+        entry.last_used.store(now, Ordering::Relaxed);
+        if entry.learnt {
+            entry.learnt = false;
+            self.learnt = self.learnt.saturating_sub(1);
+            self.learnt_bytes = self.learnt_bytes.saturating_sub(entry.bytes);
+        }
+        true
+    }
+
     /// Lets go of learnt schemas, least recently used first, until `count` more schemas of
     /// `bytes` more bytes fit within the learnt bounds.
     fn fit(&mut self, count: usize, bytes: usize) {
@@ -257,6 +273,22 @@ pub fn hold_text(text: &str, learnt: bool) -> Result<(bool, String)> {
         learnt,
     )?;
     Ok((held, fingerprint))
+}
+
+/// Marks the schema held under `fingerprint` as loaded by this process (never let go, as
+/// [`hold`] with `learnt` false does); returns whether one is held. The Python layer asks this
+/// of every schema it is handed instead of remembering what it held: the registry is the one
+/// record of what the process holds.
+pub fn pin(fingerprint: &str) -> Result<bool> {
+    let loaded = registry().read().is_ok_and(|r| {
+        r.entries
+            .get(fingerprint)
+            .is_some_and(|entry| !entry.learnt)
+    });
+    if loaded {
+        return Ok(true);
+    }
+    Ok(write_registry()?.pin(fingerprint))
 }
 
 /// Whether this process holds a schema under `fingerprint`, marking it used (a learnt schema
@@ -482,6 +514,20 @@ mod tests {
         assert_eq!(reg.learnt, MAX_LEARNT);
         assert!(reg.get(&format!("sha256:{:064x}", 9)).is_none());
         assert!(reg.get(&format!("sha256:{:064x}", 10)).is_some());
+    }
+
+    #[test]
+    fn a_pinned_schema_is_never_let_go_and_pinning_nothing_holds_nothing() {
+        let mut reg = Registry::new(1 << 20);
+        let schema = large_schema(61, 16, 4096);
+        assert!(!reg.pin(&schema.fingerprint));
+        assert!(reg.entries.is_empty());
+        assert!(reg.insert(schema.clone(), None, true));
+        assert!(reg.pin(&schema.fingerprint));
+        assert_eq!((reg.learnt, reg.learnt_bytes), (0, 0));
+        reg.budget = 0;
+        reg.fit(0, 0);
+        assert!(reg.get(&schema.fingerprint).is_some());
     }
 
     #[test]

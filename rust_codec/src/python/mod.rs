@@ -599,6 +599,14 @@ fn held_schema(fingerprint: &str) -> Option<String> {
     crate::frame::compact::held_text(fingerprint).map(|t| t.to_string())
 }
 
+/// Marks the schema this process holds under `fingerprint` as loaded (never let go, as
+/// `hold_schema(text, learnt=False)` does); returns whether one is held (see
+/// `frame::compact::pin`).
+#[pyfunction]
+fn pin_schema(fingerprint: &str) -> PyResult<bool> {
+    crate::frame::compact::pin(fingerprint).map_err(to_py)
+}
+
 /// Whether this process holds a schema under `fingerprint`, marking it used (so that a learnt
 /// schema still received is not let go first).
 #[pyfunction]
@@ -818,7 +826,8 @@ mod _native {
     #[pymodule_export]
     use super::{
         content_digest, gather, held_schema, hold_schema, holds_schema, learnt_schemas, pack_into,
-        reserved_metadata_key, set_learnt_schema_budget, split_rows, streaming_threshold,
+        pin_schema, reserved_metadata_key, set_learnt_schema_budget, split_rows,
+        streaming_threshold,
     };
     #[pymodule_export]
     use super::{encode, encode_parts};
