@@ -659,6 +659,30 @@ def test_per_sample_fetch_is_the_whole_batch_decode(batch: dict[str, Any]) -> No
     tq.kv_clear(keys=names, partition_id="pss")
 
 
+@pytest.mark.parametrize("schema", py_wire.bundled_schemas())
+def test_per_sample_keys_fetch_the_whole_batch_decode_for_every_bundled_schema(
+    schema: str,
+) -> None:
+    """Keyed one per sample, every bundled schema and stage: all keys, and samples of both
+    groups out of order, come back bit for bit as decoding those rows of the whole batch (a
+    group's images stored once are never lost or handed to the wrong sample)."""
+    b = generate(schema, 6, seed=5)
+    frame = py_wire.encode(b, schema)
+    names = keys(f"ps:{schema}:", 6)
+    ptq.put(b, schema, names, "per-sample", group_size=3)
+    picks = [4, 0, 5, 2]
+    for stage in (None, *py_wire.load_schema(schema).stages):
+        want = py_wire.decode(frame, stage=stage)
+        got = ptq.get(names, "per-sample", stage=stage)
+        assert set(got) == set(want), (schema, stage)
+        assert_same(want, got)
+        assert_same(
+            py_wire.decode(py_wire.take_rows(frame, picks), stage=stage),
+            ptq.get([names[i] for i in picks], "per-sample", stage=stage),
+        )
+    tq.kv_clear(keys=names, partition_id="per-sample")
+
+
 def test_write_backs_per_sample_key() -> None:
     """NeMo-RL writes back per sample key, each DP rank its own samples (here across groups):
     the train fetch of every key, or of some, is the whole batch's decode."""
