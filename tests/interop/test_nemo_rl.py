@@ -207,9 +207,13 @@ def _rows_of(v: object) -> list:
     return [[] if r is None else list(r) for r in rows]
 
 
-def test_micro_batches_are_nemo_rl_s(with_nemo_rl: None) -> None:
-    batch = nemo_batch("nemo_rl/qwen2_5_vl", 16, False)
-    frame = nemo_rl.to_frame(batch, "nemo_rl/qwen2_5_vl")
+@pytest.mark.parametrize("name", NEMO_RL)
+@pytest.mark.parametrize("dedup", [False, True])
+def test_micro_batches_are_nemo_rl_s(with_nemo_rl: None, name: str, dedup: bool) -> None:
+    """Every bundled NeMo-RL schema: each micro-batch is, value for value, NeMo-RL's slice of
+    the whole batch's ``from_frame`` (padded cells, pad values, images per row)."""
+    batch = nemo_batch(name, 16, dedup)
+    frame = nemo_rl.to_frame(batch, name)
     whole = nemo_rl.from_frame(frame)
     mbs = list(nemo_rl.iter_micro_batches(frame, 4))
     assert len(mbs) == 4
@@ -227,14 +231,17 @@ def test_micro_batches_are_nemo_rl_s(with_nemo_rl: None) -> None:
                     )
     # Per micro-batch widths: each its own longest row, rounded up; the same cells.
     lengths = batch["input_lengths"]
+    fields = py_wire.load_schema(name).fields
+    per_token = [k for k, f in fields.items() if f.tier == "per_token" and k in whole]
+    assert per_token
     narrow = list(
         nemo_rl.iter_micro_batches(frame, 4, per_micro_batch_width=True, pad_to_multiple_of=8)
     )
     saved = 0
     for a, mb in zip(range(0, 16, 4), narrow, strict=True):
         w = -(-int(lengths[a : a + 4].max()) // 8) * 8
-        for k in ("input_ids", "advantages", "token_mask"):
-            assert mb[k].shape == (4, w), k
+        for k in per_token:
+            assert mb[k].shape[:2] == (4, w), k
             assert torch.equal(mb[k], whole[k][a : a + 4, :w]), k
         saved += whole["input_ids"].shape[1] - w
     assert saved > 0
