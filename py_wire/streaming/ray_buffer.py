@@ -31,7 +31,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
-from py_wire._decode import checked_schema
 from py_wire._native import Frame
 from py_wire.streaming import _checks, _samples
 from py_wire.streaming._errors import AdmissionTimeout, StreamError
@@ -47,7 +46,7 @@ from py_wire.streaming._policy import (
     is_stale,
     same_schema,
 )
-from py_wire.streaming._step import MAX_SAMPLES, VERSION_KEY, step_frame
+from py_wire.streaming._step import MAX_SAMPLES, VERSION_KEY, carries_versions, step_frame
 
 #: Media digests this process put recently (so a prompt's later samples go without them).
 _SENT_MEDIA: collections.OrderedDict[str, None] = collections.OrderedDict()
@@ -228,11 +227,10 @@ class _Buffer:
         return None
 
     def _same_schema(self, frame: Frame, what: str) -> None:
-
         first = self.schema is None
         self.schema = same_schema(self.schema, frame, what)
         if first:
-            self.one_version = VERSION_KEY not in checked_schema(frame).fields
+            self.one_version = not carries_versions(frame)
 
     def _give_back(self, gids: list[str]) -> None:
         """A lease's groups, not trained: free for the next step."""

@@ -55,7 +55,7 @@ from py_wire.streaming._policy import (
     same_schema,
     wait_until,
 )
-from py_wire.streaming._step import MAX_SAMPLES, VERSION_KEY, step_frame
+from py_wire.streaming._step import MAX_SAMPLES, VERSION_KEY, carries_versions, step_frame
 
 #: TQ task name the trainer consumes under.
 TASK = "py_wire.train"
@@ -461,8 +461,7 @@ class TQStream:
         mine = same_schema(None, frame, what)
         key = SCHEMA_KEY + mine[0]
         # The sampler reads it: a schema without a per-row version gets steps of one version.
-        one_version = VERSION_KEY not in checked_schema(frame).fields
-        tag = {"state": "schema", "name": mine[1], ONE_VERSION: one_version}
+        tag = {"state": "schema", "name": mine[1], ONE_VERSION: not carries_versions(frame)}
         _tq().kv_put(key=key, partition_id=self.partition_id, tag=tag)
         first = _stream_schema(self._listed())
         if first is not None and first[0] != mine[0]:
