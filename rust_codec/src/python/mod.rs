@@ -8,6 +8,7 @@ mod extract;
 mod frame;
 mod layout;
 mod owners;
+mod registry;
 mod staged;
 mod tensor_getters;
 mod transport;
@@ -815,6 +816,8 @@ mod _native {
     use super::frame::{BorrowedBytes, Frame, ReceiveBuffer};
     #[pymodule_export]
     use super::layout::{PyFieldLayout, PyFrameLayout, PyTensorLoc};
+    #[pymodule_export]
+    use super::registry::unpin_schema;
     #[pymodule_export]
     use super::transport::{
         encoded_nbytes, frame_nbytes, frame_validation_ranges, interleaved_shard_ranges,
