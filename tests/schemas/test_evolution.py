@@ -403,17 +403,7 @@ def test_a_frame_wrapped_under_a_conflicting_schema_is_reported() -> None:
     # verl's reader, over a verl frame, as the others.
     verl_schema = py_wire.load_schema("verl/text").model_dump(mode="json")
     verl_schema["description"] = "edited, version not bumped"
-    source = {
-        "input_ids": torch.tensor([[5, 6, 7, 8]]),
-        "attention_mask": torch.tensor([[1, 1, 1, 1]]),
-        "position_ids": torch.tensor([[0, 1, 2, 3]]),
-        "responses": torch.tensor([[7, 8]]),
-        "prompts": torch.tensor([[5, 6]]),
-        "response_mask": torch.tensor([[1, 1]]),
-        "old_log_probs": torch.tensor([[-0.5, -0.25]]),
-        "advantages": torch.tensor([[0.5, 0.5]]),
-    }
-    data = bytes(memoryview(pw_verl.to_frame(source, "verl/text")))
+    data = bytes(memoryview(py_wire.encode(generate("verl/text", 2), "verl/text")))
     with pytest.warns(py_wire.SchemaConflictWarning):
         frame = py_wire.Frame.from_buffer(data, schema=py_wire.Schema.from_dict(verl_schema))
     pw_verl.from_frame(frame)
