@@ -481,6 +481,9 @@ class Schema(BaseModel):
             if view is not None:
                 return view
             held = _native.held_schema(fingerprint)
+            if held is None and frame._held_text is not None:
+                # Let go since the frame was read: the frame keeps the schema it was read under.
+                return Schema._validate(json.loads(frame._held_text), "a held schema")
             if held is None:
                 raise FrameError(
                     f"the frame is compact: it names its schema by fingerprint "
