@@ -4,8 +4,11 @@ memory watchdog, so that no chunk grows past the bound (a campaign in one proces
 past 8 GB). Prints each chunk's outcome counts and the totals.
 
     .venv/bin/python scripts/hostile_campaign.py --chunks 8 --examples 100
+    .venv/bin/python scripts/hostile_campaign.py --file tests/hostile/test_hostile_placement.py \
+        --chunks 4 --examples 25 --address-space-gib 64  # Ray maps its object store
 
-A chunk makes about ``examples`` x (number of sweep targets) calls.
+A chunk makes about ``examples`` x (number of sweep targets) calls (the placement sweep: 204
+calls per example, 4 placed for real and 200 up to Ray's actor creation).
 """
 
 from __future__ import annotations
@@ -36,7 +39,12 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-def run_chunk(seed: int, examples: int, limit_as: int, max_rss: int, timeout: float) -> dict:
+SWEEP = "tests/hostile/test_hostile_sweep.py"
+
+
+def run_chunk(
+    seed: int, examples: int, limit_as: int, max_rss: int, timeout: float, file: str = SWEEP
+) -> dict:
     report = Path(tempfile.mkstemp(prefix="py_wire_sweep_", suffix=".json")[1])
     env = {
         **os.environ,
@@ -44,7 +52,7 @@ def run_chunk(seed: int, examples: int, limit_as: int, max_rss: int, timeout: fl
         "PY_WIRE_HOSTILE_REPORT": str(report),
     }
     cmd = [
-        sys.executable, "-m", "pytest", "tests/hostile/test_hostile_sweep.py", "-q",
+        sys.executable, "-m", "pytest", file, "-q",
         "-p", "no:cacheprovider", "-k", "test_sweep", f"--hypothesis-seed={seed}",
     ]  # fmt: skip
 
@@ -88,6 +96,7 @@ def main() -> int:
     parser.add_argument("--address-space-gib", type=float, default=6.0)
     parser.add_argument("--max-rss-gib", type=float, default=3.0)
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--file", default=SWEEP, help="the sweep module to run in chunks")
     args = parser.parse_args()
     total: Counter[str] = Counter()
     failed = 0
@@ -98,6 +107,7 @@ def main() -> int:
             int(args.address_space_gib * 2**30),
             int(args.max_rss_gib * 2**30),
             args.timeout,
+            args.file,
         )
         total.update(r["counts"])
         failed += r["rc"] != 0 or bool(r["killed"])
