@@ -15,9 +15,8 @@ Two sweeps: ``test_sweep`` places each accepted buffer for real (an actor: secon
 ``test_sweep_to_actor_creation`` makes 50 times as many calls up to Ray's actor creation (every
 check, Ray's own and the running cluster's included; ``ray.remote`` stubbed: microseconds a
 call). ``PY_WIRE_HOSTILE_EXAMPLES`` (default 3) examples per argument: 12 placed and 600
-checked calls in CI; the long profile, ``scripts/hostile_campaign.py --file
-tests/hostile/test_hostile_placement.py --chunks 4 --examples 25``, makes 20,000 checked and
-400 placed calls.
+checked calls in CI; the long profile, ``scripts/hostile_campaign.py --chunks 4 --examples 0
+--schema-calls 0 --placement-examples 25``, makes 20,000 checked and 400 placed calls.
 """
 
 from __future__ import annotations
