@@ -437,7 +437,8 @@ def test_groups_carry_total_lengths_for_tqs_sampler(batch: dict[str, Any]) -> No
     listed = tq.kv_list("s")["s"]
     for g, name in enumerate(names):
         tokens = sum(len(r) for r in batch["input_ids"][g * GROUP : (g + 1) * GROUP])
-        assert listed[name] == {"step": 1, "total_lengths": tokens}
+        fingerprint = py_wire.load_schema(SCHEMA).fingerprint
+        assert listed[name] == {"step": 1, "total_lengths": tokens, ptq.SCHEMA_TAG: fingerprint}
     meta = tq.get_client().kv_retrieve_meta(keys=[names[2], names[0]], partition_id="s")
     want = py_wire.decode(
         py_wire.take_rows(py_wire.encode(batch, SCHEMA), [8, 9, 10, 11, 0, 1, 2, 3])

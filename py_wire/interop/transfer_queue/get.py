@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from py_wire import _native
 from py_wire._decode import (
     FrameViews,
     Writable,
@@ -15,22 +16,30 @@ from py_wire._decode import (
     checked_schema,
     decode_selected,
 )
+from py_wire._dtypes import DTYPES
+from py_wire._encode import checked_fields, plain_tensors
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
-from py_wire._ops import concat, take_rows
-from py_wire._schema import Schema
+from py_wire._ops import concat, split, take_rows
+from py_wire._schema import FieldDef, Schema
 from py_wire.interop.transfer_queue.columns import (
     COLUMN_KEY,
     COLUMNS,
     MEDIA,
     MEDIA_HOLDER,
     MEDIA_ROW,
+    SCHEMA_HOLDER,
+    SCHEMA_TAG,
     TEXT,
     WRITE_BACK,
+    column_codec,
     is_ours,
     is_write_back,
     media_fields,
+    row_bytes,
+    row_bytes_field,
     stored_frames,
+    stored_rows,
     wanted_fields,
     written_fields,
 )
@@ -61,8 +70,134 @@ def column_frames(value: Any, column: str, keys: Sequence[str]) -> list[Frame]:
 def fetch_columns(meta: Any, columns: Sequence[str], keys: Sequence[str]) -> dict[str, list[Frame]]:
     if not columns:
         return {}
-    got = tq_module().get_client().get_data(meta.select_fields(list(columns)))
-    return {c: column_frames(got[c], c, keys) for c in columns}
+    hold_schemas(meta, keys)
+    asked = list(columns)
+    # A raw-bytes write-back column is read against its keys' text rows (their schema, tokens).
+    extra = [TEXT] if TEXT not in asked and any(is_write_back(c) for c in asked) else []
+    got = tq_module().get_client().get_data(meta.select_fields(asked + extra))
+    out: dict[str, list[Frame]] = {}
+    text: list[Frame] | None = None
+    if TEXT in asked or extra:
+        text = column_frames(got[TEXT], TEXT, keys)
+    for c in asked:
+        raw = None if text is None else row_bytes_field(checked_schema(text[0]), c)
+        if c == TEXT:
+            assert text is not None
+            out[c] = text
+        elif raw is not None:
+            assert text is not None
+            out[c] = _row_frames(got[c], c, raw, text, keys)
+        else:
+            out[c] = column_frames(got[c], c, keys)
+    return out
+
+
+def _row_frames(
+    value: Any, column: str, raw: tuple[str, FieldDef], text: Sequence[Frame], keys: Sequence[str]
+) -> list[Frame]:
+    """A raw-bytes write-back column (``columns.row_bytes_field``) as one frame per key, as a
+    frame-holding column reads: each key's bytes checked to be its text rows' (its tokens, or
+    its rows, times the field's bytes each), then encoded once over all keys (one copy of the
+    column's bytes) and cut per key."""
+    name, field = raw
+    data, offsets = stored_rows(value, column, keys)
+    sch = checked_schema(text[0])
+    per_token = field.tier == "per_token"
+    unit = row_bytes(field)
+    for i, (key, t) in enumerate(zip(keys, text, strict=True)):
+        if checked_schema(t).fingerprint != sch.fingerprint:
+            _not_one_group(
+                key, TEXT, f"schema {checked_schema(t).name!r}, another key's {sch.name!r}"
+            )
+        count = t.layout.total_tokens if per_token else t.num_rows
+        found = offsets[i + 1] - offsets[i]
+        if found != count * unit:
+            raise with_context(
+                FrameError(
+                    f"key {key!r}: TQ column {column!r} holds {found} bytes, its "
+                    f"{count} {'tokens' if per_token else 'rows'} of {name!r} are {count * unit}: "
+                    "not this key's rows (refusing to merge them)"
+                ),
+                field=column,
+                expected=count * unit,
+                found=found,
+            )
+    values = torch.from_numpy(data).view(DTYPES[field.dtype])
+    values = values.reshape(-1, *(int(d) for d in field.shape))
+    if per_token:
+        lengths = [torch.diff(FrameViews(t).seq_offsets) for t in text]  # type: ignore[arg-type]
+        offsets_t = torch.nn.functional.pad(torch.cumsum(torch.cat(lengths), 0), (1, 0))
+        batch = {name: torch.nested.nested_tensor_from_jagged(values, offsets_t)}
+    else:
+        batch = {name: values}
+    codec = column_codec(sch, column, None, (), compact=True)
+    with plain_tensors():
+        whole = _native.encode(
+            codec, checked_fields(batch, sch, None, required=False), None, None, None
+        )
+    whole.schema = sch
+    if len(text) == 1:
+        return [whole]
+    frames = split(whole, [t.num_rows for t in text])
+    for f in frames:
+        f.schema = sch
+    return frames
+
+
+def hold_schemas(meta: Any, keys: Sequence[str]) -> None:
+    """Before compact frames arrive (a write-back, a per-sample text row): this process holds
+    the schema each key's ``SCHEMA_TAG`` names, read when it does not from an embedded frame of
+    it (the text column of the key's ``SCHEMA_HOLDER``, or of the key itself). A schema no such
+    frame holds is a :class:`~py_wire.FrameError` (``kind == "unknown_schema"``) naming it and
+    the keys."""
+    custom = list(getattr(meta, "custom_meta", None) or ())
+    if len(custom) != len(keys):
+        return
+    holders: dict[str, tuple[str, str]] = {}
+    for key, tags in zip(keys, custom, strict=True):
+        fp = tags.get(SCHEMA_TAG) if isinstance(tags, Mapping) else None
+        if not isinstance(fp, str) or fp in holders or _native.holds_schema(fp):
+            continue
+        holder = tags.get(SCHEMA_HOLDER, key)
+        holders[fp] = (key, holder if isinstance(holder, str) else key)
+    if not holders:
+        return
+    partition_id = _partition_of(meta)
+    for fp, (key, holder) in holders.items():
+        problem = ""
+        try:
+            held = retrieve_meta([holder], partition_id)
+            if TEXT not in held.field_names:
+                problem = f"it holds no {TEXT!r} column"
+            else:
+                got = tq_module().get_client().get_data(held.select_fields([TEXT]))
+                frame = stored_frames(got[TEXT], TEXT, [holder])[0]
+                if checked_schema(frame).fingerprint != fp:
+                    problem = f"its frame is of schema {checked_schema(frame).fingerprint}"
+        except (BatchError, FrameError) as err:
+            problem = str(err)
+        if problem or not _native.holds_schema(fp):
+            raise with_context(
+                FrameError(
+                    f"key {key!r} holds compact frames of schema {fp}, which this process does "
+                    f"not hold, and key {holder!r}, which keeps it for them, cannot give it: "
+                    f"{problem or 'its frame is compact too'} (load the schema with "
+                    "py_wire.load_schema first, or put the keys again)"
+                ),
+                kind="unknown_schema",
+                field=SCHEMA_TAG,
+                found=fp,
+            )
+
+
+def _partition_of(meta: Any) -> str:
+    partition_id = getattr(meta, "partition_id", None)
+    if isinstance(partition_id, str):
+        return partition_id
+    parts = sorted(set(getattr(meta, "partition_ids", ()) or ()))
+    if len(parts) != 1:
+        raise with_field(BatchError(f"the meta spans partitions {parts}; give one"), "meta")
+    return str(parts[0])
 
 
 def get_frames(
@@ -139,18 +274,29 @@ def _check_sequences(
         return
     text = _sequence(joined[TEXT], seq)
     for column, frame in joined.items():
-        if column == TEXT or _same(text, _sequence(frame, seq)):
+        if column == TEXT or _same(text, _sequence(frame, seq, like=text)):
             continue
         for key, t, f in zip(keys, frames[TEXT], frames[column], strict=True):
-            if not _same(_sequence(t, seq), _sequence(f, seq)):
+            want = _sequence(t, seq)
+            if not _same(want, _sequence(f, seq, like=want)):
                 _not_one_group(key, column, f"a sequence field {seq!r} unlike its text column's")
         _not_one_group(str(list(keys)[:4]), column, f"a sequence field {seq!r} unlike the text's")
 
 
-def _sequence(frame: Frame, seq: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The frame's sequence offsets and the sequence field's values, as views (no decode)."""
+def _sequence(
+    frame: Frame, seq: str, like: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The frame's sequence offsets and the sequence field's values, as views (no decode). A
+    write-back frame holds its rows' offsets but not the sequence field's tokens (they are the
+    text column's): given ``like`` (the text column's), its offsets are compared with those and
+    its tokens taken to be the text's."""
     views = FrameViews(frame)
     f = views.fields.get(seq)
+    if f is None and like is not None:
+        # No per-token field (a write-back of scalars): its rows were counted already.
+        if views.seq_offsets is None or torch.equal(views.seq_offsets, like[0]):
+            return like
+        return None
     if f is None or views.seq_offsets is None:
         return None
     return views.seq_offsets, views.values(f.values)

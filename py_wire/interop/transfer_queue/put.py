@@ -14,7 +14,7 @@ from py_wire import _native
 from py_wire._args import batch_mapping, count, items
 from py_wire._encode import checked_fields, plain_tensors
 from py_wire._native import BatchError, Frame
-from py_wire._ops import split
+from py_wire._ops import concat, split
 from py_wire._packed import PackedTensor
 from py_wire._schema import Schema, load_schema
 from py_wire._typing import as_jagged
@@ -23,6 +23,8 @@ from py_wire.interop.transfer_queue.columns import (
     MEDIA,
     MEDIA_HOLDER,
     MEDIA_ROW,
+    SCHEMA_HOLDER,
+    SCHEMA_TAG,
     TEXT,
     TOTAL_LENGTHS,
     Raw,
@@ -216,21 +218,23 @@ def _tags(
     sch: Schema,
     tags: Sequence[Mapping[str, Any]] | None,
     per_sample: bool,
-) -> list[dict[str, Any]] | None:
+    num_keys: int,
+) -> list[dict[str, Any]]:
     """Each key's TQ tags: the caller's, plus ``total_lengths`` (its tokens, what TQ's
-    ``SeqlenBalancedSampler`` balances by) unless the caller set it. A key is a group, or with
-    ``per_sample`` a row of one."""
+    ``SeqlenBalancedSampler`` balances by) unless the caller set it, and the schema's fingerprint
+    (``SCHEMA_TAG``, which a fetch reads to hold the schema before compact frames arrive). A key
+    is a group, or with ``per_sample`` a row of one."""
     seq = sch.sequence_field
-    if seq is None:
-        return None if tags is None else [dict(t) for t in tags]
     tokens: list[int] = []
-    for raw in plans[TEXT]:
+    for raw in plans[TEXT] if seq is not None else ():
         rows = _row_tokens(next(r for r in raw if r[0] == seq))
         tokens += rows if per_sample else [sum(rows)]
     out = []
-    for i, n in enumerate(tokens):
+    for i in range(num_keys):
         tag = {} if tags is None else dict(tags[i])
-        tag.setdefault(TOTAL_LENGTHS, n)
+        if tokens:
+            tag.setdefault(TOTAL_LENGTHS, tokens[i])
+        tag[SCHEMA_TAG] = sch.fingerprint
         out.append(tag)
     return out
 
@@ -289,11 +293,11 @@ def put(
     if n == 0:
         return None
     codecs = _stored_codecs(sch, stage, held)
-    key_tags = _tags(plans, sch, tags, per_sample)
+    key_tags = _tags(plans, sch, tags, per_sample, len(keys))
     if not per_sample:
         columns = encode_columns(codecs, plans, as_objects)
         return tq_put(keys, partition_id, columns, as_objects, key_tags)
-    return _put_per_sample(keys, partition_id, codecs, plans, as_objects, key_tags)
+    return _put_per_sample(keys, partition_id, codecs, plans, as_objects, key_tags, sch, stage)
 
 
 def _put_per_sample(
@@ -302,27 +306,40 @@ def _put_per_sample(
     codecs: Mapping[str, _native.Codec],
     plans: Mapping[str, Sequence[Raw]],
     as_objects: bool,
-    tags: list[dict[str, Any]] | None,
+    tags: list[dict[str, Any]],
+    sch: Schema,
+    stage: str | None,
 ) -> Any:
     """Each group's media frame under its first key, then each sample's text row under its own
     key, tagged with its media's key and row. Media go first: a sampler that picks keys by
-    their text column never hands out a sample whose media are not stored yet."""
+    their text column never hands out a sample whose media are not stored yet.
+
+    A sample's text row is a compact frame (its schema named by fingerprint: the embedded
+    schema would be most of a one-row frame's bytes), except at its group's first key, which
+    embeds the schema and which every key of the group names in ``SCHEMA_HOLDER``."""
+    codecs = {
+        **codecs,
+        TEXT: column_codec(sch, TEXT, stage, sch.column_fields("text"), compact=True),
+    }
     frames = encode_columns(codecs, plans, as_objects=True)
-    key_tags = tags if tags is not None else [{} for _ in keys]
     texts: list[Frame] = []
     holders: list[str] = []
     for group in frames[TEXT]:
         holder = keys[len(texts)]
-        if MEDIA in frames:
-            for row in range(group.num_rows):
-                key_tags[len(texts) + row].update({MEDIA_HOLDER: holder, MEDIA_ROW: row})
-        texts += split(group, [1] * group.num_rows)
+        for row in range(group.num_rows):
+            tag = tags[len(texts) + row]
+            tag[SCHEMA_HOLDER] = holder
+            if MEDIA in frames:
+                tag.update({MEDIA_HOLDER: holder, MEDIA_ROW: row})
+        rows = split(group, [1] * group.num_rows)
+        rows[0] = concat(rows[:1], compact=False)
+        texts += rows
         holders.append(holder)
     if MEDIA in frames:
         media = {MEDIA: _as_column(frames[MEDIA], as_objects)}
         tq_put(holders, partition_id, media, as_objects, None)
     text = {TEXT: _as_column(texts, as_objects)}
-    return tq_put(keys, partition_id, text, as_objects, key_tags if key_tags[0] else None)
+    return tq_put(keys, partition_id, text, as_objects, tags)
 
 
 def _as_column(frames: list[Frame], as_objects: bool) -> Any:

@@ -10,12 +10,12 @@ import numpy as np
 import torch
 
 from py_wire._args import flag
-from py_wire._decode import checked_schema, decode_selected
+from py_wire._decode import FrameViews, checked_schema, decode_selected
 from py_wire._encode import checked_fields
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
 from py_wire._ops import concat, split
-from py_wire._schema import Schema
+from py_wire._schema import FieldDef, Schema
 from py_wire._typing import as_jagged
 from py_wire.interop.transfer_queue.columns import (
     TEXT,
@@ -23,6 +23,9 @@ from py_wire.interop.transfer_queue.columns import (
     Raw,
     column_codec,
     frames_column,
+    row_bytes,
+    row_bytes_field,
+    rows_column,
     stores_frames_as_objects,
     written_fields,
 )
@@ -76,21 +79,42 @@ def write_back(
     seq = sch.sequence_field
     joined = text[0] if len(text) == 1 else concat(text)
     stored_seq = decode_selected(joined, {seq}, writable="view")[seq] if seq else None
-    batch: dict[str, Any] = {} if stored_seq is None else {seq: stored_seq}  # type: ignore[dict-item]
+    # The written fields alone: the sequence field's tokens stay in the text column (a get
+    # compares the rows' offsets with it), and the frames name the schema by fingerprint (the
+    # text column holds it), so a one-row write-back is its values and a few hundred bytes.
+    batch: dict[str, Any] = {}
     total = joined.num_rows
     lengths = None if stored_seq is None else torch.diff(stored_seq.offsets())
     for name in names:
         batch[name] = _aligned(sch, name, fields[name], total, lengths)
     column = WRITE_BACK + ",".join(names)
-    codec = column_codec(sch, column, None, ())
+    codec = column_codec(sch, column, None, (), compact=True)
     # Checked and encoded once over every key's rows, then cut into one frame per key without
     # decoding: per-sample keys cost one encode, not one per key.
     plans: dict[str, list[Raw]] = {column: [checked_fields(batch, sch, None, required=False)]}
     (whole,) = encode_columns({column: codec}, plans, as_objects=True)[column]
-    frames = [whole] if len(text) == 1 else split(whole, [f.num_rows for f in text])
     as_objects = stores_frames_as_objects()
-    value = frames if as_objects else frames_column(frames)
+    raw = row_bytes_field(sch, column)
+    if raw is not None:
+        value = _raw_rows(whole, raw[1], [f.num_rows for f in text], as_objects)
+    else:
+        frames = [whole] if len(text) == 1 else split(whole, [f.num_rows for f in text])
+        value = frames if as_objects else frames_column(frames)
     return tq_put(keys, partition_id, {column: value}, as_objects, None)
+
+
+def _raw_rows(whole: Frame, field: FieldDef, rows: Sequence[int], as_objects: bool) -> Any:
+    """The one field of ``whole`` (checked and encoded over every key's rows) as raw bytes, each
+    key's rows' values in its TQ row (``columns.row_bytes_field``)."""
+    (loc,) = [f.values for f in whole.layout.fields]
+    data = np.frombuffer(memoryview(whole), dtype=np.uint8)[loc.offset : loc.offset + loc.nbytes]
+    bounds = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(rows, out=bounds[1:])
+    if field.tier == "per_token":
+        seq = FrameViews(whole).seq_offsets
+        assert seq is not None
+        bounds = seq.numpy()[bounds]
+    return rows_column(data, (bounds * row_bytes(field)).tolist(), as_objects)
 
 
 def _check_written(
