@@ -8,14 +8,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from py_wire import _native
-from py_wire._dtypes import DTYPES
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
-from py_wire._schema import FieldDef, Schema, load_schema
+from py_wire._schema import FINGERPRINT_KEY, SCHEMA_KEY, Schema, load_schema
 from py_wire._typing import as_jagged
 from py_wire.interop.transfer_queue.meta import names, tq_module
 
@@ -41,6 +39,23 @@ WRITE_BACK = "py_wire.fields:"
 COLUMN_KEY = "py_wire.transfer_queue.column"
 
 
+#: ``__metadata__`` key holding the identity of the group a frame was stored for: one random
+#: id per group at :func:`put`, carried by the group's text and media frames and by every
+#: write-back frame of its keys, and tagged on its keys (``GROUP``). :func:`get` compares
+#: them, so a key never reads another group's media or an earlier put's write-backs.
+GROUP_KEY = "py_wire.transfer_queue.group"
+
+
+#: The tag naming each key's group identity (``GROUP_KEY``'s value).
+GROUP = "py_wire.group"
+
+
+#: The tag listing the write-back columns :func:`write_back` added to a key: how :func:`get`
+#: learns the names of write-back columns that only some of the keys it fetches hold (TQ's
+#: metadata of many keys lists the columns all of them hold).
+WRITE_BACKS = "py_wire.write_backs"
+
+
 #: Frames start at multiples of this inside a column's buffer (py_wire's tensor alignment).
 ALIGN = 64
 
@@ -56,19 +71,6 @@ MEDIA_HOLDER = "py_wire.media_key"
 
 #: ... and the tag naming the sample's row in that group's media frame.
 MEDIA_ROW = "py_wire.media_row"
-
-
-#: The tag :func:`put` sets on every key: the fingerprint of the schema its frames are of. Frames
-#: that a reader can resolve from elsewhere are compact (they name the schema by this fingerprint
-#: only: a one-row frame's embedded schema is most of its bytes), so a fetch first makes sure the
-#: process holds the schema (:func:`py_wire.interop.transfer_queue.get.fetch_columns`).
-SCHEMA_TAG = "py_wire.schema"
-
-
-#: Per-sample keys: the tag naming the key whose text column holds an embedded frame of the
-#: schema (its group's first key); the other keys' text rows are compact. A key without it holds
-#: an embedded text frame itself (a key per group).
-SCHEMA_HOLDER = "py_wire.schema_key"
 
 
 def media_fields(schema: Schema | str | Path) -> tuple[str, ...]:
@@ -119,37 +121,50 @@ def columns_for(
     return (TEXT,)
 
 
-#: Per (schema fingerprint, column, stage, compact): the codec whose frames carry COLUMN_KEY.
-_CODECS: dict[tuple[str, str, str | None, bool], _native.Codec] = {}
+#: Per (schema fingerprint, column, stage): the codec whose frames carry COLUMN_KEY.
+_CODECS: dict[tuple[str, str, str | None], _native.Codec] = {}
 
 
 _MAX_CODECS = 256
 
 
 def column_codec(
-    sch: Schema, column: str, stage: str | None, carried: Sequence[str], compact: bool = False
+    sch: Schema,
+    column: str,
+    stage: str | None,
+    carried: Sequence[str],
+    group: str | None = None,
 ) -> _native.Codec:
     """The codec of one column's frames: the contracts ``stage`` is held to whose media field
-    the column carries (``names``); ``compact`` frames name the schema by fingerprint only."""
-    key = (sch.fingerprint, column, stage, compact)
-    codec = _CODECS.get(key)
+    the column carries (``names``); with ``group``, frames that carry that group identity
+    (``GROUP_KEY``; built each time: a codec costs microseconds)."""
+    key = (sch.fingerprint, column, stage)
+    codec = None if group is not None else _CODECS.get(key)
     if codec is None:
         contracts = [
             text
             for c, text in zip(sch.contracts, sch._contracts_json, strict=True)
             if c.media_field in set(carried) and text in sch._contracts_for(stage)
         ]
+        metadata = {SCHEMA_KEY: sch.canonical_json, FINGERPRINT_KEY: sch.fingerprint}
+        metadata[COLUMN_KEY] = column
+        if group is not None:
+            metadata[GROUP_KEY] = group
         codec = _native.Codec(
-            list(sch._specs.values()),
-            contracts,
-            sch.sequence_field,
-            sch.lengths_field,
-            {**sch._schema_entries(compact), COLUMN_KEY: column},
+            list(sch._specs.values()), contracts, sch.sequence_field, sch.lengths_field, metadata
         )
+        if group is not None:
+            return codec
         if len(_CODECS) >= _MAX_CODECS:
             _CODECS.clear()
         _CODECS[key] = codec
     return codec
+
+
+def frame_group(frame: Frame) -> str | None:
+    """The group identity ``frame`` was stored for (None: a frame put by a py_wire without
+    group identities)."""
+    return frame.metadata.get(GROUP_KEY)
 
 
 def _aligned_offsets(sizes: Sequence[int]) -> torch.Tensor:
@@ -174,13 +189,14 @@ def _column(sizes: Sequence[int], fill: Callable[[int, Any], None]) -> torch.Ten
     return torch.nested.nested_tensor_from_jagged(buf, offsets)
 
 
-def packed_column(codec: _native.Codec, raws: Sequence[Raw]) -> torch.Tensor:
-    """One column as a jagged ``uint8`` nested tensor, one frame per group, each at a 64-byte
-    aligned offset of one buffer (its length padded to a multiple of 64)."""
-    sizes = [_native.encoded_nbytes(codec, raw) for raw in raws]
+def packed_column(codecs: Sequence[_native.Codec], raws: Sequence[Raw]) -> torch.Tensor:
+    """One column as a jagged ``uint8`` nested tensor, one frame per group (``codecs[i]``
+    encodes ``raws[i]``), each at a 64-byte aligned offset of one buffer (its length padded to
+    a multiple of 64)."""
+    sizes = [_native.encoded_nbytes(c, raw) for c, raw in zip(codecs, raws, strict=True)]
 
     def fill(i: int, view: Any) -> None:
-        _native.encode(codec, raws[i], None, None, view)
+        _native.encode(codecs[i], raws[i], None, None, view)
 
     return _column(sizes, fill)
 
@@ -255,75 +271,3 @@ def stores_frames_as_objects() -> bool:
     except ImportError:  # a TQ without RayStore
         return False
     return isinstance(storage, module.RayStorageClient)
-
-
-def row_bytes_field(sch: Schema, column: str) -> tuple[str, FieldDef] | None:
-    """The field whose raw values a write-back column holds, one key's rows per TQ row, when
-    the column is one per-token or scalar field of static dims stored as it is given (no wire
-    cast): such a row is its values' bytes alone, what NeMo-RL's own wire moves, where a frame
-    would add a header and offsets to every key. None: the column holds frames. Decided by
-    the schema and the column's name alone, the same way on write and on read."""
-    names = written_fields(column)
-    if len(names) != 1 or names[0] not in sch.fields:
-        return None
-    field = sch.fields[names[0]]
-    static = all(isinstance(d, int) for d in field.shape)
-    if field.tier not in ("per_token", "scalar") or not static or field.wire_dtype is not None:
-        return None
-    return names[0], field
-
-
-def row_bytes(field: FieldDef) -> int:
-    """Bytes of one token (per-token) or one row (scalar) of ``field`` (static dims)."""
-    n = torch.empty((), dtype=DTYPES[field.dtype]).element_size()
-    for d in field.shape:
-        n *= int(d)
-    return n
-
-
-def stored_rows(value: Any, column: str, keys: Sequence[str]) -> tuple[Any, list[int]]:
-    """A raw-bytes column as TQ's get returned it (a jagged ``uint8`` tensor on SimpleStorage,
-    one byte string per key on RayStore): one ``uint8`` numpy buffer of every key's bytes in
-    order, and where each key's start (the last entry its end)."""
-    if isinstance(value, torch.Tensor):
-        if not (value.is_nested and value.layout == torch.jagged and value.dtype == torch.uint8):
-            raise with_context(
-                FrameError(f"TQ column {column!r} holds a {value.dtype} tensor, not raw rows"),
-                field=column,
-            )
-        offsets = as_jagged(value).offsets().tolist()
-        buf = value.values().numpy()
-        if len(offsets) != len(keys) + 1:
-            raise FrameError(
-                f"TQ column {column!r} holds {len(offsets) - 1} rows for {len(keys)} keys"
-            )
-        return buf[offsets[0] : offsets[-1]], [o - offsets[0] for o in offsets]
-    values = value.tolist() if hasattr(value, "tolist") else value
-    if not isinstance(values, list | tuple) or len(values) != len(keys):
-        raise FrameError(
-            f"TQ column {column!r} holds {type(value).__name__}, not one byte row per key"
-        )
-    parts = []
-    for key, v in zip(keys, values, strict=True):
-        if not isinstance(v, bytes | bytearray | memoryview):
-            raise with_context(
-                FrameError(
-                    f"key {key!r}: TQ column {column!r} holds {type(v).__name__}, not raw rows"
-                ),
-                field=column,
-            )
-        parts.append(np.frombuffer(v, dtype=np.uint8))
-    offsets = [0]
-    for p in parts:
-        offsets.append(offsets[-1] + len(p))
-    return (np.concatenate(parts) if parts else np.zeros(0, np.uint8)), offsets
-
-
-def rows_column(data: Any, offsets: Sequence[int], as_objects: bool) -> Any:
-    """Each key's bytes (``data[offsets[i]:offsets[i + 1]]``, a ``uint8`` numpy buffer) as a TQ
-    column: one jagged ``uint8`` tensor over ``data`` (no copy), or a byte string per key."""
-    if as_objects:
-        return [data[offsets[i] : offsets[i + 1]].tobytes() for i in range(len(offsets) - 1)]
-    return torch.nested.nested_tensor_from_jagged(
-        torch.from_numpy(data), torch.tensor(list(offsets), dtype=torch.int64)
-    )

@@ -10,28 +10,27 @@ import numpy as np
 import torch
 
 from py_wire._args import flag
-from py_wire._decode import FrameViews, checked_schema, decode_selected
+from py_wire._decode import checked_schema, decode_selected
 from py_wire._encode import checked_fields
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
 from py_wire._ops import concat, split
-from py_wire._schema import FieldDef, Schema
+from py_wire._schema import Schema
 from py_wire._typing import as_jagged
 from py_wire.interop.transfer_queue.columns import (
     TEXT,
     WRITE_BACK,
+    WRITE_BACKS,
     Raw,
     column_codec,
+    frame_group,
     frames_column,
-    row_bytes,
-    row_bytes_field,
-    rows_column,
     stores_frames_as_objects,
     written_fields,
 )
-from py_wire.interop.transfer_queue.get import fetch_columns
+from py_wire.interop.transfer_queue.get import fetch_columns, partial_write_backs
 from py_wire.interop.transfer_queue.meta import key_list, retrieve_meta, with_field
-from py_wire.interop.transfer_queue.put import encode_columns, tq_put, value_rows
+from py_wire.interop.transfer_queue.put import encode_columns, group_rows, tq_put, value_rows
 
 
 def write_back(
@@ -61,7 +60,8 @@ def write_back(
     if not isinstance(fields, Mapping) or not fields:
         raise TypeError("fields must be a non-empty mapping of field name to value")
     meta = retrieve_meta(keys, partition_id)
-    held = list(meta.field_names)
+    # Columns every key holds, and those some hold (a write-back to some of them before).
+    held = [*meta.field_names, *partial_write_backs(meta, keys, partition_id)]
     if TEXT not in held:
         raise FrameError(f"TQ holds no {TEXT!r} column for every one of keys {keys[:4]}")
     text = fetch_columns(meta, [TEXT], keys)[TEXT]
@@ -79,42 +79,47 @@ def write_back(
     seq = sch.sequence_field
     joined = text[0] if len(text) == 1 else concat(text)
     stored_seq = decode_selected(joined, {seq}, writable="view")[seq] if seq else None
-    # The written fields alone: the sequence field's tokens stay in the text column (a get
-    # compares the rows' offsets with it), and the frames name the schema by fingerprint (the
-    # text column holds it), so a one-row write-back is its values and a few hundred bytes.
-    batch: dict[str, Any] = {}
+    batch: dict[str, Any] = {} if stored_seq is None else {seq: stored_seq}  # type: ignore[dict-item]
     total = joined.num_rows
     lengths = None if stored_seq is None else torch.diff(stored_seq.offsets())
     for name in names:
         batch[name] = _aligned(sch, name, fields[name], total, lengths)
     column = WRITE_BACK + ",".join(names)
-    codec = column_codec(sch, column, None, (), compact=True)
-    # Checked and encoded once over every key's rows, then cut into one frame per key without
-    # decoding: per-sample keys cost one encode, not one per key.
-    plans: dict[str, list[Raw]] = {column: [checked_fields(batch, sch, None, required=False)]}
-    (whole,) = encode_columns({column: codec}, plans, as_objects=True)[column]
+    frames = _encoded(sch, column, batch, text)
     as_objects = stores_frames_as_objects()
-    raw = row_bytes_field(sch, column)
-    if raw is not None:
-        value = _raw_rows(whole, raw[1], [f.num_rows for f in text], as_objects)
-    else:
-        frames = [whole] if len(text) == 1 else split(whole, [f.num_rows for f in text])
-        value = frames if as_objects else frames_column(frames)
-    return tq_put(keys, partition_id, {column: value}, as_objects, None)
+    value = frames if as_objects else frames_column(frames)
+    # Each key's tags list its write-back columns: how a fetch of it with keys that lack this
+    # column learns the column's name (TQ lists the columns all fetched keys hold).
+    custom = list(getattr(meta, "custom_meta", None) or [{} for _ in keys])
+    tags = [{WRITE_BACKS: sorted({*(c.get(WRITE_BACKS) or ()), column})} for c in custom]
+    return tq_put(keys, partition_id, {column: value}, as_objects, tags)
 
 
-def _raw_rows(whole: Frame, field: FieldDef, rows: Sequence[int], as_objects: bool) -> Any:
-    """The one field of ``whole`` (checked and encoded over every key's rows) as raw bytes, each
-    key's rows' values in its TQ row (``columns.row_bytes_field``)."""
-    (loc,) = [f.values for f in whole.layout.fields]
-    data = np.frombuffer(memoryview(whole), dtype=np.uint8)[loc.offset : loc.offset + loc.nbytes]
-    bounds = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(rows, out=bounds[1:])
-    if field.tier == "per_token":
-        seq = FrameViews(whole).seq_offsets
-        assert seq is not None
-        bounds = seq.numpy()[bounds]
-    return rows_column(data, (bounds * row_bytes(field)).tolist(), as_objects)
+def _encoded(
+    sch: Schema, column: str, batch: Mapping[str, Any], text: Sequence[Frame]
+) -> list[Frame]:
+    """The write-back's frame per key: checked and encoded once per run of keys of one group
+    (every key of a per-sample group, or one per-group key), with that group's identity, then
+    cut into one frame per key without decoding."""
+    out: list[Frame] = []
+    if len({frame_group(t) for t in text}) > 1:
+        checked_fields(batch, sch, None, required=False)  # errors name the row among all keys'
+    start = 0
+    i = 0
+    while i < len(text):
+        group = frame_group(text[i])
+        j = i
+        while j < len(text) and frame_group(text[j]) == group:
+            j += 1
+        sizes = [f.num_rows for f in text[i:j]]
+        stop = start + sum(sizes)
+        rows = {n: group_rows(n, v, start, stop) for n, v in batch.items()}
+        codec = column_codec(sch, column, None, (), group)
+        plans: dict[str, list[Raw]] = {column: [checked_fields(rows, sch, None, required=False)]}
+        (whole,) = encode_columns({column: [codec]}, plans, as_objects=True)[column]
+        out += [whole] if len(sizes) == 1 else split(whole, sizes)
+        start, i = stop, j
+    return out
 
 
 def _check_written(
