@@ -87,7 +87,7 @@ pub struct PackedIndex {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedField {
     /// The field's layout facts, from the frame's schema (embedded or held; see
-    /// [`schema_field_table`]). Shared: a frame op's
+    /// [`schema_field_table`](crate::frame::layout::schema_field_table)). Shared: a frame op's
     /// output layout takes its sources' specs without copying them.
     pub spec: std::sync::Arc<FieldSpec>,
     /// Where the field's values tensor lies.
