@@ -1,9 +1,52 @@
-//! The schema registry's release: a `Schema` object that pinned its schema gives the pin back
-//! when it is freed (`frame::compact::unpin`).
+//! The registry of schemas this process holds (`frame::compact`), asked from Python.
 
 use pyo3::prelude::*;
 
 use super::errors::to_py;
+
+/// Holds a schema for this process (see `frame::compact::hold_text`), given as its JSON (the
+/// full form, or a frame's canonical text): compact frames that name its fingerprint can be
+/// read from then on, and `held_schema` returns the text. `learnt` marks a schema read from a
+/// frame, kept only up to a cap. Returns whether it is held, and its fingerprint.
+#[pyfunction]
+#[pyo3(signature = (text, learnt=false))]
+pub fn hold_schema(text: &str, learnt: bool) -> PyResult<(bool, String)> {
+    crate::frame::compact::hold_text(text, learnt).map_err(to_py)
+}
+
+/// The JSON of the schema this process holds under `fingerprint` (`hold_schema`), or None.
+#[pyfunction]
+pub fn held_schema(fingerprint: &str) -> Option<String> {
+    crate::frame::compact::held_text(fingerprint).map(|t| t.to_string())
+}
+
+/// Marks the schema this process holds under `fingerprint` as loaded (never let go, as
+/// `hold_schema(text, learnt=False)` does); returns whether one is held (see
+/// `frame::compact::pin`).
+#[pyfunction]
+pub fn pin_schema(fingerprint: &str) -> PyResult<bool> {
+    crate::frame::compact::pin(fingerprint).map_err(to_py)
+}
+
+/// Whether this process holds a schema under `fingerprint`, marking it used (so that a learnt
+/// schema still received is not let go first).
+#[pyfunction]
+pub fn holds_schema(fingerprint: &str) -> bool {
+    crate::frame::compact::holds(fingerprint)
+}
+
+/// Schemas learnt from frames that this process holds: (count, bytes kept, byte budget).
+#[pyfunction]
+pub fn learnt_schemas() -> (usize, usize, usize) {
+    crate::frame::compact::learnt_usage()
+}
+
+/// Sets the bytes schemas learnt from frames may keep (the least recently used beyond it are
+/// let go); returns the budget it replaces.
+#[pyfunction]
+pub fn set_learnt_schema_budget(max_bytes: usize) -> PyResult<usize> {
+    crate::frame::compact::set_learnt_budget(max_bytes).map_err(to_py)
+}
 
 /// Releases one pin of the schema held under `fingerprint` (`pin_schema` or
 /// `hold_schema(text, learnt=False)` took it); the last one lets the registry go of the schema
