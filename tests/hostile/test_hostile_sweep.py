@@ -191,8 +191,11 @@ TARGETS: list[Target] = [
               **kw}), "tier", "dtype", "shape", "pad_value", "pack_dim", "stages"),
     *_targets("Schema", lambda **kw: py_wire.Schema(**{"name": "s", "fields": {}, **kw}), "name",
               "version", "fields", "stages", "sequence_field", "contracts"),
-    *_targets("Schema.from_json", lambda text: py_wire.Schema.from_json(text), "text"),
-    *_targets("Schema.from_toml", lambda text: py_wire.Schema.from_toml(text), "text"),
+    # A schema text's errors name its source (``<frame>``, ``<string>``) and the key.
+    *_targets("Schema.from_json", lambda text: py_wire.Schema.from_json(text), "text",
+              text="frame schema"),
+    *_targets("Schema.from_toml", lambda text: py_wire.Schema.from_toml(text), "text",
+              text="string schema"),
     *_targets("PlaceholderContract", lambda **kw: py_wire.PlaceholderContract(**{
         "name": "c", "media_field": "m", "token_id": 1, "count": "fixed",
         "tokens_per_image": 1, **kw}), "token_id", "count", "merge_size", "downsample_ratio"),
