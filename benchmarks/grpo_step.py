@@ -284,7 +284,7 @@ def stored_bytes(partition: str) -> int:
     keys = list(listed)
     total = payload_bytes(tq.kv_batch_get(keys=keys, partition_id=partition))
     holders = list(
-        dict.fromkeys(t[ptq.MEDIA_HOLDER] for t in listed.values() if ptq.MEDIA_HOLDER in t)
+        dict.fromkeys(t[ptq.MEDIA_HOLDER] for t in listed.values() if t.get(ptq.MEDIA_HOLDER))
     )
     if holders:
         media = tq.kv_batch_get(keys=holders, partition_id=partition, select_fields=[ptq.MEDIA])

@@ -167,6 +167,20 @@ def _holds_data(tensor: Any) -> bool:
         return False
 
 
+def host_indices(name: str, value: Any) -> Any:
+    """An index tensor's values on the host (a numpy array passes through): a
+    :class:`WireError` naming ``name`` for a tensor whose values cannot be read (a meta tensor
+    holds none; torch answers ``NotImplementedError``)."""
+    if not hasattr(value, "is_meta"):
+        return value
+    if value.is_meta:
+        raise WireError(f"{name}: a tensor on the meta device holds no values to index with")
+    try:
+        return value.detach().cpu()
+    except (RuntimeError, NotImplementedError) as e:
+        raise WireError(f"{name}: cannot read the index tensor's values: {e}") from None
+
+
 #: What a padded output (rows x width cells, or segments padded to their max shape) may hold
 #: beyond the input that justifies it: at least this many cells ...
 MIN_PADDED_CELLS = 1 << 24

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from py_wire import _native
-from py_wire._args import MAX_COUNT, count, flag, integer, items, optional_count
+from py_wire._args import MAX_COUNT, count, flag, host_indices, integer, items, optional_count
 from py_wire._decode import checked_schema
 from py_wire._errors import prefixed
 from py_wire._native import Frame, SchemaError, WireError
@@ -54,7 +54,8 @@ def index_array(rows: torch.Tensor | np.ndarray, num_rows: int) -> np.ndarray:
     if isinstance(rows, torch.Tensor):
         if rows.is_floating_point() or rows.is_complex():
             raise WireError(f"rows: an index tensor must hold integers, not {rows.dtype}")
-        rows = rows.detach().cpu().numpy()
+        host: np.ndarray = host_indices("rows", rows).numpy()
+        rows = host
     if rows.ndim != 1:
         raise WireError(f"rows: an index array must be 1-D, not of shape {tuple(rows.shape)}")
     if rows.dtype == np.bool_:

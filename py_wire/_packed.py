@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from py_wire._args import device as device_arg
-from py_wire._args import flag, integer, padded_cells_backed
+from py_wire._args import flag, host_indices, integer, padded_cells_backed
 from py_wire._args import items as items_arg
 from py_wire._native import BatchError, FrameError, RowIndexError, WireError
 from py_wire._rows import resolve_slice
@@ -317,7 +317,7 @@ class PackedTensor:
                 )
             indices = range(start, stop, step)
         if isinstance(indices, torch.Tensor | np.ndarray):
-            indices = indices.tolist()
+            indices = host_indices("indices", indices).tolist()
         idx = [integer(f"indices[{i}]", r) for i, r in enumerate(items_arg("indices", indices))]
         n = len(self)
         for i, row in enumerate(idx):
@@ -403,7 +403,7 @@ def _location(t: torch.Tensor) -> tuple[Any, ...]:
 
 def _int_list(name: str, value: Any) -> list[int]:
     if isinstance(value, torch.Tensor | np.ndarray):
-        value = value.tolist()
+        value = host_indices(name, value).tolist()
     return [integer(f"{name}[{i}]", v) for i, v in enumerate(items_arg(name, value))]
 
 

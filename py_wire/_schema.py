@@ -437,6 +437,7 @@ class Schema(BaseModel):
     def from_toml(cls, text: str, source: str = "<string>") -> Schema:
         """A schema from TOML text. ``extends`` needs a file to resolve paths against: load
         such a schema with :func:`load_schema` (a path or a bundled name)."""
+        _text_arg(text, source)
         data = _parse_toml(text, source)
         if "extends" in data:
             raise SchemaError(
@@ -452,6 +453,8 @@ class Schema(BaseModel):
 
     @classmethod
     def from_json(cls, text: str, source: str = "<frame>") -> Schema:
+        """A schema from its JSON text (a frame's canonical form, or the full form)."""
+        _text_arg(text, source)
         _check_size(text, source, SchemaError)
         _check_nesting(text, _JSON_TOKENS, source, SchemaError)
         try:
@@ -478,6 +481,9 @@ class Schema(BaseModel):
             if view is not None:
                 return view
             held = _native.held_schema(fingerprint)
+            if held is None and frame._held_text is not None:
+                # Let go since the frame was read: the frame keeps the schema it was read under.
+                return Schema._validate(json.loads(frame._held_text), "a held schema")
             if held is None:
                 raise FrameError(
                     f"the frame is compact: it names its schema by fingerprint "
@@ -504,6 +510,14 @@ class Schema(BaseModel):
             raise SchemaError(f"{source}: {_problems(e)}") from None
         except RecursionError:  # deeply nested Python data handed to from_dict
             raise SchemaError(f"{source}: nested too deeply") from None
+
+
+def _text_arg(text: object, source: object) -> None:
+    """``from_json`` / ``from_toml``'s arguments: strings (``TypeError`` naming which)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str (a schema's text), not {type(text).__name__}")
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a str, not {type(source).__name__}")
 
 
 def _problems(e: ValidationError) -> str:

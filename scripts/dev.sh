@@ -4,9 +4,15 @@
 #   scripts/dev.sh test    set up and run every check: cargo fmt/clippy/test, ruff, mypy,
 #                          stubtest, pytest
 #   scripts/dev.sh setup   set up only
-#   scripts/dev.sh wheel   build the one wheel users install (abi3, manylinux_2_28, no Rust needed)
-#   scripts/dev.sh wheel-test  install that wheel into a fresh venv with no Rust toolchain on
-#                          PATH and run the demo and scripts/wheel_smoke.py from another directory
+#   scripts/dev.sh wheel   build what users install into target/dist: the abi3 manylinux_2_28
+#                          wheels for x86-64 and aarch64 (no Rust needed) and the sdist, each
+#                          checked (auditwheel, twine check); installs the aarch64 tools it needs
+#                          (scripts/aarch64_tools.sh, cached in ~/.cache/py_wire-ci)
+#   scripts/dev.sh wheel-test  build them, install each wheel into a fresh venv with no Rust
+#                          toolchain on PATH (aarch64's into an aarch64 CPython under qemu) and
+#                          run the demo and scripts/wheel_smoke.py from another directory; then
+#                          install the sdist (pip builds it with the machine's Rust) and smoke it
+#   scripts/dev.sh test-aarch64  the crate's cargo tests built for aarch64, run under qemu
 # Idempotent: a second run reuses the venv, the installed packages and cargo's build cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,48 +69,89 @@ run_tests() {
   echo "== pytest"; "$PY" -m pytest "$@"
 }
 
-# The wheel: built by maturin with zig as the linker, so that it needs glibc 2.28 at most whatever
-# this machine's glibc is; its own target directory, so that it never evicts the dev build.
+# The artefacts users install, into target/dist: an abi3 manylinux_2_28 wheel for x86-64 and one
+# for aarch64 (GH200/GB200 nodes), both linked by zig so that they need glibc 2.28 at most whatever
+# this machine's glibc is, and the sdist. aarch64 is built with Debian's Rust (its standard
+# library for aarch64 comes from Debian too; scripts/aarch64_tools.sh unpacks both into a cache).
+# Cargo's target folders live in that cache as well, so that CI's fresh clones build incrementally.
 DIST=target/dist
 MAX_GLIBC_MINOR=28
+# shellcheck source=scripts/aarch64_tools.sh
+source scripts/aarch64_tools.sh
 
 wheel() {
   setup
   rm -rf "$DIST"
+  a64_tools
   # The venv first on PATH: maturin finds zig as `python3 -m ziglang` (requirements-dev.txt).
-  PATH="$VENV/bin:$PATH" CARGO_TARGET_DIR=target/wheel-build "$VENV/bin/maturin" build \
+  PATH="$VENV/bin:$PATH" CARGO_TARGET_DIR=$A64_CACHE/target-wheel "$VENV/bin/maturin" build \
     --release --quiet --interpreter "$PY" \
     --compatibility manylinux_2_28 --zig --out "$DIST"
-  whl=$(one_wheel)
-  case "$(basename "$whl")" in
-    *-cp311-abi3-manylinux_2_*) ;;
-    *) echo "not an abi3 manylinux wheel: $whl" >&2; exit 1 ;;
-  esac
-  # auditwheel reads the symbols the extension needs: the glibc it asks for must be 2.28 or older.
-  show=$("$VENV/bin/auditwheel" show "$whl")
-  echo "$show"
-  minor=$(grep -oE 'manylinux_2_[0-9]+' <<< "$show" | head -1 | cut -d_ -f3)
-  if [ -z "$minor" ] || [ "$minor" -gt "$MAX_GLIBC_MINOR" ]; then
-    echo "the wheel needs a newer glibc than manylinux_2_$MAX_GLIBC_MINOR" >&2; exit 1
-  fi
-  echo "wheel: $whl ($(du -h "$whl" | cut -f1))"
+  # rustup's cargo drives Debian's rustc (RUSTC), which has aarch64's standard library; the
+  # machine's own toolchain is left as it is.
+  PATH="$VENV/bin:$PATH" RUSTC=$A64_RUSTC CARGO_TARGET_DIR=$A64_CACHE/target-wheel-aarch64 \
+    "$VENV/bin/maturin" build --release --quiet --target aarch64-unknown-linux-gnu \
+    --compatibility manylinux_2_28 --zig --out "$DIST"
+  "$VENV/bin/maturin" sdist --out "$DIST" > /dev/null
+  check_wheel "$(artefact x86_64.whl)" x86_64
+  check_wheel "$(artefact aarch64.whl)" aarch64
+  check_sdist "$(artefact .tar.gz)"
+  # The metadata a registry page shows (license, classifiers, links, the README rendered).
+  "$PY" -m twine check --strict "$DIST"/*
+  for found in "$DIST"/*; do echo "built: $found ($(du -h "$found" | cut -f1))"; done
 }
 
-one_wheel() {
+# The one artefact in $DIST whose name ends with $1.
+artefact() {
   shopt -s nullglob
-  local found=("$DIST"/*.whl)
-  [ "${#found[@]}" -eq 1 ] || { echo "want one wheel in $DIST, found ${#found[@]}" >&2; exit 1; }
-  echo "${found[0]}"
+  local found=("$DIST"/*"$1")
+  [ "${#found[@]}" -eq 1 ] || { echo "want one *$1 in $DIST, found ${#found[@]}" >&2; exit 1; }
+  echo "$(cd "$(dirname "${found[0]}")" && pwd)/$(basename "${found[0]}")"
+}
+
+check_wheel() {
+  local whl=$1 arch=$2 show minor
+  case "$(basename "$whl")" in
+    *-cp311-abi3-manylinux_2_*_"$arch".whl) ;;
+    *) echo "not an abi3 manylinux $arch wheel: $whl" >&2; exit 1 ;;
+  esac
+  # auditwheel reads the symbols the extension needs: the glibc it asks for must be 2.28 or older.
+  show=$("$PY" -m auditwheel show "$whl")
+  echo "$show"
+  grep -q "$arch" <<< "$show" || { echo "auditwheel does not see $arch in $whl" >&2; exit 1; }
+  minor=$(grep -oE 'manylinux_2_[0-9]+' <<< "$show" | head -1 | cut -d_ -f3)
+  if [ -z "$minor" ] || [ "$minor" -gt "$MAX_GLIBC_MINOR" ]; then
+    echo "$whl needs a newer glibc than manylinux_2_$MAX_GLIBC_MINOR" >&2; exit 1
+  fi
+}
+
+# The sdist carries what a build from it needs: the crate, its lock file, the package and its
+# bundled schemas, and the README its metadata points at.
+check_sdist() {
+  local listing want
+  listing=$(tar -tzf "$1")
+  for want in pyproject.toml README.md Cargo.lock rust_codec/Cargo.toml rust_codec/src/lib.rs \
+    py_wire/__init__.py py_wire/_native.pyi py_wire/py.typed py_wire/schemas/qwen2_5_vl.toml; do
+    grep -q "^py_wire-[^/]*/$want\$" <<< "$listing" || { echo "$1 lacks $want" >&2; exit 1; }
+  done
+}
+
+# Fails if a Rust toolchain is reachable from the PATH of what follows.
+no_rust() {
+  if command -v cargo || command -v rustc; then
+    echo "a Rust toolchain is on PATH: the wheel test must run without one" >&2; exit 1
+  fi
 }
 
 wheel_test() {
   wheel
-  local whl repo tmp base
-  whl=$(cd "$(dirname "$(one_wheel)")" && pwd)/$(basename "$(one_wheel)")
+  local repo tmp base pip
   repo=$(pwd)
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' RETURN
   base=$("$PY" -c 'import sys; print(sys._base_executable)')
+
+  echo "== the x86-64 wheel, no Rust on PATH"
   "$base" -m venv "$tmp/venv"
   # The venv's own (older) setuptools would shadow the linked one torch asks for.
   "$tmp/venv/bin/python" -m pip uninstall --quiet --yes setuptools 2>/dev/null || true
@@ -115,13 +162,58 @@ wheel_test() {
     cd "$tmp"
     export PATH="$tmp/venv/bin:/usr/local/bin:/usr/bin:/bin"
     unset VIRTUAL_ENV CARGO_HOME RUSTUP_HOME
-    if command -v cargo || command -v rustc; then
-      echo "a Rust toolchain is on PATH: the wheel test must run without one" >&2; exit 1
-    fi
-    python -m pip install --quiet --no-index "$whl"
+    no_rust
+    python -m pip install --quiet --no-index "$(artefact x86_64.whl)"
     python -m py_wire.demo --samples 8 --reps 1
     python "$repo/scripts/wheel_smoke.py" "$tmp/venv"
   )
+
+  echo "== the aarch64 wheel in an aarch64 CPython under emulation, no Rust on PATH"
+  local deps
+  deps=$(a64_deps_venv "$PY")
+  pip=$(a64_pip "$PY")
+  a64_run "$A64_PYTHON" -m venv --without-pip "$tmp/venv-aarch64"
+  a64_run "$tmp/venv-aarch64/bin/python" scripts/link_deps.py "$deps"
+  (
+    cd "$tmp"
+    export PATH="/usr/local/bin:/usr/bin:/bin"
+    unset VIRTUAL_ENV CARGO_HOME RUSTUP_HOME RUSTC
+    no_rust
+    py=$tmp/venv-aarch64/bin/python
+    a64_run "$py" "$pip/pip" install --quiet --no-index "$(artefact aarch64.whl)"
+    a64_run "$py" -m py_wire.demo --samples 4 --reps 1
+    # Without a binfmt handler the kernel cannot start an aarch64 program: the smoke test starts
+    # its subprocesses (the py-wire command, a second interpreter) through qemu, as this does.
+    # PY_WIRE_STREAMING=always: even asked to, nothing streams on aarch64 (the smoke test checks).
+    PY_WIRE_STREAMING=always PY_WIRE_SMOKE_RUNNER="$A64_QEMU -L $A64_ROOT" a64_run "$py" \
+      "$repo/scripts/wheel_smoke.py" "$tmp/venv-aarch64"
+  )
+
+  echo "== the sdist, built by pip with the machine's Rust"
+  "$base" -m venv "$tmp/venv-sdist"
+  "$tmp/venv-sdist/bin/python" -m pip uninstall --quiet --yes setuptools 2>/dev/null || true
+  "$tmp/venv-sdist/bin/python" scripts/link_deps.py "$VENV"
+  (
+    cd "$tmp"
+    # pip fetches maturin for the build (build isolation, as for any user); the crate's own
+    # dependencies come from crates.io into cargo's cache.
+    CARGO_TARGET_DIR=$A64_CACHE/target-sdist "$tmp/venv-sdist/bin/python" -m pip install \
+      --quiet "$(artefact .tar.gz)"
+    "$tmp/venv-sdist/bin/python" "$repo/scripts/wheel_smoke.py" "$tmp/venv-sdist"
+  )
+}
+
+# The crate's own tests (the core, without the Python feature) built for aarch64 and run under
+# emulation: the copy kernels, the SIMD scans and the frame code on the other architecture.
+test_aarch64() {
+  setup
+  a64_tools
+  local linker
+  linker=$(a64_linker "$PY")
+  RUSTC=$A64_RUSTC CARGO_TARGET_DIR=$A64_CACHE/target-test-aarch64 \
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=$linker \
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$A64_QEMU -L $A64_ROOT" \
+    cargo test --quiet --target aarch64-unknown-linux-gnu "$@"
 }
 
 cmd=${1:-demo}
@@ -132,5 +224,6 @@ case "$cmd" in
   test) setup; run_tests "$@" ;;
   wheel) wheel ;;
   wheel-test) wheel_test ;;
-  *) echo "usage: scripts/dev.sh [demo|test|setup|wheel|wheel-test]" >&2; exit 2 ;;
+  test-aarch64) test_aarch64 "$@" ;;
+  *) echo "usage: scripts/dev.sh [demo|test|setup|wheel|wheel-test|test-aarch64]" >&2; exit 2 ;;
 esac

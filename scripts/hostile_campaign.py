@@ -5,7 +5,9 @@ past 8 GB). Prints each chunk's outcome counts and the totals.
 
     .venv/bin/python scripts/hostile_campaign.py --chunks 8 --examples 100
 
-A chunk makes about ``examples`` x (number of sweep targets) calls.
+A chunk makes about ``examples`` x (number of sweep targets) calls, then ``--schema-calls``
+calls of ``Schema.from_json`` on mutated schema texts (``tests/hostile/test_hostile_schema.py``)
+in a process of its own.
 """
 
 from __future__ import annotations
@@ -36,16 +38,34 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-def run_chunk(seed: int, examples: int, limit_as: int, max_rss: int, timeout: float) -> dict:
+#: The campaign's parts: (test file, test, environment variable of its size per chunk).
+SWEEP = ("tests/hostile/test_hostile_sweep.py", "test_sweep", "PY_WIRE_HOSTILE_EXAMPLES")
+SCHEMA_TEXT = (
+    "tests/hostile/test_hostile_schema.py",
+    "test_from_json_campaign",
+    "PY_WIRE_HOSTILE_SCHEMA_CALLS",
+)
+
+
+def run_chunk(
+    part: tuple[str, str, str],
+    seed: int,
+    size: int,
+    limit_as: int,
+    max_rss: int,
+    timeout: float,
+) -> dict:
+    test_file, test, size_variable = part
     report = Path(tempfile.mkstemp(prefix="py_wire_sweep_", suffix=".json")[1])
     env = {
         **os.environ,
-        "PY_WIRE_HOSTILE_EXAMPLES": str(examples),
+        size_variable: str(size),
+        "PY_WIRE_HOSTILE_SEED": str(seed),
         "PY_WIRE_HOSTILE_REPORT": str(report),
     }
     cmd = [
-        sys.executable, "-m", "pytest", "tests/hostile/test_hostile_sweep.py", "-q",
-        "-p", "no:cacheprovider", "-k", "test_sweep", f"--hypothesis-seed={seed}",
+        sys.executable, "-m", "pytest", test_file, "-q",
+        "-p", "no:cacheprovider", "-k", test, f"--hypothesis-seed={seed}",
     ]  # fmt: skip
 
     def limit() -> None:
@@ -70,6 +90,7 @@ def run_chunk(seed: int, examples: int, limit_as: int, max_rss: int, timeout: fl
     counts = json.loads(report.read_text()) if report.stat().st_size else {}
     report.unlink()
     return {
+        "test": test,
         "seed": seed,
         "rc": proc.returncode,
         "killed": killed,
@@ -84,6 +105,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--chunks", type=int, default=8)
     parser.add_argument("--examples", type=int, default=100)
+    parser.add_argument("--schema-calls", type=int, default=20000)
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--address-space-gib", type=float, default=6.0)
     parser.add_argument("--max-rss-gib", type=float, default=3.0)
@@ -92,19 +114,23 @@ def main() -> int:
     total: Counter[str] = Counter()
     failed = 0
     for i in range(args.chunks):
-        r = run_chunk(
-            args.first_seed + i,
-            args.examples,
-            int(args.address_space_gib * 2**30),
-            int(args.max_rss_gib * 2**30),
-            args.timeout,
-        )
-        total.update(r["counts"])
-        failed += r["rc"] != 0 or bool(r["killed"])
-        tail = r.pop("tail")
-        print(json.dumps(r, sort_keys=True), flush=True)
-        if tail:
-            print(tail, flush=True)
+        for part, size in ((SWEEP, args.examples), (SCHEMA_TEXT, args.schema_calls)):
+            if size <= 0:
+                continue
+            r = run_chunk(
+                part,
+                args.first_seed + i,
+                size,
+                int(args.address_space_gib * 2**30),
+                int(args.max_rss_gib * 2**30),
+                args.timeout,
+            )
+            total.update(r["counts"])
+            failed += r["rc"] != 0 or bool(r["killed"])
+            tail = r.pop("tail")
+            print(json.dumps(r, sort_keys=True), flush=True)
+            if tail:
+                print(tail, flush=True)
     print("total", json.dumps(dict(total), sort_keys=True), f"chunks failed: {failed}")
     return 1 if failed else 0
 

@@ -5,10 +5,17 @@ the checkout, in a venv that holds the wheel and no Rust toolchain:
 Checks that the package imported is the wheel's (not the checkout's), that every bundled schema
 round-trips a generated batch through an embedded and a compact frame, a file and frame ops,
 that the ``py-wire`` command runs, and that the demo runs without hypothesis (a dev-only
-dependency)."""
+dependency). On aarch64 it also checks that no copy streams (docs/performance.md, "aarch64").
+
+``PY_WIRE_SMOKE_RUNNER`` (a command prefix, such as ``qemu-aarch64-static -L ROOT``) starts the
+subprocesses where the kernel cannot start the interpreter itself (an aarch64 CPython under
+emulation with no binfmt handler): the ``py-wire`` script is then run by this interpreter."""
 
 from __future__ import annotations
 
+import os
+import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -23,6 +30,9 @@ NO_HYPOTHESIS = (
     "sys.argv = ['demo', '--samples', '4', '--reps', '1']; "
     "runpy.run_module('py_wire.demo', run_name='__main__')"
 )
+
+
+RUNNER = shlex.split(os.environ.get("PY_WIRE_SMOKE_RUNNER", ""))
 
 
 def check(ok: bool, what: str) -> None:
@@ -55,13 +65,23 @@ def main() -> None:
             joined = py_wire.concat(py_wire.split(frame, [3, 3]))
             assert_batch_equal(py_wire.decode(joined), batch, schema)
 
+    command = [str(venv / "bin" / "py-wire")]
+    if RUNNER:
+        command = [*RUNNER, sys.executable, *command]
     listed = subprocess.run(
-        [venv / "bin" / "py-wire", "schema", "list"], check=True, capture_output=True, text=True
+        [*command, "schema", "list"], check=True, capture_output=True, text=True
     ).stdout
     check(all(name in listed for name in schemas), "py-wire schema list misses a schema")
-    subprocess.run([sys.executable, "-c", NO_HYPOTHESIS], check=True, capture_output=True)
+    subprocess.run([*RUNNER, sys.executable, "-c", NO_HYPOTHESIS], check=True, capture_output=True)
+
+    # aarch64 has no streaming-store copy: the codec says it never streams, even when
+    # PY_WIRE_STREAMING=always (as scripts/dev.sh wheel-test runs it there).
+    threshold, _, glibc = py_wire._native.streaming_threshold()
+    if platform.machine() == "aarch64":
+        check(threshold == 2**64 - 1 and glibc is None, f"aarch64 streams from {threshold}")
     print(
-        f"wheel smoke test: py_wire {py_wire.__version__} from {where.parent}, "
+        f"wheel smoke test ({platform.machine()}): py_wire {py_wire.__version__} "
+        f"from {where.parent}, "
         f"{len(GENERATORS)} schemas round-tripped, py-wire and the demo ran without hypothesis"
     )
 

@@ -92,6 +92,8 @@ OBJECTS = st.sampled_from(
         (x for x in range(3)),
         slice(None, None, 0),
         range(0, 2**62),
+        range(2**70),
+        torch.tensor([0, 1], device="meta"),
         float("nan"),
         PackedTensor([torch.ones(1)]),
     ]
@@ -189,6 +191,8 @@ TARGETS: list[Target] = [
               **kw}), "tier", "dtype", "shape", "pad_value", "pack_dim", "stages"),
     *_targets("Schema", lambda **kw: py_wire.Schema(**{"name": "s", "fields": {}, **kw}), "name",
               "version", "fields", "stages", "sequence_field", "contracts"),
+    *_targets("Schema.from_json", lambda text: py_wire.Schema.from_json(text), "text"),
+    *_targets("Schema.from_toml", lambda text: py_wire.Schema.from_toml(text), "text"),
     *_targets("PlaceholderContract", lambda **kw: py_wire.PlaceholderContract(**{
         "name": "c", "media_field": "m", "token_id": 1, "count": "fixed",
         "tokens_per_image": 1, **kw}), "token_id", "count", "merge_size", "downsample_ratio"),
@@ -377,6 +381,14 @@ def test_every_public_callable_is_swept() -> None:
         ("PackedTensor", "rows", 1, "TypeError"),
         ("PackedTensor.as_tensor", "device", "bogus", "WireError"),
         ("PackedTensor.as_tensor", "device", 2**63, "WireError"),
+        ("PackedTensor[]", "index", torch.tensor([0], device="meta"), "WireError"),
+        ("PackedTensor.slice", "indices", torch.tensor([0], device="meta"), "WireError"),
+        ("decoded PackedTensor.slice", "indices", torch.tensor([0], device="meta"), "WireError"),
+        ("PackedTensor.from_csr", "row_offsets", torch.tensor([0], device="meta"), "WireError"),
+        ("take_rows", "rows", torch.tensor([0], device="meta"), "WireError"),
+        ("Schema.from_json", "text", range(2**70), "TypeError"),
+        ("Schema.from_json", "text", 12, "TypeError"),
+        ("Schema.from_toml", "text", range(2**70), "TypeError"),
     ],
 )
 def test_the_reported_escapes(name: str, argument: str, value: Any, want: str) -> None:

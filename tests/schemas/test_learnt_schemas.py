@@ -145,3 +145,49 @@ def test_the_budget_variable_is_checked(monkeypatch: pytest.MonkeyPatch) -> None
         assert _native.learnt_schemas()[2] == 3 << 20
     finally:
         _native.set_learnt_schema_budget(previous)
+
+
+def _packed_peer_schema() -> py_wire.Schema:
+    return py_wire.Schema.from_dict(
+        {
+            "name": "learnt_held_frame",
+            "fields": {
+                "r": {"tier": "scalar", "dtype": "float32"},
+                "img": {"tier": "packed", "dtype": "float32", "shape": ["*", 2]},
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize("read_schema", [True, False], ids=["schema-read", "schema-unread"])
+def test_a_held_compact_frame_decodes_after_its_learnt_schema_is_let_go(read_schema: bool) -> None:
+    schema = _packed_peer_schema()
+    batch: dict[str, Any] = {
+        "r": torch.tensor([1.0, 2.0]),
+        "img": [torch.ones(2, 2), None],
+    }
+    with mock.patch.object(schema_module, "_hold", lambda schema: None):
+        embedded = bytes(memoryview(py_wire.encode(batch, schema)))
+        _native.hold_schema(json.dumps(schema.model_dump()), True)
+        compact = bytes(memoryview(py_wire.encode(batch, schema, compact=True)))
+    _native.set_learnt_schema_budget(_native.set_learnt_schema_budget(0))
+    py_wire.decode(embedded)  # learnt from a peer's embedded frame
+    frame = py_wire.Frame.from_buffer(compact)  # read-only bytes: decode copies the frame
+    if read_schema:
+        assert frame.schema.fingerprint == schema.fingerprint
+    # Other traffic lets the learnt schema go.
+    _native.set_learnt_schema_budget(_native.set_learnt_schema_budget(0))
+    assert _native.held_schema(schema.fingerprint) is None
+    for writable in ("auto", "copy", "view"):
+        out = py_wire.decode(frame, writable=writable)
+        assert out["r"].tolist() == [1.0, 2.0], writable
+        assert out["img"][0][0].tolist() == [[1.0, 1.0], [1.0, 1.0]]
+        assert out["img"][1] is None
+    assert frame.schema.fingerprint == schema.fingerprint
+    picked = py_wire.take_rows(frame, [1, 0])
+    assert py_wire.decode(picked)["r"].tolist() == [2.0, 1.0]
+    assert [py_wire.decode(f)["r"].tolist() for f in py_wire.split(frame, [1, 1])] == [[1.0], [2.0]]
+    py_wire.check_contracts(frame)
+    # A frame that is not held is still refused, naming the fingerprint.
+    with pytest.raises(py_wire.FrameError, match=schema.fingerprint):
+        py_wire.Frame.from_buffer(compact)

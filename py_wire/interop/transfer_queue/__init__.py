@@ -15,7 +15,18 @@ TQ's samplers pick groups. Keyed per sample (``len(keys)`` = rows, as NeMo-RL ke
 each key's text column holds its sample's row alone, and the group's media frame is stored
 once, under the group's first key, which every key of the group names in its tags
 (``MEDIA_HOLDER``, ``MEDIA_ROW``); a fetch of any samples reads each of their groups' media
-frames once. Tags are otherwise the caller's, plus ``total_lengths``.
+frames once. Tags are otherwise the caller's, plus ``total_lengths`` and py_wire's own
+(``GROUP``, ``WRITE_BACKS``).
+
+**A key's data is only its own.** Every group gets a random identity at :func:`put`, in the
+``__metadata__`` of its text, media and write-back frames (``GROUP_KEY``) and in its keys'
+tags (``GROUP``), compared on every fetch: a sample reads its own group's media or a
+:class:`~py_wire.FrameError` (a media key put again by another group, tags copied from
+another group's sample), and a put over a group's first key that its other live samples read
+is refused. A fetch of many keys returns each key's latest values, as a fetch of that key
+alone does, write-backs that only some of them hold included (``write_back`` lists each key's
+write-back columns in its tags, ``WRITE_BACKS``: TQ's metadata of many keys names only the
+columns all hold).
 
 **Stages are columns.** Every group is two TQ columns, each holding one frame per row:
 ``py_wire.text`` and ``py_wire.media``. Which column a field travels in is declared in the
@@ -77,12 +88,15 @@ storage units take one CPU; fewer makes ``transfer_queue.init()`` hang) and
 from py_wire.interop.transfer_queue.columns import (
     COLUMN_KEY,
     COLUMNS,
+    GROUP,
+    GROUP_KEY,
     MEDIA,
     MEDIA_HOLDER,
     MEDIA_ROW,
     TEXT,
     TOTAL_LENGTHS,
     WRITE_BACK,
+    WRITE_BACKS,
     columns_for,
     media_fields,
     stores_frames_as_objects,
@@ -101,12 +115,15 @@ from py_wire.interop.transfer_queue.write_back import write_back
 __all__ = [
     "COLUMNS",
     "COLUMN_KEY",
+    "GROUP",
+    "GROUP_KEY",
     "MEDIA",
     "MEDIA_HOLDER",
     "MEDIA_ROW",
     "TEXT",
     "TOTAL_LENGTHS",
     "WRITE_BACK",
+    "WRITE_BACKS",
     "columns_for",
     "decode_columns",
     "encode_group_frames",

@@ -39,6 +39,23 @@ WRITE_BACK = "py_wire.fields:"
 COLUMN_KEY = "py_wire.transfer_queue.column"
 
 
+#: ``__metadata__`` key holding the identity of the group a frame was stored for: one random
+#: id per group at :func:`put`, carried by the group's text and media frames and by every
+#: write-back frame of its keys, and tagged on its keys (``GROUP``). :func:`get` compares
+#: them, so a key never reads another group's media or an earlier put's write-backs.
+GROUP_KEY = "py_wire.transfer_queue.group"
+
+
+#: The tag naming each key's group identity (``GROUP_KEY``'s value).
+GROUP = "py_wire.group"
+
+
+#: The tag listing the write-back columns :func:`write_back` added to a key: how :func:`get`
+#: learns the names of write-back columns that only some of the keys it fetches hold (TQ's
+#: metadata of many keys lists the columns all of them hold).
+WRITE_BACKS = "py_wire.write_backs"
+
+
 #: Frames start at multiples of this inside a column's buffer (py_wire's tensor alignment).
 ALIGN = 64
 
@@ -112,29 +129,42 @@ _MAX_CODECS = 256
 
 
 def column_codec(
-    sch: Schema, column: str, stage: str | None, carried: Sequence[str]
+    sch: Schema,
+    column: str,
+    stage: str | None,
+    carried: Sequence[str],
+    group: str | None = None,
 ) -> _native.Codec:
     """The codec of one column's frames: the contracts ``stage`` is held to whose media field
-    the column carries (``names``)."""
+    the column carries (``names``); with ``group``, frames that carry that group identity
+    (``GROUP_KEY``; built each time: a codec costs microseconds)."""
     key = (sch.fingerprint, column, stage)
-    codec = _CODECS.get(key)
+    codec = None if group is not None else _CODECS.get(key)
     if codec is None:
         contracts = [
             text
             for c, text in zip(sch.contracts, sch._contracts_json, strict=True)
             if c.media_field in set(carried) and text in sch._contracts_for(stage)
         ]
+        metadata = {SCHEMA_KEY: sch.canonical_json, FINGERPRINT_KEY: sch.fingerprint}
+        metadata[COLUMN_KEY] = column
+        if group is not None:
+            metadata[GROUP_KEY] = group
         codec = _native.Codec(
-            list(sch._specs.values()),
-            contracts,
-            sch.sequence_field,
-            sch.lengths_field,
-            {SCHEMA_KEY: sch.canonical_json, FINGERPRINT_KEY: sch.fingerprint, COLUMN_KEY: column},
+            list(sch._specs.values()), contracts, sch.sequence_field, sch.lengths_field, metadata
         )
+        if group is not None:
+            return codec
         if len(_CODECS) >= _MAX_CODECS:
             _CODECS.clear()
         _CODECS[key] = codec
     return codec
+
+
+def frame_group(frame: Frame) -> str | None:
+    """The group identity ``frame`` was stored for (None: a frame put by a py_wire without
+    group identities)."""
+    return frame.metadata.get(GROUP_KEY)
 
 
 def _aligned_offsets(sizes: Sequence[int]) -> torch.Tensor:
@@ -159,13 +189,14 @@ def _column(sizes: Sequence[int], fill: Callable[[int, Any], None]) -> torch.Ten
     return torch.nested.nested_tensor_from_jagged(buf, offsets)
 
 
-def packed_column(codec: _native.Codec, raws: Sequence[Raw]) -> torch.Tensor:
-    """One column as a jagged ``uint8`` nested tensor, one frame per group, each at a 64-byte
-    aligned offset of one buffer (its length padded to a multiple of 64)."""
-    sizes = [_native.encoded_nbytes(codec, raw) for raw in raws]
+def packed_column(codecs: Sequence[_native.Codec], raws: Sequence[Raw]) -> torch.Tensor:
+    """One column as a jagged ``uint8`` nested tensor, one frame per group (``codecs[i]``
+    encodes ``raws[i]``), each at a 64-byte aligned offset of one buffer (its length padded to
+    a multiple of 64)."""
+    sizes = [_native.encoded_nbytes(c, raw) for c, raw in zip(codecs, raws, strict=True)]
 
     def fill(i: int, view: Any) -> None:
-        _native.encode(codec, raws[i], None, None, view)
+        _native.encode(codecs[i], raws[i], None, None, view)
 
     return _column(sizes, fill)
 

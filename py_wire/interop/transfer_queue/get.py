@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from py_wire import _native
 from py_wire._decode import (
     FrameViews,
     Writable,
@@ -15,6 +16,7 @@ from py_wire._decode import (
     checked_schema,
     decode_selected,
 )
+from py_wire._encode import checked_fields, plain_tensors
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
 from py_wire._ops import concat, take_rows
@@ -22,11 +24,15 @@ from py_wire._schema import Schema
 from py_wire.interop.transfer_queue.columns import (
     COLUMN_KEY,
     COLUMNS,
+    GROUP,
     MEDIA,
     MEDIA_HOLDER,
     MEDIA_ROW,
     TEXT,
     WRITE_BACK,
+    WRITE_BACKS,
+    column_codec,
+    frame_group,
     is_ours,
     is_write_back,
     media_fields,
@@ -113,6 +119,10 @@ def _check_groups(frames: Mapping[str, Sequence[Frame]], keys: Sequence[str]) ->
                 problem = f"schema {checked_schema(t).name!r}, another key's {sch.name!r}"
             elif f.num_rows != t.num_rows:
                 problem = f"{f.num_rows} rows where its text column holds {t.num_rows}"
+            elif frame_group(f) != frame_group(t):
+                problem = (
+                    f"group {frame_group(f)} where its text column holds group {frame_group(t)}"
+                )
             if problem is not None:
                 _not_one_group(key, column, problem)
 
@@ -331,23 +341,176 @@ def _read(
     """The columns of ``keys`` a fetch for ``stage`` / ``fields`` reads: the text and write-back
     columns first, then the media column when the (now known) schema says a wanted field is
     media. Per-sample keys (tagged with their group's media key) read their groups' media
-    frames once: those come back as one frame of the keys' rows, in order (else None)."""
+    frames once: those come back as one frame of the keys' rows, in order (else None).
+    Write-backs that only some keys hold are merged per key (:func:`_merged_write_backs`)."""
     held = list(meta.field_names)
+    partial = partial_write_backs(meta, keys, partition_id)
     frames = fetch_columns(meta, _needed_columns(held, None, stage, fields), keys)
     sch = checked_schema(frames[TEXT][0])
+    _check_tags(meta, keys, frames[TEXT])
     sources = _media_sources(meta, keys)
     wants_media = MEDIA in _needed_columns([*held, MEDIA], sch, stage, fields)
+    needed = _needed_columns([*held, *partial], sch, stage, fields)
+    media = None
     if sources is not None and media_fields(sch) and wants_media:
-        rest = [c for c in _needed_columns(held, sch, stage, fields) if c not in frames]
-        frames.update(fetch_columns(meta, [c for c in rest if c != MEDIA], keys))
-        return frames, _shared_media(keys, sources, frames[TEXT], partition_id)
-    if MEDIA not in held and media_fields(sch) and stage is None and fields is None:
+        needed = [c for c in needed if c != MEDIA]
+    elif MEDIA not in held and media_fields(sch) and stage is None and fields is None:
         raise FrameError(
             f"TQ holds no {MEDIA!r} column for keys {keys[:4]}, though their schema has media"
         )
-    rest = [c for c in _needed_columns(held, sch, stage, fields) if c not in frames]
+    rest = [c for c in needed if c not in frames and c not in partial]
     frames.update(fetch_columns(meta, rest, keys))
-    return frames, None
+    some = {c: _fetch_partial(c, partial[c], keys, partition_id) for c in needed if c in partial}
+    frames = _merged_write_backs(frames, some, keys, sch, wanted_fields(sch, stage, fields))
+    if sources is not None and media_fields(sch) and wants_media:
+        media = _shared_media(keys, sources, frames[TEXT], partition_id)
+    return frames, media
+
+
+def partial_write_backs(meta: Any, keys: Sequence[str], partition_id: str) -> dict[str, list[int]]:
+    """The write-back columns that some of ``keys`` hold but not all (TQ's metadata of many keys
+    lists only the columns every one holds): each with the indexes of the keys holding it.
+    Their names come from the keys' tags (``WRITE_BACKS``); which keys hold them, from TQ's
+    production status."""
+    held = set(meta.field_names)
+    hinted = {
+        c
+        for tags in getattr(meta, "custom_meta", None) or ()
+        for c in (tags.get(WRITE_BACKS) or ())
+        if isinstance(c, str) and is_write_back(c) and c not in held
+    }
+    out: dict[str, list[int]] = {}
+    if not hinted:
+        return out
+    client = tq_module().get_client()
+    where = torch.as_tensor(list(meta.global_indexes), dtype=torch.long)
+    for column in sorted(hinted):
+        index, status = client.get_production_status(
+            data_fields=[column], partition_id=partition_id
+        )
+        if index is None or status is None or len(index) == 0:
+            continue
+        index = torch.as_tensor(index, dtype=torch.long)
+        status = torch.as_tensor(status).reshape(len(index), -1)
+        pos = torch.searchsorted(index, where).clamp(max=len(index) - 1)
+        holds = (index[pos] == where) & (status[pos, 0] == 1)
+        rows = torch.nonzero(holds).flatten().tolist()
+        if rows:
+            out[column] = rows
+    return out
+
+
+def _fetch_partial(
+    column: str, rows: Sequence[int], keys: Sequence[str], partition_id: str
+) -> dict[int, Frame]:
+    """The frames of ``column`` of the keys at ``rows`` (the ones holding it), by index."""
+    some = [keys[i] for i in rows]
+    meta = retrieve_meta(some, partition_id)
+    if column not in meta.field_names:
+        raise FrameError(
+            f"keys {some[:4]} no longer hold TQ column {column!r} (cleared meanwhile?)"
+        )
+    return dict(zip(rows, fetch_columns(meta, [column], some)[column], strict=True))
+
+
+def _merged_write_backs(
+    frames: dict[str, list[Frame]],
+    partial: Mapping[str, Mapping[int, Frame]],
+    keys: Sequence[str],
+    sch: Schema,
+    wanted: set[str] | None,
+) -> dict[str, list[Frame]]:
+    """``frames`` with each key's write-backs as that key alone would read them. A write-back
+    frame of an earlier put of the key (another group identity) is not the key's. When every
+    key holds every (live) write-back column, the columns stay as they are; else the fields of
+    the columns that differ are merged into one column whose frame per key holds each field's
+    latest value for that key (its write-back, else what its text column stores). A wanted
+    field that some keys hold and others do not is a :class:`~py_wire.FrameError` naming them
+    (rows without segments for an optional packed field)."""
+    text = frames[TEXT]
+    groups = [frame_group(t) for t in text]
+    written: dict[str, Mapping[int, Frame]] = {
+        c: dict(enumerate(g)) for c, g in frames.items() if is_write_back(c)
+    }
+    written.update(partial)
+    live = {
+        c: {i: f for i, f in per.items() if frame_group(f) == groups[i]}
+        for c, per in written.items()
+    }
+    uneven = {c for c, per in live.items() if per and len(per) != len(keys)}
+    changed = True
+    while changed:  # a full column sharing a field with an uneven one is merged with it
+        spread = {n for c in uneven for n in written_fields(c)}
+        more = {c for c in live if c not in uneven and live[c] and set(written_fields(c)) & spread}
+        changed = bool(more)
+        uneven |= more
+    out = {c: g for c, g in frames.items() if not is_write_back(c)}
+    out.update({c: frames[c] for c in live if c in frames and c not in uneven and live[c]})
+    if not uneven:
+        return out
+    seq = sch.sequence_field
+    names = [
+        n
+        for n in sch.fields
+        if n != seq
+        and any(n in written_fields(c) for c in uneven)
+        and (wanted is None or n in wanted)
+    ]
+    if not names:
+        return out
+    merged = []
+    for i, (key, t) in enumerate(zip(keys, text, strict=True)):
+        stored = {f.name for f in t.layout.fields}
+        values: dict[str, Any] = {}
+        if seq is not None:
+            values[seq] = decode_selected(t, {seq}, writable="view")[seq]
+        for name in names:
+            source = next(
+                (live[c][i] for c in uneven if i in live[c] and name in written_fields(c)),
+                t if name in stored else None,
+            )
+            if source is not None:
+                values[name] = decode_selected(source, {name}, writable="view")[name]
+            elif sch.fields[name].tier == "packed":
+                values[name] = [None] * t.num_rows
+            else:
+                holders = [keys[j] for c in uneven for j in live[c] if name in written_fields(c)]
+                raise with_context(
+                    FrameError(
+                        f"field {name!r} is written back for keys {holders[:4]} but key {key!r} "
+                        "neither stores nor had it written back: fetch them apart, or write it "
+                        "back to every key"
+                    ),
+                    field=name,
+                )
+        column = WRITE_BACK + ",".join(names)
+        codec = column_codec(sch, column, None, (), groups[i])
+        with plain_tensors():
+            raw = checked_fields(values, sch, None, required=False)
+            frame = _native.encode(codec, raw, None, None, None)
+        frame.schema = sch
+        merged.append(frame)
+    out[WRITE_BACK + ",".join(names)] = merged
+    return out
+
+
+def _check_tags(meta: Any, keys: Sequence[str], text: Sequence[Frame]) -> None:
+    """Each key's group identity tag (put's) is its text frame's: tags copied from another
+    group's sample would read that group's media."""
+    custom = list(getattr(meta, "custom_meta", None) or ())
+    if len(custom) != len(keys):
+        return
+    for key, tags, t in zip(keys, custom, text, strict=True):
+        tagged, stored = tags.get(GROUP), frame_group(t)
+        if tagged is not None and stored is not None and tagged != stored:
+            raise with_context(
+                FrameError(
+                    f"key {key!r}: its tags name group {tagged}, its text column holds a row of "
+                    f"group {stored} (tags copied from another group's key?): refusing to read "
+                    "another group's media or write-backs"
+                ),
+                field=GROUP,
+            )
 
 
 def _media_sources(meta: Any, keys: Sequence[str]) -> list[tuple[str, int | None]] | None:
@@ -355,11 +518,11 @@ def _media_sources(meta: Any, keys: Sequence[str]) -> list[tuple[str, int | None
     there (:func:`put`'s tags); a key stored per group holds its own (``(key, None)``: all its
     rows). None when no key is a per-sample one."""
     custom = list(getattr(meta, "custom_meta", None) or ())
-    if len(custom) != len(keys) or not any(MEDIA_HOLDER in c for c in custom):
+    if len(custom) != len(keys) or not any(c.get(MEDIA_HOLDER) is not None for c in custom):
         return None
     out: list[tuple[str, int | None]] = []
     for key, tags in zip(keys, custom, strict=True):
-        if MEDIA_HOLDER not in tags:
+        if tags.get(MEDIA_HOLDER) is None:
             out.append((key, None))
             continue
         holder, row = tags[MEDIA_HOLDER], tags.get(MEDIA_ROW)
@@ -412,6 +575,13 @@ def _shared_media(
         base, frame = first[holder]
         if checked_schema(frame).fingerprint != fingerprint:
             _not_one_group(key, MEDIA, f"schema {checked_schema(frame).name!r} at {holder!r}")
+        if frame_group(frame) != frame_group(t):
+            _not_one_group(
+                key,
+                MEDIA,
+                f"group {frame_group(frame)}'s media at {holder!r}, its text column group "
+                f"{frame_group(t)}'s row (the media key was put again or reused)",
+            )
         rows = range(frame.num_rows) if row is None else range(row, row + t.num_rows)
         if rows.start < 0 or rows.stop > frame.num_rows or len(rows) != t.num_rows:
             _not_one_group(

@@ -3,6 +3,7 @@ batch and encoded into its columns, then one ``kv_batch_put``."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,18 +14,21 @@ import torch
 from py_wire import _native
 from py_wire._args import batch_mapping, count, items
 from py_wire._encode import checked_fields, plain_tensors
-from py_wire._native import BatchError, Frame
+from py_wire._errors import with_context
+from py_wire._native import BatchError, Frame, FrameError
 from py_wire._ops import split
 from py_wire._packed import PackedTensor
 from py_wire._schema import Schema, load_schema
 from py_wire._typing import as_jagged
 from py_wire.interop.transfer_queue.columns import (
     COLUMNS,
+    GROUP,
     MEDIA,
     MEDIA_HOLDER,
     MEDIA_ROW,
     TEXT,
     TOTAL_LENGTHS,
+    WRITE_BACKS,
     Raw,
     column_codec,
     column_of,
@@ -148,25 +152,40 @@ def _group_plans(
 
 
 def encode_columns(
-    codecs: Mapping[str, _native.Codec], plans: Mapping[str, Sequence[Raw]], as_objects: bool
+    codecs: Mapping[str, Sequence[_native.Codec]],
+    plans: Mapping[str, Sequence[Raw]],
+    as_objects: bool,
 ) -> dict[str, Any]:
+    """Per column, each group's frame: ``codecs[column][i]`` encodes ``plans[column][i]``."""
     out: dict[str, Any] = {}
     with plain_tensors():
-        for column, codec in codecs.items():
+        for column, column_codecs in codecs.items():
             raws = plans[column]
             if not raws:
                 continue
             if as_objects:
-                out[column] = [_native.encode(codec, raw, None, None, None) for raw in raws]
+                out[column] = [
+                    _native.encode(codec, raw, None, None, None)
+                    for codec, raw in zip(column_codecs, raws, strict=True)
+                ]
             else:
-                out[column] = packed_column(codec, raws)
+                out[column] = packed_column(column_codecs, raws)
     return out
 
 
-def _stored_codecs(sch: Schema, stage: str | None, columns: Sequence[str]) -> dict[str, Any]:
+def _stored_codecs(
+    sch: Schema, stage: str | None, columns: Sequence[str], groups: Sequence[str]
+) -> dict[str, list[_native.Codec]]:
+    """Per column, one codec per group: its frames carry the group's identity."""
     return {
-        c: column_codec(sch, c, stage, sch.column_fields(c[len("py_wire.") :])) for c in columns
+        c: [column_codec(sch, c, stage, sch.column_fields(c[len("py_wire.") :]), g) for g in groups]
+        for c in columns
     }
+
+
+def new_groups(n: int) -> list[str]:
+    """``n`` fresh group identities (random: a group put again is another group)."""
+    return [uuid.uuid4().hex for _ in range(n)]
 
 
 def encode_groups(
@@ -183,7 +202,8 @@ def encode_groups(
     declares no media fields."""
     sch = load_schema(schema)
     plans, columns = _group_plans(batch, sch, group_size, stage)
-    return encode_columns(_stored_codecs(sch, stage, columns), plans, as_objects=False)
+    groups = new_groups(len(plans[TEXT]))
+    return encode_columns(_stored_codecs(sch, stage, columns, groups), plans, as_objects=False)
 
 
 def encode_group_frames(
@@ -197,7 +217,8 @@ def encode_group_frames(
     path): the same frames :func:`encode_groups` packs into one buffer, each in its own."""
     sch = load_schema(schema)
     plans, columns = _group_plans(batch, sch, group_size, stage)
-    return encode_columns(_stored_codecs(sch, stage, columns), plans, as_objects=True)
+    groups = new_groups(len(plans[TEXT]))
+    return encode_columns(_stored_codecs(sch, stage, columns, groups), plans, as_objects=True)
 
 
 def _row_tokens(raw: tuple[str, str, Any, Any]) -> list[int]:
@@ -216,21 +237,27 @@ def _tags(
     sch: Schema,
     tags: Sequence[Mapping[str, Any]] | None,
     per_sample: bool,
-) -> list[dict[str, Any]] | None:
+    key_groups: Sequence[str],
+) -> list[dict[str, Any]]:
     """Each key's TQ tags: the caller's, plus ``total_lengths`` (its tokens, what TQ's
-    ``SeqlenBalancedSampler`` balances by) unless the caller set it. A key is a group, or with
-    ``per_sample`` a row of one."""
+    ``SeqlenBalancedSampler`` balances by) unless the caller set it, and py_wire's own: the
+    key's group identity (``key_groups``), no media key (a per-sample put names it after) and
+    no write-backs. py_wire's tags are set whatever the caller's say (tags copied from another
+    group's sample) or TQ keeps from an earlier put of the key (it merges tags). A key is a
+    group, or with ``per_sample`` a row of one."""
     seq = sch.sequence_field
-    if seq is None:
-        return None if tags is None else [dict(t) for t in tags]
-    tokens: list[int] = []
-    for raw in plans[TEXT]:
-        rows = _row_tokens(next(r for r in raw if r[0] == seq))
-        tokens += rows if per_sample else [sum(rows)]
+    tokens: list[int | None] = [None] * len(key_groups)
+    if seq is not None:
+        tokens = []
+        for raw in plans[TEXT]:
+            rows = _row_tokens(next(r for r in raw if r[0] == seq))
+            tokens += rows if per_sample else [sum(rows)]
     out = []
-    for i, n in enumerate(tokens):
+    for i, (n, group) in enumerate(zip(tokens, key_groups, strict=True)):
         tag = {} if tags is None else dict(tags[i])
-        tag.setdefault(TOTAL_LENGTHS, n)
+        if n is not None:
+            tag.setdefault(TOTAL_LENGTHS, n)
+        tag.update({GROUP: group, MEDIA_HOLDER: None, MEDIA_ROW: None, WRITE_BACKS: []})
         out.append(tag)
     return out
 
@@ -288,27 +315,68 @@ def put(
             raise with_field(BatchError(f"{len(tags)} tags for {len(keys)} {what}"), "tags")
     if n == 0:
         return None
-    codecs = _stored_codecs(sch, stage, held)
-    key_tags = _tags(plans, sch, tags, per_sample)
+    groups = new_groups(n)
+    codecs = _stored_codecs(sch, stage, held, groups)
+    key_groups = groups
+    if per_sample:
+        spans = _group_spans(rows, group_size)
+        key_groups = [g for g, (lo, hi) in zip(groups, spans, strict=True) for _ in range(hi - lo)]
+    key_tags = _tags(plans, sch, tags, per_sample, key_groups)
     if not per_sample:
         columns = encode_columns(codecs, plans, as_objects)
+        if MEDIA in columns:
+            refuse_overwriting_media(keys, partition_id)
         return tq_put(keys, partition_id, columns, as_objects, key_tags)
     return _put_per_sample(keys, partition_id, codecs, plans, as_objects, key_tags)
+
+
+def refuse_overwriting_media(keys: Sequence[str], partition_id: str) -> None:
+    """Refuses a put over a key whose media column other live samples read (a per-sample
+    group's first key, while samples of that group not put again now remain): it would give
+    them another group's images. A :class:`~py_wire.FrameError` (as a fetch of such samples
+    is) naming the key and those samples; clear a group's keys together first."""
+    client = tq_module().get_client()
+    # create=True: what kv_batch_put does next (called once the batch is encoded, so a refused
+    # batch registers no key), and a key not stored yet is then no warning in TQ's log
+    meta = client.kv_retrieve_meta(keys=list(keys), partition_id=partition_id, create=True)
+    holders = {
+        key: tags.get(GROUP)
+        for key, tags in zip(keys, meta.custom_meta, strict=True)
+        if tags.get(MEDIA_HOLDER) == key
+    }
+    if not holders:
+        return
+    putting = set(keys)
+    held = tq_module().kv_list(partition_id).get(partition_id, {})
+    for holder, group in holders.items():
+        readers = [
+            k
+            for k, tags in held.items()
+            if k not in putting and tags.get(MEDIA_HOLDER) == holder and tags.get(GROUP) == group
+        ]
+        if readers:
+            raise with_context(
+                FrameError(
+                    f"key {holder!r} holds the media of its group's samples {readers[:4]}, "
+                    "which are still stored: a put over it would give them another group's "
+                    "images (clear a group's keys together, or put them again together)"
+                ),
+                field="keys",
+            )
 
 
 def _put_per_sample(
     keys: list[str],
     partition_id: str,
-    codecs: Mapping[str, _native.Codec],
+    codecs: Mapping[str, Sequence[_native.Codec]],
     plans: Mapping[str, Sequence[Raw]],
     as_objects: bool,
-    tags: list[dict[str, Any]] | None,
+    key_tags: list[dict[str, Any]],
 ) -> Any:
     """Each group's media frame under its first key, then each sample's text row under its own
     key, tagged with its media's key and row. Media go first: a sampler that picks keys by
     their text column never hands out a sample whose media are not stored yet."""
     frames = encode_columns(codecs, plans, as_objects=True)
-    key_tags = tags if tags is not None else [{} for _ in keys]
     texts: list[Frame] = []
     holders: list[str] = []
     for group in frames[TEXT]:
@@ -319,10 +387,11 @@ def _put_per_sample(
         texts += split(group, [1] * group.num_rows)
         holders.append(holder)
     if MEDIA in frames:
+        refuse_overwriting_media(keys, partition_id)
         media = {MEDIA: _as_column(frames[MEDIA], as_objects)}
         tq_put(holders, partition_id, media, as_objects, None)
     text = {TEXT: _as_column(texts, as_objects)}
-    return tq_put(keys, partition_id, text, as_objects, key_tags if key_tags[0] else None)
+    return tq_put(keys, partition_id, text, as_objects, key_tags)
 
 
 def _as_column(frames: list[Frame], as_objects: bool) -> Any:

@@ -20,15 +20,17 @@ from py_wire._typing import as_jagged
 from py_wire.interop.transfer_queue.columns import (
     TEXT,
     WRITE_BACK,
+    WRITE_BACKS,
     Raw,
     column_codec,
+    frame_group,
     frames_column,
     stores_frames_as_objects,
     written_fields,
 )
-from py_wire.interop.transfer_queue.get import fetch_columns
+from py_wire.interop.transfer_queue.get import fetch_columns, partial_write_backs
 from py_wire.interop.transfer_queue.meta import key_list, retrieve_meta, with_field
-from py_wire.interop.transfer_queue.put import encode_columns, tq_put, value_rows
+from py_wire.interop.transfer_queue.put import encode_columns, group_rows, tq_put, value_rows
 
 
 def write_back(
@@ -58,7 +60,8 @@ def write_back(
     if not isinstance(fields, Mapping) or not fields:
         raise TypeError("fields must be a non-empty mapping of field name to value")
     meta = retrieve_meta(keys, partition_id)
-    held = list(meta.field_names)
+    # Columns every key holds, and those some hold (a write-back to some of them before).
+    held = [*meta.field_names, *partial_write_backs(meta, keys, partition_id)]
     if TEXT not in held:
         raise FrameError(f"TQ holds no {TEXT!r} column for every one of keys {keys[:4]}")
     text = fetch_columns(meta, [TEXT], keys)[TEXT]
@@ -82,15 +85,41 @@ def write_back(
     for name in names:
         batch[name] = _aligned(sch, name, fields[name], total, lengths)
     column = WRITE_BACK + ",".join(names)
-    codec = column_codec(sch, column, None, ())
-    # Checked and encoded once over every key's rows, then cut into one frame per key without
-    # decoding: per-sample keys cost one encode, not one per key.
-    plans: dict[str, list[Raw]] = {column: [checked_fields(batch, sch, None, required=False)]}
-    (whole,) = encode_columns({column: codec}, plans, as_objects=True)[column]
-    frames = [whole] if len(text) == 1 else split(whole, [f.num_rows for f in text])
+    frames = _encoded(sch, column, batch, text)
     as_objects = stores_frames_as_objects()
     value = frames if as_objects else frames_column(frames)
-    return tq_put(keys, partition_id, {column: value}, as_objects, None)
+    # Each key's tags list its write-back columns: how a fetch of it with keys that lack this
+    # column learns the column's name (TQ lists the columns all fetched keys hold).
+    custom = list(getattr(meta, "custom_meta", None) or [{} for _ in keys])
+    tags = [{WRITE_BACKS: sorted({*(c.get(WRITE_BACKS) or ()), column})} for c in custom]
+    return tq_put(keys, partition_id, {column: value}, as_objects, tags)
+
+
+def _encoded(
+    sch: Schema, column: str, batch: Mapping[str, Any], text: Sequence[Frame]
+) -> list[Frame]:
+    """The write-back's frame per key: checked and encoded once per run of keys of one group
+    (every key of a per-sample group, or one per-group key), with that group's identity, then
+    cut into one frame per key without decoding."""
+    out: list[Frame] = []
+    if len({frame_group(t) for t in text}) > 1:
+        checked_fields(batch, sch, None, required=False)  # errors name the row among all keys'
+    start = 0
+    i = 0
+    while i < len(text):
+        group = frame_group(text[i])
+        j = i
+        while j < len(text) and frame_group(text[j]) == group:
+            j += 1
+        sizes = [f.num_rows for f in text[i:j]]
+        stop = start + sum(sizes)
+        rows = {n: group_rows(n, v, start, stop) for n, v in batch.items()}
+        codec = column_codec(sch, column, None, (), group)
+        plans: dict[str, list[Raw]] = {column: [checked_fields(rows, sch, None, required=False)]}
+        (whole,) = encode_columns({column: [codec]}, plans, as_objects=True)[column]
+        out += [whole] if len(sizes) == 1 else split(whole, sizes)
+        start, i = stop, j
+    return out
 
 
 def _check_written(

@@ -345,9 +345,38 @@ pub fn schema_ref(metadata: &BTreeMap<String, String>) -> Result<Option<&str>> {
     Ok(Some(reference))
 }
 
+/// A held schema as a frame read under it keeps it (with its text, when held with one): a
+/// frame its user holds is read again (copied, checked, operated on) under the schema it was
+/// read under, even after the registry has let that schema go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldRef {
+    /// The schema the frame was read under.
+    pub schema: Arc<HeldSchema>,
+    /// Its JSON as the registry held it ([`held_text`]).
+    pub text: Option<Arc<str>>,
+}
+
+/// The held schema a compact frame names, with its text.
+pub fn resolve_held(fingerprint: &str) -> Result<HeldRef> {
+    registry()
+        .read()
+        .ok()
+        .and_then(|r| {
+            r.get(fingerprint).map(|e| HeldRef {
+                schema: e.schema.clone(),
+                text: e.text.clone(),
+            })
+        })
+        .ok_or_else(|| unknown_schema(fingerprint))
+}
+
 /// The held schema a compact frame names, or a `FrameError` naming the fingerprint.
 pub fn resolve(fingerprint: &str) -> Result<Arc<HeldSchema>> {
-    held(fingerprint).ok_or_else(|| {
+    resolve_held(fingerprint).map(|h| h.schema)
+}
+
+fn unknown_schema(fingerprint: &str) -> Error {
+    {
         Error::Frame(Box::new(Detail {
             message: format!(
                 "the frame is compact: it names its schema by fingerprint {fingerprint} only, \
@@ -358,7 +387,7 @@ pub fn resolve(fingerprint: &str) -> Result<Arc<HeldSchema>> {
             found: Some(fingerprint.into()),
             ..Default::default()
         }))
-    })
+    }
 }
 
 #[cfg(test)]

@@ -43,14 +43,21 @@ pub fn schema_field_table(specs: &[FieldSpec], header: &Header) -> Vec<FieldSpec
 ///   `schema::text`): from that schema; a header that also carries a field table or
 ///   sequence field mixes forms;
 /// - neither: a `FrameError` (every writer embeds or names a schema).
-fn field_table(header: &Header) -> Result<(Vec<FieldSpec>, Option<String>)> {
+///
+/// `known`: the schema a compact frame was read under before, used when the header names it
+/// (else the registry is asked).
+fn field_table(header: &Header, known: Option<&compact::HeldRef>) -> Result<FieldTable> {
     let metadata = &header.metadata;
     let reference = compact::schema_ref(metadata)?;
     check_table_form(header.listed, reference.is_some())?;
     if let Some(reference) = reference {
-        let schema = compact::resolve(reference)?;
-        let specs = schema_field_table(&schema.specs, header);
-        return Ok((specs, schema.sequence_field.clone()));
+        let held = match known {
+            Some(k) if k.schema.fingerprint == reference => k.clone(),
+            _ => compact::resolve_held(reference)?,
+        };
+        let specs = schema_field_table(&held.schema.specs, header);
+        let sequence_field = held.schema.sequence_field.clone();
+        return Ok((specs, sequence_field, Some(held)));
     }
     let Some(facts) = embedded::embedded_facts(metadata)? else {
         return Err(frame_err!(
@@ -74,8 +81,12 @@ fn field_table(header: &Header) -> Result<(Vec<FieldSpec>, Option<String>)> {
     Ok((
         schema_field_table(&facts.specs, header),
         facts.sequence_field.clone(),
+        None,
     ))
 }
+
+/// What [`field_table`] finds: the specs, the sequence field, a compact frame's schema.
+type FieldTable = (Vec<FieldSpec>, Option<String>, Option<compact::HeldRef>);
 
 /// One table form per header kind: a compact header lists its tensors (`py_wire.tensors`); an
 /// embedded one has the safetensors table.
@@ -102,11 +113,18 @@ pub fn parse_frame(buf: &[u8]) -> Result<FrameLayout> {
     layout_from_header(parse_header(buf)?, buf)
 }
 
+/// [`parse_frame`] of a frame read before under `known` (its layout's [`FrameLayout::held`]):
+/// a compact frame naming that schema is read under it, whether or not the registry still
+/// holds it (a copy of a frame its user holds, its contracts checked again).
+pub fn parse_frame_known(buf: &[u8], known: Option<&compact::HeldRef>) -> Result<FrameLayout> {
+    layout_with(parse_header(buf)?, buf, Trust::Hostile, known)
+}
+
 /// The layout of the frame in `buf` whose header is `header` (from [`parse_header`], or what
 /// an encoder wrote there): every check of [`parse_frame`] but the JSON parse. A compact
 /// frame's errors name the schema fingerprint it was read against.
 pub fn layout_from_header(header: Header, buf: &[u8]) -> Result<FrameLayout> {
-    layout_with(header, buf, Trust::Hostile)
+    layout_with(header, buf, Trust::Hostile, None)
 }
 
 /// The layout of a frame this process's encoder just wrote into `buf` from `header`: every
@@ -115,12 +133,27 @@ pub fn layout_from_header(header: Header, buf: &[u8]) -> Result<FrameLayout> {
 /// can find nothing (the fuzz targets parse every written frame with [`parse_frame`] to
 /// keep that true).
 pub fn layout_of_written(header: Header, buf: &[u8]) -> Result<FrameLayout> {
-    layout_with(header, buf, Trust::Written)
+    layout_with(header, buf, Trust::Written, None)
 }
 
-fn layout_with(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayout> {
+/// [`layout_of_written`] of a frame written from frames read under `known` (see
+/// [`parse_frame_known`]).
+pub fn layout_of_written_known(
+    header: Header,
+    buf: &[u8],
+    known: Option<&compact::HeldRef>,
+) -> Result<FrameLayout> {
+    layout_with(header, buf, Trust::Written, known)
+}
+
+fn layout_with(
+    header: Header,
+    buf: &[u8],
+    trust: Trust,
+    known: Option<&compact::HeldRef>,
+) -> Result<FrameLayout> {
     let compact = header.metadata.get(meta::SCHEMA_REF).cloned();
-    checked_layout(header, buf, trust).map_err(|e| match compact {
+    checked_layout(header, buf, trust, known).map_err(|e| match compact {
         Some(fp) if matches!(e, Error::Frame(_)) && e.kind() != "unknown_schema" => {
             let shown: String = fp.chars().take(80).collect();
             e.context(&format!("compact frame of schema {shown}"))
@@ -151,7 +184,12 @@ fn check_format_version(md: &std::collections::BTreeMap<String, String>) -> Resu
     }
 }
 
-fn checked_layout(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayout> {
+fn checked_layout(
+    header: Header,
+    buf: &[u8],
+    trust: Trust,
+    known: Option<&compact::HeldRef>,
+) -> Result<FrameLayout> {
     let buf = buf
         .get(..header.frame_len)
         .ok_or_else(|| frame_err!("frame length {} exceeds the buffer", header.frame_len))?;
@@ -166,9 +204,9 @@ fn checked_layout(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayou
         .found(shown));
     }
     let num_rows = row_count(&header.metadata, buf.len())?;
-    let (specs, sequence_field) = match trust {
-        Trust::Hostile => field_table(&header)?,
-        Trust::Written => written_field_table(&header)?,
+    let (specs, sequence_field, held) = match trust {
+        Trust::Hostile => field_table(&header, known)?,
+        Trust::Written => written_field_table(&header, known)?,
     };
     let counts_tokens = specs
         .iter()
@@ -202,6 +240,7 @@ fn checked_layout(header: Header, buf: &[u8], trust: Trust) -> Result<FrameLayou
         seq_offsets,
         total_tokens,
         fields,
+        held,
     })
 }
 
@@ -226,15 +265,15 @@ fn row_count(md: &std::collections::BTreeMap<String, String>, frame_len: usize) 
 /// The field table of a header this process's encoder wrote. Its embedded schema was checked
 /// where it came from (a parsed frame, or the Python layer), so a schema this process holds
 /// under the header's fingerprint stands for it; only a schema not held is parsed again.
-fn written_field_table(header: &Header) -> Result<(Vec<FieldSpec>, Option<String>)> {
+fn written_field_table(header: &Header, known: Option<&compact::HeldRef>) -> Result<FieldTable> {
     let md = &header.metadata;
     if md.contains_key(meta::SCHEMA) {
         if let Some(schema) = md.get(meta::FINGERPRINT).and_then(|fp| compact::held(fp)) {
             let specs = schema_field_table(&schema.specs, header);
-            return Ok((specs, schema.sequence_field.clone()));
+            return Ok((specs, schema.sequence_field.clone(), None));
         }
     }
-    field_table(header)
+    field_table(header, known)
 }
 
 /// Every spec passes the codec's field rules, each name once.
@@ -365,7 +404,7 @@ fn check_every_entry_claimed(header: &Header, fields: &[DecodedField]) -> Result
 pub fn validation_ranges(prefix: &[u8]) -> Result<(usize, Vec<(usize, usize)>)> {
     let header = parse_prefix(prefix)?;
     check_format_version(&header.metadata)?;
-    let (specs, _) = field_table(&header)?;
+    let (specs, _, _) = field_table(&header, None)?;
     let mut ranges = vec![(0, header.data_start)];
     for entry in &header.entries {
         if !specs.iter().any(|s| s.name == entry.name) {

@@ -5,6 +5,7 @@
 //! copied once, never from the frame's bytes again.
 
 use crate::error::{Error, Result};
+use crate::frame::compact;
 use crate::frame::header::{Entry, Header};
 use crate::memory::buffer::ALIGNMENT;
 use crate::schema::dtype::DType;
@@ -28,6 +29,9 @@ pub struct FrameLayout {
     pub total_tokens: u64,
     /// The frame's fields, in field-table order (for a schema's table: data-section order).
     pub fields: Vec<DecodedField>,
+    /// A compact frame's schema as it was read under it (None for an embedded frame, which
+    /// carries its own): copies and operations of the frame read it again under this one.
+    pub held: Option<compact::HeldRef>,
 }
 
 impl FrameLayout {

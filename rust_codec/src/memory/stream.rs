@@ -22,6 +22,13 @@
 //!
 //! Streaming stores are weakly ordered: [`Stores`] issues the `sfence` they need before it is
 //! dropped, so a buffer written through it is complete before it is handed to another thread.
+//!
+//! Only x86-64 has them here ([`STREAMING_STORES`]). On aarch64 every copy is an ordinary one
+//! (`copy_from_slice`, glibc's `memcpy`), whatever the setting, and [`threshold`] says "none":
+//! Arm's cores detect a run of whole-line writes and stop allocating those lines by themselves
+//! (write streaming), so ordinary stores already skip the read for ownership that non-temporal
+//! stores exist to skip there, and `STNP` is only a hint to that same machinery
+//! (docs/performance.md, "aarch64").
 
 use std::sync::OnceLock;
 
@@ -34,6 +41,8 @@ const FALLBACK_THRESHOLD: usize = 16 << 20;
 /// `auto` never streams a frame this small, whatever the report says: it fits in the cache of
 /// any machine this runs on, and deciding it needs no question to the loader.
 pub const AUTO_FLOOR: usize = 1 << 20;
+/// Whether this build has a streaming-store copy (x86-64). Elsewhere nothing streams.
+pub const STREAMING_STORES: bool = cfg!(target_arch = "x86_64");
 
 /// `PY_WIRE_STREAMING`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,12 +122,21 @@ pub fn setting() -> Setting {
 
 /// Whether a frame of `frame_len` bytes is written with streaming stores.
 pub fn streams(frame_len: usize) -> bool {
-    decide(setting(), CacheReport::current, frame_len)
+    STREAMING_STORES && decide(setting(), CacheReport::current, frame_len)
 }
 
 /// The frame size from which copies stream in this process (0: every frame; `usize::MAX`: none).
 pub fn threshold() -> usize {
-    match setting() {
+    threshold_under(setting())
+}
+
+/// [`threshold`] under `setting`: `usize::MAX` whatever the setting where this build has no
+/// streaming stores.
+fn threshold_under(setting: Setting) -> usize {
+    if !STREAMING_STORES {
+        return usize::MAX;
+    }
+    match setting {
         Setting::Always => 0,
         Setting::Never => usize::MAX,
         Setting::Above(threshold) => threshold,
@@ -254,10 +272,11 @@ impl Stores {
         Stores::new(streams(frame_len))
     }
 
-    /// Stores that stream (`true`) or not, whatever the frame's size.
+    /// Stores that stream (`true`, where this build has streaming stores) or not, whatever the
+    /// frame's size.
     pub fn new(streaming: bool) -> Stores {
         Stores {
-            streaming,
+            streaming: streaming && STREAMING_STORES,
             unfenced: false,
         }
     }
@@ -447,7 +466,8 @@ mod arch {
     }
 }
 
-/// Elsewhere (aarch64 among them) a plain copy: no streaming stores, nothing to fence.
+/// Elsewhere (aarch64 among them) a plain copy: no streaming stores, nothing to fence
+/// ([`Stores`] never comes here, as [`STREAMING_STORES`] is false; the tests do).
 #[cfg(not(target_arch = "x86_64"))]
 mod arch {
     pub fn copy_streaming(dst: &mut [u8], src: &[u8]) -> bool {
@@ -632,6 +652,41 @@ mod tests {
             Some("/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")
         );
         assert_eq!(glibc::own_loader("7f00-7f01 r--p 0 0:0 0 [vdso]\n"), None);
+    }
+
+    /// The copies stream on x86-64 as the setting says; on aarch64 (and any other target) none
+    /// does and the threshold says so (`usize::MAX`), whatever the setting: run by
+    /// `scripts/dev.sh test-aarch64` under emulation.
+    #[test]
+    fn streaming_stores_exist_only_where_the_build_has_them() {
+        let every = [
+            Setting::Auto,
+            Setting::Always,
+            Setting::Never,
+            Setting::Above(0),
+        ];
+        if cfg!(target_arch = "x86_64") {
+            assert!(STREAMING_STORES);
+            assert!(Stores::new(true).streaming());
+            assert_eq!(threshold_under(Setting::Always), 0);
+            assert_eq!(threshold_under(Setting::Above(4096)), 4096);
+        } else {
+            assert!(!STREAMING_STORES);
+            assert!(!Stores::new(true).streaming());
+            assert!(!Stores::for_frame(usize::MAX).streaming());
+            assert!(!streams(usize::MAX));
+            for setting in every {
+                assert_eq!(threshold_under(setting), usize::MAX, "{setting:?}");
+            }
+            assert_eq!(threshold(), usize::MAX);
+            assert_eq!(CacheReport::current().glibc_threshold, None);
+        }
+        assert_eq!(threshold_under(Setting::Never), usize::MAX);
+        // The copy is the same bytes either way.
+        let src = pattern(1 << 16, 5);
+        let mut dst = vec![0u8; src.len()];
+        Stores::new(true).copy(&mut dst, &src);
+        assert_eq!(dst, src);
     }
 
     /// On x86-64 glibc from 2.33 (this project's machines: 2.36) the loader answers.

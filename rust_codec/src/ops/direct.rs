@@ -300,6 +300,10 @@ fn layout_of(header: Header, first: &FrameLayout, num_rows: u64, num_tokens: u64
             });
         }
     }
+    let held = first
+        .held
+        .clone()
+        .filter(|h| header_names(&header, &h.schema.fingerprint));
     FrameLayout {
         header,
         num_rows,
@@ -307,7 +311,13 @@ fn layout_of(header: Header, first: &FrameLayout, num_rows: u64, num_tokens: u64
         seq_offsets,
         total_tokens: num_tokens,
         fields,
+        held,
     }
+}
+
+/// Whether `header` is a compact frame's naming `fingerprint`.
+fn header_names(header: &Header, fingerprint: &str) -> bool {
+    header.metadata.get(meta::SCHEMA_REF).map(String::as_str) == Some(fingerprint)
 }
 
 /// Whether this path writes the sources into a frame of header entries `metadata`: they carry

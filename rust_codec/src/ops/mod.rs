@@ -19,7 +19,8 @@ use std::collections::BTreeMap;
 use crate::argument_err;
 use crate::encode::{EncodeOptions, EncodeRequest};
 use crate::error::Result;
-use crate::frame::layout::layout_of_written;
+use crate::frame::compact::HeldRef;
+use crate::frame::layout::layout_of_written_known;
 use crate::schema::spec::meta;
 
 pub use facts::PerRow;
@@ -71,7 +72,7 @@ pub fn take_with(
         if let Some(entries) = schema_entries {
             replace_schema_entries(&mut request.metadata, entries);
         }
-        return planned(&request, options);
+        return planned(&request, first.layout.held.as_ref(), options);
     }
     let mut metadata = output_metadata(first.layout);
     if let Some(entries) = schema_entries {
@@ -84,7 +85,7 @@ pub fn take_with(
     if let Some(entries) = schema_entries {
         replace_schema_entries(&mut request.metadata, entries);
     }
-    planned(&request, options)
+    planned(&request, first.layout.held.as_ref(), options)
 }
 
 /// Consecutive sections of one frame, `sizes` rows each (adding up to its row count), as new
@@ -106,15 +107,20 @@ pub fn split_frames(
     }
     split(source, sizes)?
         .iter()
-        .map(|request| planned(request, options))
+        .map(|request| planned(request, source.layout.held.as_ref(), options))
         .collect()
 }
 
-/// `request` planned and written; its layout from the header the encoder wrote.
-fn planned(request: &EncodeRequest<'_>, options: EncodeOptions) -> Result<Output> {
+/// `request` planned and written; its layout from the header the encoder wrote (a compact
+/// header naming `known`, the sources' schema, is read under it).
+fn planned(
+    request: &EncodeRequest<'_>,
+    known: Option<&HeldRef>,
+    options: EncodeOptions,
+) -> Result<Output> {
     let mut plan = crate::encode::plan(request)?;
     let buf = plan.write(options)?;
-    let layout = layout_of_written(plan.written, buf.as_slice())?;
+    let layout = layout_of_written_known(plan.written, buf.as_slice(), known)?;
     Ok((buf, layout))
 }
 

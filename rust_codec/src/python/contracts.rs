@@ -19,10 +19,11 @@ pub fn check_frame_contracts(
 ) -> PyResult<()> {
     let contracts = &codec.get().contracts;
     let bytes = frame.get().bytes();
+    let known = frame.get().layout().held.as_ref();
     // Validate again: a borrowed buffer may have been written since the frame was wrapped.
     py.detach(|| {
         guarded(OnPanic::Frame, || {
-            let layout = crate::frame::layout::parse_frame(bytes)?;
+            let layout = crate::frame::layout::parse_frame_known(bytes, known)?;
             check_contracts(bytes, &layout, contracts)
         })
     })

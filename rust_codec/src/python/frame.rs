@@ -12,8 +12,9 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use super::errors::{guarded, to_py, OnPanic};
 use super::owners::HeldViews;
+use crate::frame::compact::HeldRef;
 use crate::frame::header::parse_header;
-use crate::frame::layout::{parse_frame, FrameLayout};
+use crate::frame::layout::{parse_frame, parse_frame_known, FrameLayout};
 use crate::frame_err;
 use crate::memory::buffer::AlignedBuf;
 use crate::memory::remap::PrivateMapping;
@@ -210,7 +211,7 @@ impl Frame {
                 .detach(|| guarded(OnPanic::Frame, || parse_header(bytes)))
                 .map_err(|e| to_py(e.context("frame")))?
                 .frame_len;
-            return copied(py, bytes.get(..frame_len).unwrap_or(bytes));
+            return copied(py, bytes.get(..frame_len).unwrap_or(bytes), None);
         }
         let layout = py
             .detach(|| guarded(OnPanic::Frame, || parse_frame(bytes)))
@@ -233,8 +234,12 @@ impl Frame {
     /// A private copy: the frame's bytes copied once, without the GIL, into a writable,
     /// 64-byte-aligned buffer of its own (from the frame pool when one fits), validated again.
     /// Writing to views of the copy never reaches this frame's source.
+    /// A compact frame's copy is read under the schema this frame was read under, and keeps
+    /// its `Schema` view: a frame its user holds decodes whatever the registry let go since.
     fn copy(&self, py: Python<'_>) -> PyResult<Frame> {
-        copied(py, self.bytes())
+        let copy = copied(py, self.bytes(), self.layout.held.as_ref())?;
+        *copy.schema_view.lock().map_err(|_| poisoned())? = self._schema_view(py)?;
+        Ok(copy)
     }
 
     /// This frame's bytes without a copy and safe to write, for a read-only source whose
@@ -259,8 +264,13 @@ impl Frame {
         let Ok(mapping) = PrivateMapping::of(ptr, len) else {
             return Ok(None);
         };
+        let known = slf.get().layout.held.as_ref();
         let layout = py
-            .detach(|| guarded(OnPanic::Frame, || parse_frame(mapping.as_slice())))
+            .detach(|| {
+                guarded(OnPanic::Frame, || {
+                    parse_frame_known(mapping.as_slice(), known)
+                })
+            })
             .map_err(to_py)?;
         Ok(Some(Frame {
             storage: Storage::Remapped {
@@ -268,7 +278,7 @@ impl Frame {
                 source: slf.clone().unbind(),
             },
             layout,
-            schema_view: Mutex::new(None),
+            schema_view: Mutex::new(slf.get()._schema_view(py)?),
         }))
     }
 
@@ -385,6 +395,14 @@ impl Frame {
                 md.get(meta::SCHEMA).map(String::as_str),
             ),
         }
+    }
+
+    /// A compact frame's schema text as the registry held it when the frame was read (None
+    /// for an embedded frame, or a schema held without its text): `Schema.from_frame` reads
+    /// it when the registry has let the schema go since.
+    #[getter]
+    fn _held_text(&self) -> Option<&str> {
+        self.layout.held.as_ref().and_then(|h| h.text.as_deref())
     }
 
     /// Whether the frame is compact: its header names its schema by fingerprint
@@ -521,14 +539,14 @@ unsafe fn export(
 /// `bytes` copied once, without the GIL, into a writable, 64-byte-aligned buffer of its own
 /// (from the frame pool when one fits) and validated there: a writable source may change after
 /// it was wrapped, so the copy is what is checked.
-fn copied(py: Python<'_>, bytes: &[u8]) -> PyResult<Frame> {
+fn copied(py: Python<'_>, bytes: &[u8], known: Option<&HeldRef>) -> PyResult<Frame> {
     let (owned, layout) = py
         .detach(|| {
             guarded(OnPanic::Frame, || {
                 let owned = AlignedBuf::from_slice(bytes).ok_or_else(|| {
                     frame_err!("cannot allocate {} bytes for a copy", bytes.len())
                 })?;
-                let layout = parse_frame(owned.as_slice())?;
+                let layout = parse_frame_known(owned.as_slice(), known)?;
                 Ok((owned, layout))
             })
         })

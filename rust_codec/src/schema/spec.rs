@@ -339,6 +339,9 @@ pub mod meta {
     /// The TransferQueue column a frame was encoded for (written and checked by
     /// `py_wire/interop/transfer_queue/`: `columns.py` writes it, `get.py` checks it).
     pub const TQ_COLUMN: &str = "py_wire.transfer_queue.column";
+    /// The identity of the TransferQueue group a frame was stored for (one per group at put,
+    /// carried by its text, media and write-back frames and its keys' tags; compared on get).
+    pub const TQ_GROUP: &str = "py_wire.transfer_queue.group";
     /// What every reserved key starts with: a frame's `__metadata__` holds no key of this
     /// prefix but [`ALL`]'s and [`CHECKSUM`], and no caller key a bit away from it.
     pub const PREFIX: &str = "py_wire.";
@@ -352,7 +355,7 @@ pub mod meta {
             let known = ALL
                 .iter()
                 .any(|(_, k)| k.strip_prefix(PREFIX) == Some(rest));
-            let other = [CHECKSUM, TQ_COLUMN].map(|k| k.strip_prefix(PREFIX));
+            let other = [CHECKSUM, TQ_COLUMN, TQ_GROUP].map(|k| k.strip_prefix(PREFIX));
             return !(known || other.contains(&Some(rest)));
         }
         let bits = |head: &[u8]| -> u32 {
@@ -379,6 +382,7 @@ mod tests {
     fn reserved_keys() {
         for key in [
             meta::CHECKSUM,
+            meta::TQ_GROUP,
             meta::FORMAT,
             meta::SCHEMA,
             "verl.prompt_length",
