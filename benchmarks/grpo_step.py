@@ -33,6 +33,7 @@ per step, 16 generations each, 128 samples), on both TQ backends.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import statistics
 import sys
@@ -63,6 +64,87 @@ LATER = ("prev_logprobs", "reference_policy_logprobs", "advantages")
 PER_TOKEN = ("input_ids", "mm_token_type_ids", "token_mask", "generation_logprobs", *LATER)
 MEDIA = ("pixel_values", "image_grid_thw")
 SCALAR = ("input_lengths", "sample_mask")
+
+
+class Where:
+    """Where a step's time goes: the TQ client's calls, py_wire's encodes, decodes, checks and
+    frame ops, each timed by a wrapper around the named function (outermost call only, so a
+    category never counts another's time twice); and the payload bytes each write-back hands
+    to TQ (``kv_batch_put`` of a write-back column, or NeMo-RL's ``write``)."""
+
+    def __init__(self, extra: list[tuple[Any, str, str]] | None = None) -> None:
+        from py_wire import _native
+
+        # the modules (the package re-exports functions of the same names)
+        ptq_get, ptq_put, ptq_wb = (
+            importlib.import_module(f"py_wire.interop.transfer_queue.{m}")
+            for m in ("get", "put", "write_back")
+        )
+
+        client = type(tq.get_client()) if tq_started() else None
+        self.spots: list[tuple[Any, str, str]] = [
+            (tq, "kv_batch_put", "TQ calls"),
+            (tq, "kv_batch_get", "TQ calls"),
+            (tq, "kv_list", "TQ calls"),
+            (tq, "kv_clear", "TQ calls"),
+            (_native, "encode", "encode"),
+            (ptq_get, "decode_selected", "decode"),
+            (ptq_get, "_check_groups", "checks"),
+            (ptq_get, "_check_sequences", "checks"),
+            (ptq_get, "_check_media_rows", "checks"),
+            (ptq_put, "checked_fields", "checks"),
+            (ptq_wb, "checked_fields", "checks"),
+            (ptq_get, "concat", "frame ops"),
+            (ptq_get, "take_rows", "frame ops"),
+            (ptq_put, "split", "frame ops"),
+        ]
+        self.spots += extra or []
+        if client is not None:
+            for name in ("get_data", "kv_retrieve_meta", "kv_retrieve_keys", "get_meta"):
+                self.spots.append((client, name, "TQ calls"))
+        self.seconds: dict[str, float] = {}
+        self.write_back_bytes = 0
+        self.depth = 0
+        self.saved: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self) -> Where:
+        for owner, name, what in self.spots:
+            fn = getattr(owner, name)
+            self.saved.append((owner, name, fn))
+            setattr(owner, name, self._timed(fn, what))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for owner, name, fn in reversed(self.saved):
+            setattr(owner, name, fn)
+        self.saved.clear()
+
+    def _timed(self, fn: Callable[..., Any], what: str) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if what == "TQ calls" and fn.__name__ == "kv_batch_put":
+                fields = kwargs.get("fields")
+                for c in list(fields.keys()) if fields is not None else []:
+                    if c.startswith(ptq.WRITE_BACK) or c in LATER:
+                        self.write_back_bytes += payload_bytes(fields.select(c))
+            if self.depth:
+                return fn(*args, **kwargs)
+            self.depth += 1
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[what] = self.seconds.get(what, 0.0) + time.perf_counter() - t0
+                self.depth -= 1
+
+        return timed
+
+
+def tq_started() -> bool:
+    try:
+        tq.get_client()
+    except Exception:
+        return False
+    return True
 
 
 def start(sampler: Any, backend: str) -> None:
@@ -303,15 +385,25 @@ def payload_bytes(td: TensorDict) -> int:
     return total
 
 
-def timed(fn: Callable[[], Any], reps: int, clear: Callable[[], None]) -> tuple[float, Any]:
+def timed(
+    fn: Callable[[], Any],
+    reps: int,
+    clear: Callable[[], None],
+    extra: list[tuple[Any, str, str]] | None = None,
+) -> tuple[float, Any, Where]:
+    """The median of ``reps`` steps (ms), the last step's output, and where one more step's
+    time went (run after the timed ones, under the wrappers)."""
     times, out = [], None
     for _ in range(reps):
         t0 = time.perf_counter()
         out = fn()
         times.append(time.perf_counter() - t0)
-        if _ < reps - 1:
-            clear()
-    return statistics.median(times) * 1e3, out
+        clear()
+    with Where(extra) as where:
+        t0 = time.perf_counter()
+        out = fn()
+        where.seconds["whole step"] = time.perf_counter() - t0
+    return statistics.median(times) * 1e3, out, where
 
 
 def clear_partition() -> None:
@@ -347,18 +439,21 @@ def run_backend(
 
     out: dict[str, Any] = {"backend": backend}
     start(SeqlenBalancedSampler(n_samples_per_prompt=1, dp_size=RANKS), backend)
-    out["ours_ms"], out["ours"] = timed(lambda: pywire_step(batch, logp), reps, clear_partition)
+    out["ours_ms"], out["ours"], out["ours_where"] = timed(
+        lambda: pywire_step(batch, logp), reps, clear_partition
+    )
     out["ours_bytes"] = stored_bytes("grpo")
     # Per-sample keys, sampled as NeMo-RL's are (n_samples_per_prompt rows per group).
     start(SeqlenBalancedSampler(n_samples_per_prompt=GROUP, dp_size=RANKS), backend)
-    out["sample_ms"], out["sample"] = timed(
+    out["sample_ms"], out["sample"], out["sample_where"] = timed(
         lambda: pywire_step(batch, logp, per_sample=True), reps, clear_partition
     )
     out["sample_bytes"] = stored_bytes("grpo")
     start(SeqlenBalancedSampler(n_samples_per_prompt=GROUP, dp_size=RANKS), backend)
     try:
-        out["theirs_ms"], out["theirs"] = timed(
-            lambda: nemo.step(batch, logp), reps, clear_partition
+        spots = [(nemo, "pack", "encode"), (nemo, "materialize", "decode")]
+        out["theirs_ms"], out["theirs"], out["theirs_where"] = timed(
+            lambda: nemo.step(batch, logp), reps, clear_partition, spots
         )
         out["theirs_bytes"] = stored_bytes("grpo")
     except Exception as e:  # TQ's RayStore puts tensors with NIXL, absent on CPU machines
@@ -383,6 +478,15 @@ def main() -> None:
     )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument(
+        "--shapes",
+        choices=("recipe", "nemo-rl-builders"),
+        default="recipe",
+        help="recipe: py_wire's synthetic Qwen2.5-VL rows (up to 4 images of 256-2,048 patches "
+        "a prompt, a quarter of prompts text-only); nemo-rl-builders: the shapes NeMo-RL's "
+        "builders give (issue 48): 1-3 images of <= 1,024 patches a prompt, every prompt with "
+        "images, bf16 pixels shared by the prompt's samples",
+    )
+    parser.add_argument(
         "--backends",
         default="SimpleStorage,RayStore",
         help="TQ storage backends, comma-separated (each side runs on each)",
@@ -393,11 +497,27 @@ def main() -> None:
         parser.error(f"--rows must be a multiple of --group x {RANKS} DP ranks")
 
     nemo = NemoWire(args.nemo_rl)
-    batch = nemo_rl_qwen2_5_vl_batch(args.rows, group_size=GROUP)
+    if args.shapes == "nemo-rl-builders":
+        batch = nemo_rl_qwen2_5_vl_batch(
+            args.rows,
+            group_size=GROUP,
+            max_images=3,
+            min_patches=64,
+            max_patches=1024,
+            text_only_fraction=0.0,
+        )
+    else:
+        batch = nemo_rl_qwen2_5_vl_batch(args.rows, group_size=GROUP)
     logp = {k: pad_rows(batch[k]) for k in LATER}  # worker outputs: padded [B, W]
     rows_bytes = sum(r.numel() * r.element_size() for r in batch["pixel_values"] if r is not None)
     text, media = text_and_media_bytes({**batch, **logp})
     print(machine.describe())
+    tokens = sum(len(r) for r in batch["input_ids"])
+    print(
+        f"shapes: {args.shapes}; {tokens} tokens ({tokens / args.rows:.0f} a row); "
+        f"{sum(r.shape[0] for r in batch['image_grid_thw'][::GROUP] if r is not None)} "
+        f"images in {args.rows // GROUP} prompts"
+    )
     print(
         f"batch: {SCHEMA}, {args.rows} rows in groups of {GROUP}, pixel_values "
         f"{rows_bytes / 1e6:.1f} MB as the rows hold them ({media / 1e6:.1f} MB distinct), "
@@ -429,7 +549,41 @@ def main() -> None:
                 f"| {r['backend']} | NeMo-RL __lengths wire | {r['theirs_ms']:.0f} | "
                 f"{r['theirs_bytes'] / 1e6:.1f} |"
             )
+    print(
+        "\nWhere one more step's time went (ms; TQ calls = the TQ client's puts, gets and "
+        "metas; NeMo-RL's encode/decode = its pack_jagged_fields / materialize):\n"
+        "| TQ backend | path | whole step | TQ calls | encode | decode | checks | frame ops | "
+        "write-back MB |\n|---|---|---:|---:|---:|---:|---:|---:|---:|"
+    )
+    for r in results:
+        for mode, label in (
+            ("ours", "py_wire, a key per group"),
+            ("sample", "py_wire, a key per sample"),
+            ("theirs", "NeMo-RL __lengths wire"),
+        ):
+            w = r.get(mode + "_where")
+            if w is None:
+                continue
+            cells = " | ".join(
+                f"{w.seconds.get(k, 0.0) * 1e3:.0f}"
+                for k in ("whole step", "TQ calls", "encode", "decode", "checks", "frame ops")
+            )
+            print(f"| {r['backend']} | {label} | {cells} | {w.write_back_bytes / 1e6:.3f} |")
     baseline = next((r for r in results if "theirs_error" not in r), None)
+    for r in results:
+        ref = r if "theirs_error" not in r else baseline
+        if ref is None:
+            continue
+        per_sample = ref["theirs_ms"] / r["sample_ms"]
+        to_group = r["sample_ms"] / r["ours_ms"]
+        wb = r["sample_where"].write_back_bytes / ref["theirs_where"].write_back_bytes
+        wb_group = r["ours_where"].write_back_bytes / ref["theirs_where"].write_back_bytes
+        print(
+            f"{r['backend']} goals (issue 48): per-sample keys {per_sample:.1f}x NeMo-RL's wire "
+            f"(goal >= 5x); per-sample {to_group:.2f}x the per-group step (goal <= 1.3x); "
+            f"write-back bytes per sample {wb:.3f} / per group {wb_group:.3f} of NeMo-RL's "
+            "(goal <= 1)"
+        )
     failed = False
     for r in results:
         ref = r if "theirs_error" not in r else baseline

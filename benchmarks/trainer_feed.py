@@ -288,6 +288,65 @@ def small_section(reps: int) -> None:
         )
 
 
+def floor_section(reps: int, micro: int) -> None:
+    """Issue 48's floor for padded micro-batches: what any decoder must do to hand a trainer
+    padded micro-batches from a jagged frame is write the padded bytes once (one glibc memcpy:
+    numpy's ``copyto`` into a buffer written once before, transparent huge pages off for it)
+    and slice a padded dict into micro-batches (what NeMo-RL's iterator does)."""
+    import numpy as np
+
+    multiarray = getattr(np, "_core", np).multiarray
+    with_hugepages = multiarray._get_madvise_hugepage()  # type: ignore[attr-defined]
+    multiarray._set_madvise_hugepage(False)  # type: ignore[attr-defined]
+    print(
+        f"\n6. frame -> every padded micro-batch of {micro} rows (1,024 rows of text_grpo, "
+        "decode included) against the floor: one memcpy of the padded bytes + slicing a "
+        "padded dict (issue 48: 1.3x at 1,024 tokens a row, 1.5x at 16)"
+    )
+    try:
+        for tokens, goal in ((1024, 1.3), (16, 1.5)):
+            frame = py_wire.encode(small_batch(1024, tokens), "text_grpo")
+            padded = py_wire.decode(frame, layout="padded")
+            tensors = {k: v for k, v in padded.items() if isinstance(v, torch.Tensor)}
+            nbytes = sum(v.nbytes for v in tensors.values())
+            src = np.ones(nbytes, dtype=np.uint8)
+            dst = np.ones(nbytes, dtype=np.uint8)  # written once: its pages are faulted in
+
+            def slices(d: dict[str, torch.Tensor] = tensors) -> None:
+                n = len(next(iter(d.values())))
+                for i in range(0, n, micro):
+                    {k: v[i : i + micro] for k, v in d.items()}
+
+            def floor(s: Any = src, d: Any = dst) -> None:
+                np.copyto(d, s)
+                slices()
+
+            t = medians_ms_interleaved(
+                {
+                    "ours": lambda f=frame: [
+                        None for _ in py_wire.trainer.iter_micro_batches(f, micro, layout="padded")
+                    ],
+                    "memcpy": lambda s=src, d=dst: np.copyto(d, s),
+                    "slices": slices,
+                    "floor": floor,
+                },
+                reps * (5 if tokens > 16 else 20),
+            )
+            print(
+                f"   {tokens:4} tokens a row ({nbytes / 1e6:6.2f} MB padded): py_wire "
+                f"{t['ours']:7.3f} ms; memcpy {t['memcpy']:7.3f} + slicing {t['slices']:6.3f} "
+                f"= floor {t['floor']:7.3f} ms; {t['ours'] / t['floor']:.2f}x the floor "
+                f"(goal <= {goal}x)"
+            )
+        one = py_wire.encode(small_batch(1, 16), "text_grpo")
+        t = medians_ms_interleaved(
+            {"padded": lambda: py_wire.decode(one, layout="padded")}, reps * 50
+        )
+        print(f"   warm 1-row padded decode: {t['padded'] * 1e3:.1f} us (goal <= 50 us)")
+    finally:
+        multiarray._set_madvise_hugepage(with_hugepages)  # type: ignore[attr-defined]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nemo-rl", type=Path, required=True, help="a NeMo-RL checkout")
@@ -296,11 +355,18 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=16)
     parser.add_argument("--images", type=int, default=1)
     parser.add_argument("--micro", type=int, default=8)
+    parser.add_argument(
+        "--floor-only", action="store_true", help="only section 6 (issue 48's floor figures)"
+    )
     args = parser.parse_args()
     # One thread, as the other side-by-side scripts: on a loaded machine torch's intra-op pool
     # turns a 0.3 ms elementwise pass into 12 ms.
     os.environ.setdefault("PY_WIRE_THREADS", "1")
     torch.set_num_threads(1)
+    if args.floor_only:
+        print(machine.describe())
+        floor_section(args.reps, args.micro)
+        return
     bdd_class = import_batched_data_dict(args.nemo_rl)
     # The checkout's own commit: not that of a repository it merely sits inside.
     top, _, commit = subprocess.run(
@@ -325,6 +391,7 @@ def main() -> None:
     shapes_section(frame, original)
     pickle_section(frame, args.micro)
     small_section(args.reps)
+    floor_section(args.reps, args.micro)
     try:
         from second_hop import cold_section  # imports Ray: here, so stage_overlap.py runs without
     except ImportError as e:

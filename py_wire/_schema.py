@@ -17,6 +17,7 @@ import os
 import re
 import threading
 import tomllib
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -627,11 +628,27 @@ def _schema_from_frame_text(text: str, fingerprint: str) -> Schema:
 def _hold(schema: Schema) -> None:
     """Hold ``schema``, loaded by this process, in the codec's registry (``frame::compact``),
     the one record of what this process holds: compact frames naming its fingerprint can then
-    be read. The registry is asked every time (a schema it holds already, learnt or loaded, is
-    marked loaded without its text). (Schemas learnt from frames are held by
+    be read. Each ``Schema`` object pins its schema there once (a schema the registry holds
+    already, learnt or loaded, is pinned without its text) and gives the pin back when it is
+    freed: a schema the process builds, uses and drops is then let go within the learnt
+    bounds, as one learnt from a frame is. (Schemas learnt from frames are held by
     :meth:`Schema.from_frame`.)"""
-    if not _native.pin_schema(schema.fingerprint):
-        _native.hold_schema(json.dumps(schema.model_dump()), False)
+    if schema.__dict__.get(_PINNED):
+        return
+    with _PIN_LOCK:
+        if schema.__dict__.get(_PINNED):
+            return
+        fingerprint = schema.fingerprint
+        if not _native.pin_schema(fingerprint):
+            _native.hold_schema(json.dumps(schema.model_dump()), False)
+        weakref.finalize(schema, _native.unpin_schema, fingerprint)
+        # In the instance's dict, as the cached properties are: the model is frozen.
+        schema.__dict__[_PINNED] = True
+
+
+#: Set on a ``Schema`` that holds a pin in the registry (see :func:`_hold`).
+_PINNED = "_registry_pin"
+_PIN_LOCK = threading.Lock()
 
 
 def hold_schema(schema: Schema | str | Path) -> Schema:

@@ -373,6 +373,74 @@ def test_the_step_nemo_rl_runs() -> None:
     assert_same(py_wire.decode(whole(full, rows), stage="train"), dict(ns["train"]))
 
 
+PER_SAMPLE = "docs/interop.md § Per-sample keys through TQ's sampler"
+
+
+@runs(PER_SAMPLE)
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.usefixtures("tq_started")
+def test_per_sample_keys_through_tqs_sampler() -> None:
+    from py_wire.interop import transfer_queue as ptq
+
+    n, groups = 4, 2
+    later = ("prev_logprobs", "reference_policy_logprobs", "advantages")
+    rollout, full = nemo_rollout(n * groups, *later)
+    sample_ids = [f"ps{i}" for i in range(n * groups)]
+    ns = run(
+        PER_SAMPLE,
+        rollout=rollout,
+        sample_ids=sample_ids,
+        n=n,
+        logprobs=full["prev_logprobs"],
+        ref=full["reference_policy_logprobs"],
+        advantages=full["advantages"],
+    )
+    order, _ = ptq.meta_keys(ns["meta"])
+    assert len(order) == len(sample_ids) // 2  # get_meta handed out samples: it did not wait
+    rows = [sample_ids.index(k) for k in order]
+    width = ns["train"]["input_ids"].shape[1]  # materialize's: the longest row fetched
+    assert width == int(full["input_lengths"][rows].max())
+    want = nemo_rl.from_frame(whole(full, rows), stage="train", pad_to_seqlen=width)
+    assert_same(want, ns["train"])
+    assert_stored_once_a_group("step", sample_ids, n)
+
+
+def assert_stored_once_a_group(partition: str, sample_ids: list[str], n: int) -> None:
+    """Each sample names its group's first key as the holder of its images, and only those
+    keys hold a media column: a prompt's images are stored once, not once per sample."""
+    import transfer_queue as tq
+
+    from py_wire.interop import transfer_queue as ptq
+
+    listed = tq.kv_list(partition)[partition]
+    for i, key in enumerate(sample_ids):
+        assert listed[key][ptq.MEDIA_HOLDER] == sample_ids[i - i % n]
+    meta = tq.get_client().kv_retrieve_meta(keys=sample_ids, partition_id=partition)
+    holders = [k for i, k in enumerate(sample_ids) if i % n == 0]
+    held = tq.get_client().kv_retrieve_meta(keys=holders, partition_id=partition)
+    assert ptq.MEDIA in held.field_names and ptq.MEDIA not in meta.field_names
+
+
+README_TQ = re.compile(r"^\| NeMo-RL over TransferQueue \| `(py_wire[^`]*put\([^`]*\))`", re.M)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.usefixtures("tq_started")
+def test_readme_tq_line_stores_images_once_a_group() -> None:
+    (call,) = README_TQ.findall((ROOT / "README.md").read_text())
+    n = 4
+    rollout, _ = nemo_rollout(2 * n, "reference_policy_logprobs")
+    sample_ids = [f"readme{i}" for i in range(2 * n)]
+    given = {"batch": rollout, "sample_ids": sample_ids, "partition_id": "readme", "n": n}
+    eval(compile(call, "<README.md>", "eval"), {"py_wire": py_wire, **given})
+    assert_stored_once_a_group("readme", sample_ids, n)
+    got = nemo_rl.get(sample_ids, "readme")
+    width = got["input_ids"].shape[1]
+    assert_same(nemo_rl.from_frame(whole(rollout), pad_to_seqlen=width), got)
+
+
 def sections(name: str) -> dict[str, str]:
     """The block's code cut at its ``# producer`` / ``# trainer`` comment lines: what runs
     once, in each producer, in the trainer (a page's one block for several processes)."""
@@ -397,9 +465,9 @@ def without_versions(frame: py_wire.Frame) -> dict[str, Any]:
     return out
 
 
-RAY_BUFFER = "docs/streaming.md § Ray alone: `RayBuffer`"
+RAY_BUFFER = "docs/streaming.md § One contract, either backend"
 SAMPLES = "docs/streaming.md § Samples that arrive apart: a prompt's images stored once"
-TQ_STREAM = "docs/streaming.md § TransferQueue: `StalenessSampler` and `TQStream`"
+TQ_STREAM = "docs/streaming.md § TransferQueue: `StalenessSampler`, `TQStream` and `TQBuffer` (TQ)"
 
 
 @runs(RAY_BUFFER)
@@ -418,7 +486,7 @@ def test_ray_buffer_step() -> None:
         exec(parts["producer"], ns)
     ns.update(dp_size=2, t=0)
     exec(parts["trainer"], ns)
-    step, buffer = ns["step"], ns["buffer"]
+    step, buffer = ns["step"], ns["stream"]
     assert len(step.frames) == 2 and sum(len(ids) for ids in step.group_ids) == 8
     taken = sorted(row for frame in step.frames for row in rows_of(frame))
     sent = sorted(row for g in groups for row in rows_of(py_wire.encode(g, schema)))

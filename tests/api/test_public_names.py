@@ -111,6 +111,8 @@ CONTRACT_MODULES = [
     "py_wire.interop.nemo_rl",
     "py_wire.interop.verl",
     "py_wire.interop.transfer_queue",
+    "py_wire.streaming",
+    "py_wire.streaming.tq",
 ]
 
 

@@ -47,3 +47,11 @@ pub fn learnt_schemas() -> (usize, usize, usize) {
 pub fn set_learnt_schema_budget(max_bytes: usize) -> PyResult<usize> {
     crate::frame::compact::set_learnt_budget(max_bytes).map_err(to_py)
 }
+
+/// Releases one pin of the schema held under `fingerprint` (`pin_schema` or
+/// `hold_schema(text, learnt=False)` took it); the last one lets the registry go of the schema
+/// within the learnt bounds. Returns whether one is held afterwards.
+#[pyfunction]
+pub fn unpin_schema(fingerprint: &str) -> PyResult<bool> {
+    crate::frame::compact::unpin(fingerprint).map_err(to_py)
+}
