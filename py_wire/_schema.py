@@ -675,17 +675,6 @@ def _set_frame_schema(frame: Frame, schema: Schema) -> None:
     frame._schema_view = schema
 
 
-def _frame_from_buffer(data: Any, schema: Schema | str | Path | None = None) -> Frame:
-    """``Frame.from_buffer``: wraps any C-contiguous buffer (bytes, bytearray, memoryview,
-    mmap, numpy uint8 array) without copying, after validating it (a base not aligned to 16
-    bytes is copied once). The frame is read by its own length: bytes after its end are not
-    part of it. ``schema`` (a ``Schema``, bundled name or path) is held for this process first
-    (:func:`hold_schema`), so that a compact frame naming it can be read."""
-    if schema is not None:
-        hold_schema(schema)
-    return _native.Frame._wrap(data)
-
-
 # The codec's Frame gets its schema from here: Python owns meaning, and the codec never calls
 # into Python to build or hold a schema.
 setattr(  # noqa: B010 - an attribute of the codec's type, set once at import
@@ -693,7 +682,7 @@ setattr(  # noqa: B010 - an attribute of the codec's type, set once at import
     "schema",
     property(_frame_schema, _set_frame_schema, doc=_frame_schema.__doc__),
 )
-setattr(_native.Frame, "from_buffer", staticmethod(_frame_from_buffer))  # noqa: B010
+# (Frame.from_buffer, which reads a frame under a caller's schema, is py_wire._decode's.)
 
 
 def frame_fingerprint(frame: Frame) -> str | None:

@@ -20,9 +20,9 @@ pub fn held_schema(fingerprint: &str) -> Option<String> {
     crate::frame::compact::held_text(fingerprint).map(|t| t.to_string())
 }
 
-/// Marks the schema this process holds under `fingerprint` as loaded (never let go, as
-/// `hold_schema(text, learnt=False)` does); returns whether one is held (see
-/// `frame::compact::pin`).
+/// Pins the schema this process holds under `fingerprint` (not let go until each pin is
+/// released by `unpin_schema`, as `hold_schema(text, learnt=False)` pins it); returns whether
+/// one is held (see `frame::compact::pin`).
 #[pyfunction]
 pub fn pin_schema(fingerprint: &str) -> PyResult<bool> {
     crate::frame::compact::pin(fingerprint).map_err(to_py)
