@@ -5,6 +5,7 @@
 //! copied once, never from the frame's bytes again.
 
 use crate::error::{Error, Result};
+use crate::frame::compact;
 use crate::frame::header::{Entry, Header};
 use crate::memory::buffer::ALIGNMENT;
 use crate::schema::dtype::DType;
@@ -30,7 +31,7 @@ pub struct FrameLayout {
     pub fields: Vec<DecodedField>,
     /// A compact frame's schema as it was read under it (None for an embedded frame, which
     /// carries its own): copies and operations of the frame read it again under this one.
-    pub held: Option<crate::frame::compact::HeldRef>,
+    pub held: Option<compact::HeldRef>,
 }
 
 impl FrameLayout {
