@@ -42,7 +42,7 @@ from py_wire._padding import ATTENTION_MASK, padded_width
 from py_wire._padding import attention_mask as make_attention_mask
 from py_wire._rows import RowWindow
 from py_wire._rowvalues import decode_rows
-from py_wire._schema import Schema, load_schema
+from py_wire._schema import Schema, hold_schema, load_schema
 from py_wire._source import as_frame
 from py_wire._storage import StorageSlicer
 
@@ -355,28 +355,7 @@ def _schema_of(
     frame_schema = checked_schema(frame)
     if wanted is None or wanted.fingerprint == frame_schema.fingerprint:
         return frame_schema, None
-    if wanted.name != frame_schema.name:
-        raise SchemaError(
-            f"frame was encoded with schema {frame_schema.name!r} v{frame_schema.version} "
-            f"({frame_schema.fingerprint}), not {wanted.name!r} v{wanted.version} "
-            f"({wanted.fingerprint})"
-        )
-    check_readable(wanted, frame_schema)
-    _check_reader_contracts(frame, payload, wanted, frame_schema, stage)
-    if wanted.version == frame_schema.version:
-        warnings.warn(
-            SchemaConflictWarning(
-                f"schema {wanted.name!r} v{wanted.version} (the reader's, {wanted.fingerprint}) "
-                f"is not the schema of that name and version the frame was written under "
-                f"({frame_schema.fingerprint}): one was changed without a new version; the "
-                "frame is read as another version of it",
-                wanted.name,
-                wanted.version,
-                wanted.fingerprint,
-                frame_schema.fingerprint,
-            ),
-            stacklevel=3,
-        )
+    _check_reader(frame, payload, wanted, frame_schema, stage, stacklevel=4)
     extra = tuple(f.name for f in frame.layout.fields if f.name not in wanted.fields)
     if extra:
         warnings.warn(
@@ -391,6 +370,67 @@ def _schema_of(
             stacklevel=3,
         )
     return frame_schema, wanted
+
+
+def _check_reader(
+    frame: Frame,
+    payload: torch.Tensor | None,
+    reader: Schema,
+    frame_schema: Schema,
+    stage: str | None,
+    stacklevel: int,
+) -> None:
+    """What a reader's schema other than the frame's asks of it: the same name
+    (:class:`SchemaError`), a version that reads the frame (``check_readable``), the reader's
+    contracts the frame's schema lacks (``ContractError``), and a
+    :class:`SchemaConflictWarning` for a reader's schema of the frame's name and version that
+    is not the frame's. ``stacklevel``: of the warning, to the caller's line."""
+    if reader.name != frame_schema.name:
+        raise SchemaError(
+            f"frame was encoded with schema {frame_schema.name!r} v{frame_schema.version} "
+            f"({frame_schema.fingerprint}), not {reader.name!r} v{reader.version} "
+            f"({reader.fingerprint})"
+        )
+    check_readable(reader, frame_schema)
+    _check_reader_contracts(frame, payload, reader, frame_schema, stage)
+    if reader.version == frame_schema.version:
+        warnings.warn(
+            SchemaConflictWarning(
+                f"schema {reader.name!r} v{reader.version} (the reader's, {reader.fingerprint}) "
+                f"is not the schema of that name and version the frame was written under "
+                f"({frame_schema.fingerprint}): one was changed without a new version; the "
+                "frame is read as another version of it",
+                reader.name,
+                reader.version,
+                reader.fingerprint,
+                frame_schema.fingerprint,
+            ),
+            stacklevel=stacklevel,
+        )
+
+
+def _frame_from_buffer(data: Any, schema: Schema | str | Path | None = None) -> Frame:
+    """``Frame.from_buffer``: wraps any C-contiguous buffer (bytes, bytearray, memoryview,
+    mmap, numpy uint8 array) without copying, after validating it (a base not aligned to 16
+    bytes is copied once). The frame is read by its own length: bytes after its end are not
+    part of it. ``schema`` (a ``Schema``, bundled name or path) is held for this process first,
+    so that a compact frame naming it can be read; when it is not the frame's schema, the frame
+    is read under it as ``decode(frame, schema=)`` reads one: another version that reads the
+    frame (else a :class:`SchemaError`), the reader's contracts the frame's schema lacks
+    checked here (a :class:`ContractError` naming the row), and a
+    :class:`SchemaConflictWarning` for a schema of the frame's name and version that is not
+    the frame's. So every reader of the frame (``decode``, ``trainer.iter_micro_batches``, the
+    adapters' ``from_frame``) reads bytes checked against the schema it was given."""
+    reader = hold_schema(schema) if schema is not None else None
+    frame = _native.Frame._wrap(data)
+    if reader is not None:
+        frame_schema = checked_schema(frame)
+        if reader.fingerprint != frame_schema.fingerprint:
+            _check_reader(frame, None, reader, frame_schema, None, stacklevel=3)
+    return frame
+
+
+setattr(_native.Frame, "from_buffer", staticmethod(_frame_from_buffer))  # noqa: B010
 
 
 def _check_reader_contracts(

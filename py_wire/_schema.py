@@ -17,6 +17,7 @@ import os
 import re
 import threading
 import tomllib
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -627,11 +628,27 @@ def _schema_from_frame_text(text: str, fingerprint: str) -> Schema:
 def _hold(schema: Schema) -> None:
     """Hold ``schema``, loaded by this process, in the codec's registry (``frame::compact``),
     the one record of what this process holds: compact frames naming its fingerprint can then
-    be read. The registry is asked every time (a schema it holds already, learnt or loaded, is
-    marked loaded without its text). (Schemas learnt from frames are held by
+    be read. Each ``Schema`` object pins its schema there once (a schema the registry holds
+    already, learnt or loaded, is pinned without its text) and gives the pin back when it is
+    freed: a schema the process builds, uses and drops is then let go within the learnt
+    bounds, as one learnt from a frame is. (Schemas learnt from frames are held by
     :meth:`Schema.from_frame`.)"""
-    if not _native.pin_schema(schema.fingerprint):
-        _native.hold_schema(json.dumps(schema.model_dump()), False)
+    if schema.__dict__.get(_PINNED):
+        return
+    with _PIN_LOCK:
+        if schema.__dict__.get(_PINNED):
+            return
+        fingerprint = schema.fingerprint
+        if not _native.pin_schema(fingerprint):
+            _native.hold_schema(json.dumps(schema.model_dump()), False)
+        weakref.finalize(schema, _native.unpin_schema, fingerprint)
+        # In the instance's dict, as the cached properties are: the model is frozen.
+        schema.__dict__[_PINNED] = True
+
+
+#: Set on a ``Schema`` that holds a pin in the registry (see :func:`_hold`).
+_PINNED = "_registry_pin"
+_PIN_LOCK = threading.Lock()
 
 
 def hold_schema(schema: Schema | str | Path) -> Schema:
@@ -658,17 +675,6 @@ def _set_frame_schema(frame: Frame, schema: Schema) -> None:
     frame._schema_view = schema
 
 
-def _frame_from_buffer(data: Any, schema: Schema | str | Path | None = None) -> Frame:
-    """``Frame.from_buffer``: wraps any C-contiguous buffer (bytes, bytearray, memoryview,
-    mmap, numpy uint8 array) without copying, after validating it (a base not aligned to 16
-    bytes is copied once). The frame is read by its own length: bytes after its end are not
-    part of it. ``schema`` (a ``Schema``, bundled name or path) is held for this process first
-    (:func:`hold_schema`), so that a compact frame naming it can be read."""
-    if schema is not None:
-        hold_schema(schema)
-    return _native.Frame._wrap(data)
-
-
 # The codec's Frame gets its schema from here: Python owns meaning, and the codec never calls
 # into Python to build or hold a schema.
 setattr(  # noqa: B010 - an attribute of the codec's type, set once at import
@@ -676,7 +682,7 @@ setattr(  # noqa: B010 - an attribute of the codec's type, set once at import
     "schema",
     property(_frame_schema, _set_frame_schema, doc=_frame_schema.__doc__),
 )
-setattr(_native.Frame, "from_buffer", staticmethod(_frame_from_buffer))  # noqa: B010
+# (Frame.from_buffer, which reads a frame under a caller's schema, is py_wire._decode's.)
 
 
 def frame_fingerprint(frame: Frame) -> str | None:

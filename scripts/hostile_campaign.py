@@ -7,7 +7,12 @@ past 8 GB). Prints each chunk's outcome counts and the totals.
 
 A chunk makes about ``examples`` x (number of sweep targets) calls, then ``--schema-calls``
 calls of ``Schema.from_json`` on mutated schema texts (``tests/hostile/test_hostile_schema.py``)
-in a process of its own.
+in a process of its own, then, with ``--placement-examples n``, ``RayBuffer``'s placement sweep
+on a real Ray (``tests/hostile/test_hostile_placement.py``: 204 calls per example, 4 of them
+placing an actor) under ``--placement-address-space-gib`` (Ray maps its object store)::
+
+    .venv/bin/python scripts/hostile_campaign.py --chunks 4 --examples 0 --schema-calls 0 \
+        --placement-examples 25
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ def rss_bytes(pid: int) -> int:
 
 #: The campaign's parts: (test file, test, environment variable of its size per chunk).
 SWEEP = ("tests/hostile/test_hostile_sweep.py", "test_sweep", "PY_WIRE_HOSTILE_EXAMPLES")
+PLACEMENT = ("tests/hostile/test_hostile_placement.py", "test_sweep", "PY_WIRE_HOSTILE_EXAMPLES")
 SCHEMA_TEXT = (
     "tests/hostile/test_hostile_schema.py",
     "test_from_json_campaign",
@@ -110,18 +116,28 @@ def main() -> int:
     parser.add_argument("--address-space-gib", type=float, default=6.0)
     parser.add_argument("--max-rss-gib", type=float, default=3.0)
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--placement-examples", type=int, default=0)
+    parser.add_argument("--placement-address-space-gib", type=float, default=64.0)
     args = parser.parse_args()
     total: Counter[str] = Counter()
     failed = 0
     for i in range(args.chunks):
-        for part, size in ((SWEEP, args.examples), (SCHEMA_TEXT, args.schema_calls)):
+        parts = (
+            (SWEEP, args.examples),
+            (SCHEMA_TEXT, args.schema_calls),
+            (PLACEMENT, args.placement_examples),
+        )
+        for part, size in parts:
             if size <= 0:
                 continue
+            space = (
+                args.placement_address_space_gib if part is PLACEMENT else args.address_space_gib
+            )
             r = run_chunk(
                 part,
                 args.first_seed + i,
                 size,
-                int(args.address_space_gib * 2**30),
+                int(space * 2**30),
                 int(args.max_rss_gib * 2**30),
                 args.timeout,
             )

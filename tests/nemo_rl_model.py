@@ -94,3 +94,15 @@ class PackedTensor:
             return None
         out = torch.cat(segments, dim=self.dim_to_pack)
         return out if device is None else out.to(device)
+
+
+class BatchedDataDict(dict):  # type: ignore[type-arg]
+    """NeMo-RL's ``BatchedDataDict``: a dict whose ``__init__`` sets the micro-batch plan
+    attributes ``shard_by_batch_size`` later fills on each shard (dynamic batching, sequence
+    packing) to None."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.micro_batch_indices: list | None = None  # type: ignore[type-arg]
+        self.micro_batch_lengths: list | None = None  # type: ignore[type-arg]
+        self.elem_counts_per_gb: list | None = None  # type: ignore[type-arg]

@@ -23,7 +23,9 @@ the core takes py_wire's :class:`~py_wire.PackedTensor`.
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -83,18 +85,67 @@ def nemo_packed_class() -> type | None:
 #: Frame metadata: the padded width of the source's per-token tensors, restored by from_frame.
 PADDED_WIDTH_KEY = "nemo_rl.padded_width"
 
+#: Frame metadata: a shard's micro-batch plan, the attributes NeMo-RL's
+#: ``shard_by_batch_size`` sets for its micro-batch iterators (dynamic batching, sequence
+#: packing), as JSON with the row count it describes; restored by from_frame.
+PLAN_KEY = "nemo_rl.micro_batch_plan"
+
+#: The ``BatchedDataDict`` attributes of a micro-batch plan.
+PLAN_ATTRIBUTES = ("micro_batch_indices", "micro_batch_lengths", "elem_counts_per_gb")
+
 
 def to_frame(
     batched_data_dict: Mapping[str, Any], schema: Schema | str | Path, stage: str | None = None
 ) -> Frame:
     """Encode a ``BatchedDataDict`` (any mapping) with no edits to it. The padded width of its
     ``[B, L]`` per-token tensors (``L``, often a multiple NeMo-RL chose) goes into the frame's
-    metadata, so that :func:`from_frame` gives back ``[B, L]``, not ``[B, longest row]``."""
+    metadata, so that :func:`from_frame` gives back ``[B, L]``, not ``[B, longest row]``, and
+    so does the micro-batch plan ``shard_by_batch_size`` left on a shard (``PLAN_KEY``)."""
     schema = load_schema(schema)
     batch = from_nemo(batched_data_dict)
     width = _padded_width(batch, schema)
-    metadata = None if width is None else {PADDED_WIDTH_KEY: str(width)}
-    return encode(batch, schema, stage=stage, metadata=metadata)
+    metadata = {} if width is None else {PADDED_WIDTH_KEY: str(width)}
+    plan = _plan_of(batched_data_dict)
+    if plan is not None:
+        metadata[PLAN_KEY] = plan
+    return encode(batch, schema, stage=stage, metadata=metadata or None)
+
+
+def _plan_of(batched_data_dict: Any) -> str | None:
+    """The micro-batch plan ``shard_by_batch_size`` left on a shard, as JSON (None: none)."""
+    plan = {a: getattr(batched_data_dict, a, None) for a in PLAN_ATTRIBUTES}
+    if all(v is None for v in plan.values()):
+        return None
+    try:
+        rows = len(batched_data_dict.get(next(iter(batched_data_dict)))) if batched_data_dict else 0
+        return json.dumps({"rows": rows, **plan})
+    except (TypeError, ValueError) as err:
+        raise with_context(
+            BatchError(
+                f"the batch's micro-batch plan ({', '.join(PLAN_ATTRIBUTES)}) is not "
+                f"lists of ints: {err}"
+            ),
+            field="micro_batch_indices",
+        ) from None
+
+
+def _restore_plan(out: Any, frame: Frame) -> None:
+    """The micro-batch plan :func:`to_frame` recorded, set on NeMo-RL's ``BatchedDataDict``
+    again when it describes this frame's rows (a frame whose rows were taken or joined after
+    ``to_frame`` has lost the shard's plan: a warning says so)."""
+    text = frame.metadata.get(PLAN_KEY)
+    if text is None or type(out) is dict:  # no BatchedDataDict to hold a plan
+        return
+    plan = json.loads(text)
+    if not isinstance(plan, dict) or plan.get("rows") != frame.num_rows:
+        warnings.warn(
+            f"the frame's micro-batch plan ({PLAN_KEY}) describes {plan.get('rows')!r:.20} rows, "
+            f"the frame holds {frame.num_rows} (rows taken after to_frame?): not restored",
+            stacklevel=3,
+        )
+        return
+    for attribute in PLAN_ATTRIBUTES:
+        setattr(out, attribute, plan.get(attribute))
 
 
 def _padded_width(batch: Mapping[str, Any], schema: Schema) -> int | None:
@@ -144,7 +195,9 @@ def from_frame(
         writable=writable,
     )
     _broadcast_into_padding(out, _row_lengths(frame))
-    return _as_nemo_batch(out)
+    batch = _as_nemo_batch(out)
+    _restore_plan(batch, frame)
+    return batch
 
 
 def put(
@@ -250,12 +303,23 @@ def _as_nemo_batch(out: dict[str, Any]) -> Any:
     """Packed fields as NeMo-RL's ``PackedTensor``, the whole as its ``BatchedDataDict``, where
     ``nemo_rl`` is importable; ``out`` as it is otherwise."""
     nemo = nemo_packed_class()
-    if nemo is not None:
-        for name, value in out.items():
-            if isinstance(value, PackedTensor):
-                out[name] = _as_nemo(value, nemo)
+    for name, value in out.items():
+        if isinstance(value, PackedTensor) and nemo is not None:
+            out[name] = _as_nemo(value, nemo)
+        elif isinstance(value, list):  # a field with an encoding: one object a row
+            out[name] = _object_array(value)
     cls = batched_data_dict_class()
     return out if cls is None else cls(out)
+
+
+def _object_array(values: list[Any]) -> np.ndarray:
+    """``values`` as NeMo-RL's data plane holds object columns (``message_log``, ``content``):
+    ``np.ndarray(dtype=object)``, one entry a row, each the very object decoded (filled one by
+    one: ``np.asarray`` would turn rows of equal-length lists into a 2-d array)."""
+    out = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):
+        out[i] = value
+    return out
 
 
 def iter_micro_batches(

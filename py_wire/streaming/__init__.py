@@ -12,8 +12,8 @@ from py_wire.streaming._policy import (
     Counts,
     StreamConfig,
 )
-from py_wire.streaming._step import VERSION_KEY
-from py_wire.streaming.ray_buffer import RayBuffer, Step
+from py_wire.streaming._step import VERSION_KEY, Step, Stream
+from py_wire.streaming.ray_buffer import RayBuffer
 
 __all__ = [
     "VERSION_KEY",
@@ -21,6 +21,7 @@ __all__ = [
     "Counts",
     "RayBuffer",
     "Step",
+    "Stream",
     "StreamConfig",
     "StreamError",
 ]

@@ -102,16 +102,20 @@ def ranks(name: str, value: object) -> int:
     return whole(name, value, minimum=1, maximum=MAX_RANKS)
 
 
+#: The most of a resource Ray can count: it holds quantities as int64 units of 0.0001.
+MAX_AMOUNT = float(2**63 // 10_000 - 1)
+
+
 def amount(name: str, value: object) -> float:
-    """A quantity of a Ray resource: a finite real number >= 0."""
+    """A quantity of a Ray resource: a finite real number in ``[0, MAX_AMOUNT]``."""
     as_float = _real(name, value, "number")
-    if not (math.isfinite(as_float) and as_float >= 0):
-        raise _error(f"{name} must be a finite number >= 0, got {value!r}")
+    if not (math.isfinite(as_float) and 0 <= as_float <= MAX_AMOUNT):
+        raise _error(f"{name} must be a finite number in [0, {MAX_AMOUNT:g}], got {value!r}")
     return as_float
 
 
 #: Resources Ray refuses in ``resources`` (each is an argument of its own).
-BUILTIN_RESOURCES = ("CPU", "GPU", "memory")
+BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 
 
 def resources(name: str, value: object) -> dict[str, float]:
@@ -124,7 +128,7 @@ def resources(name: str, value: object) -> dict[str, float]:
         if key in BUILTIN_RESOURCES:
             raise _error(
                 f"{name} names {key!r}, which Ray takes as its own argument "
-                f"(num_cpus, num_gpus, memory), not as a custom resource"
+                f"(num_cpus, num_gpus, memory) or refuses, not as a custom resource"
             )
         out[key] = amount(f"{name}[{key!r}]", amount_of)
     return out

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
 from py_wire._decode import checked_schema
-from py_wire._native import Frame, SchemaError
+from py_wire._native import Frame, SchemaError, reserved_metadata_key
 from py_wire.streaming._checks import config_fields
 from py_wire.streaming._errors import AdmissionTimeout, StreamError
+from py_wire.streaming._step import VERSION_KEY
 
 Policy = Literal["pace", "drop"]
 
@@ -104,6 +105,8 @@ class Choice:
     take: list[str]
     drop: list[str]
     wait: bool
+    #: Why the step waits, in words a timeout's message gives the trainer ("" when it does not).
+    reason: str = ""
 
 
 def is_stale(version: int, trainer_version: int, k: int) -> bool:
@@ -134,9 +137,27 @@ def choose(
         for g in ready:
             by_version.setdefault(g.version, []).append(g)
         full = [same for same in by_version.values() if len(same) >= config.batch_groups]
+        if not full and len(ready) >= config.batch_groups:
+            counts = ", ".join(f"{len(same)} of version {v}" for v, same in by_version.items())
+            return Choice(
+                [],
+                drop,
+                True,
+                f"{len(ready)} groups are ready ({counts}), but of different versions and no "
+                f"version has the {config.batch_groups} groups a step takes: the stream's "
+                "schema has no per-row policy_version field, so one step's frame holds one "
+                "version and a step takes groups of one version",
+            )
         ready = full[0] if full else []
     if len(ready) < config.batch_groups:
-        return Choice([], drop, True)
+        pending_note = f", {len(pending)} still being generated" if pending else ""
+        return Choice(
+            [],
+            drop,
+            True,
+            f"too few groups are ready for a step: {len(ready)} ready{pending_note}, "
+            f"batch_groups = {config.batch_groups}",
+        )
     take = ready[: config.batch_groups]
     if config.policy == "pace":
         # A group still being generated that must train at this step at the latest: wait for
@@ -144,7 +165,14 @@ def choose(
         # dropped when it arrives: waiting for it would stall the trainer for nothing.
         due = [g for g in pending if trainer_version - g.version == k]
         if due:
-            return Choice([], drop, True)
+            return Choice(
+                [],
+                drop,
+                True,
+                f"{len(due)} group(s) of version {due[0].version}, still being generated, "
+                f"must train at this step (trainer version {trainer_version}, max_staleness "
+                f"{k}, policy 'pace')",
+            )
     return Choice([g.gid for g in take], drop, False)
 
 
@@ -166,6 +194,61 @@ def same_schema(stream: StreamSchema | None, frame: Frame, what: str) -> StreamS
             "group of a stream has one schema"
         )
     return mine
+
+
+#: A stream's caller metadata (``encode(..., metadata=)``): every key and value its groups'
+#: frames carry apart from the policy version, and whether they carry the version.
+StreamMetadata = tuple[tuple[tuple[str, str], ...], bool]
+
+
+def caller_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
+    """A frame's ``metadata`` without py_wire's own entries: what the caller gave encode."""
+    return {k: v for k, v in metadata.items() if not reserved_metadata_key(k)}
+
+
+def same_metadata(
+    stream: StreamMetadata | None,
+    metadata: Mapping[str, str],
+    version: int | None,
+    what: str,
+    *,
+    sample: bool = False,
+) -> StreamMetadata:
+    """The caller metadata of a group (its frame's ``metadata``), which must be the stream's
+    (``None``: the stream has none yet, this group's becomes it). A step joins its groups into
+    one frame, which holds one value per key: groups that disagree on a key would make every
+    step holding two of them fail after it was leased, so the group is refused at its put, a
+    :class:`StreamError` naming ``what``, the key and both values. The policy version is the
+    one key that may differ (a step carries it per row, or takes one version); where the
+    frame states it, it must be ``version``, the group's. ``sample``: the metadata of one
+    sample of a group whose samples arrive apart (the group's frame, rebuilt at the take,
+    states its version whatever the samples did)."""
+    meta = caller_metadata(metadata)
+    stated = meta.pop(VERSION_KEY, None)
+    if stated is not None and version is not None and stated != str(version):
+        raise StreamError(
+            f"{what}: its frame's metadata says {VERSION_KEY}={stated!r}, but the group's "
+            f"version is {version}: a step would label its rows with the wrong weights"
+        )
+    mine: StreamMetadata = (tuple(sorted(meta.items())), sample or stated is not None)
+    if stream is None or mine == stream:
+        return mine
+    theirs = dict(stream[0])
+    if mine[1] != stream[1]:
+        key, here, there = (
+            VERSION_KEY,
+            "set" if mine[1] else "absent",
+            ("set" if stream[1] else "absent"),
+        )
+    else:
+        key = next(k for k in sorted({*meta, *theirs}) if meta.get(k) != theirs.get(k))
+        here, there = repr(meta.get(key, "absent")), repr(theirs.get(key, "absent"))
+    raise StreamError(
+        f"{what}: its frame's metadata key {key!r} is {here}, but {there} in the stream's "
+        "groups: a step joins its groups into one frame, which holds one value per metadata "
+        "key, so every group of a stream carries the same metadata (its policy_version "
+        "apart); put a per-group fact in a field of the schema instead"
+    )
 
 
 def admits(

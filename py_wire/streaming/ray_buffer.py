@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import dataclasses
 import itertools
 import math
 import time
@@ -38,15 +37,23 @@ from py_wire.streaming._policy import (
     Counts,
     Group,
     StreamConfig,
+    StreamMetadata,
     StreamSchema,
     admits,
     balance,
     checked_config,
     choose,
     is_stale,
+    same_metadata,
     same_schema,
 )
-from py_wire.streaming._step import MAX_SAMPLES, VERSION_KEY, carries_versions, step_frame
+from py_wire.streaming._step import (
+    MAX_SAMPLES,
+    VERSION_KEY,
+    Step,
+    carries_versions,
+    step_frame,
+)
 
 #: Media digests this process put recently (so a prompt's later samples go without them).
 _SENT_MEDIA: collections.OrderedDict[str, None] = collections.OrderedDict()
@@ -55,6 +62,8 @@ MAX_SENT_MEDIA = 1024
 #: meanwhile can claim a slot at most this long after its death (the slot then lapses).
 CALL_WAIT_S = 5.0
 _T = TypeVar("_T")
+#: The public call an actor method serves, for the messages of the calls that wait for it.
+_PUBLIC_NAME = {"set_version": "set_trainer_version"}
 
 
 class _Buffer:
@@ -82,6 +91,10 @@ class _Buffer:
         # Whether that schema lacks a per-row policy_version field: a step then takes groups
         # of one version, the only ones step_frame can join.
         self.one_version = False
+        # The caller metadata of that group's frame; every later group must carry it.
+        self.metadata: StreamMetadata | None = None
+        # Why the last take waited (for the trainer's timeout message).
+        self.waiting = ""
         self.stored_bytes = 0
         self.stored_total = 0  # every byte ever stored, for the caller's accounting
         self.peak_bytes = 0
@@ -156,6 +169,7 @@ class _Buffer:
             )
         # Refused before it waits for bytes; the reservation stays, for a frame of the schema.
         self._same_schema(frame, f"group {gid}")
+        self.metadata = same_metadata(self.metadata, frame.metadata, group.version, f"group {gid}")
         reason = admits(self._open(), self.stored_bytes, nbytes, self.config)
         if reason is not None:
             return reason
@@ -180,11 +194,13 @@ class _Buffer:
         media: Any,
         tokens: int,
         version: int | None,
+        metadata: Mapping[str, str] | None = None,
     ) -> str | None:
         """Stores sample ``index`` of reserved group ``gid``: its text part, and its media part
         unless the buffer holds that digest already. None when it went in; ``"media"`` when the
         digest is new and ``media`` was not sent (send it); else why it must wait (the byte
-        budget). The group is committed, whole, with its last sample."""
+        budget). The group is committed, whole, with its last sample. ``metadata``: the
+        sample frame's own (the stream's caller metadata, its policy version apart)."""
         self._expire()
         group = self.groups.get(gid)
         slots = self.samples.get(gid)
@@ -202,7 +218,11 @@ class _Buffer:
                 f"group {gid}: sample {index} says policy_version {version}, but the group "
                 f"was reserved with version {group.version}"
             )
-        self._same_schema(text, f"group {gid}, sample {index}")
+        what = f"group {gid}, sample {index}"
+        self._same_schema(text, what)
+        self.metadata = same_metadata(
+            self.metadata, metadata or {}, group.version, what, sample=True
+        )
         new_media = digest is not None and digest not in self.media
         if new_media and media is None:
             return "media"
@@ -260,6 +280,7 @@ class _Buffer:
             self._remove(gid)
             self.counts.dropped_stale += 1
         if choice.wait:
+            self.waiting = choice.reason
             return None
         lease = uuid.uuid4().hex
         until = time.monotonic() + (lease_s or self.config.lease_s)
@@ -280,7 +301,8 @@ class _Buffer:
             return [self.refs[gid]]
         texts = [slot[0] for slot in slots if slot is not None]
         digests = [slot[2] for slot in slots if slot is not None]
-        return texts, digests, {d: self.media[d][0] for d in digests if d is not None}
+        media = {d: self.media[d][0] for d in digests if d is not None}
+        return texts, digests, media, dict(self.metadata[0] if self.metadata else ())
 
     def rehome(self, lease: str) -> dict[str, Any]:
         """For a consumer that could not fetch a group of its ``lease`` (the producer that put
@@ -301,6 +323,7 @@ class _Buffer:
         entry = self.leases.pop(lease, None)
         if entry is not None:
             self._give_back(entry[1])
+            self.counts.delivered -= len(entry[1])  # they never reached the trainer
 
     def ack(self, lease: str) -> bool:
         """The consumer finished its step: its groups leave the buffer. False when the lease
@@ -352,19 +375,6 @@ class _Buffer:
             "rehomed": self.rehomed,
             "staleness": dict(sorted(self.staleness.items())),
         }
-
-
-@dataclasses.dataclass
-class Step:
-    """One trainer step's groups: per data-parallel rank, one frame of its whole groups (their
-    rows' policy versions in the ``policy_version`` field), and the lease to :meth:`ack`."""
-
-    lease: str
-    frames: list[Frame | None]
-    group_ids: list[list[str]]
-    versions: list[list[int]]
-    #: Seconds the take waited for the step's groups (the rest of it moved bytes).
-    waited_s: float = 0.0
 
 
 class _BufferActor:
@@ -443,9 +453,11 @@ class _BufferActor:
         )
 
     async def take(self, ranks: int, lease_s: float | None, wait_s: float) -> Any:
-        return await self._attempt(
+        """A step (see :meth:`_Buffer.take`), or (after ``wait_s``) why there is none."""
+        out = await self._attempt(
             lambda: self.state.take(ranks, lease_s), lambda o: o is not None, wait_s
         )
+        return out if out is not None else self.state.waiting
 
     async def release(self, lease: str) -> None:
         await self._attempt(lambda: self.state.release(lease), lambda o: True, 0.0)
@@ -471,7 +483,15 @@ class RayBuffer:
     ``NodeAffinitySchedulingStrategy`` to pin it to a node, a
     ``PlacementGroupSchedulingStrategy`` to put it in a placement group's bundle). Place it
     on a node that lives as long as the job (the trainer's or the head): it holds every
-    stored group, and a buffer on a rollout node dies with that node."""
+    stored group, and a buffer on a rollout node dies with that node.
+
+    A placement Ray refuses (a quantity finer than Ray's 0.0001, a name another live actor
+    holds, a bundle index past the placement group, a removed placement group, a node that
+    is gone under ``soft=False``) is a :class:`StreamError` naming the argument, raised here.
+    One Ray accepts but no node can serve yet (more CPUs than any node has, a resource no node
+    offers) leaves the actor pending: every call then waits at most its timeout (``timeout_s``;
+    :attr:`StreamConfig.admission_timeout_s` for the calls without one) and raises a
+    :class:`StreamError` saying the actor could not be placed, and why."""
 
     def __init__(
         self,
@@ -492,16 +512,59 @@ class RayBuffer:
             options["scheduling_strategy"] = _checks.scheduling_strategy(
                 "scheduling_strategy", scheduling_strategy
             )
-        import ray
-
-        actor = ray.remote(max_restarts=0)(_BufferActor)
         if name is not None:
             options["name"] = name
-        self.actor = actor.options(**options).remote(config)
-
-    def _call(self, method: str, *args: Any) -> Any:
+        _refused_by_ray(options)
         import ray
 
+        if ray.is_initialized():
+            _refused_by_cluster(options)
+        actor = ray.remote(max_restarts=0)(_BufferActor)
+        try:
+            self.actor: Any = actor.options(**options).remote(config)
+        except (ValueError, TypeError) as error:  # Ray's own refusals the checks missed
+            raise StreamError(
+                f"RayBuffer: Ray refused the actor's placement ({_described(options)}): {error}"
+            ) from None
+        # Every placement argument, defaults included, for the messages of a pending actor.
+        self._options = {"resources": None, "scheduling_strategy": None, "name": None, **options}
+        self._placed = False
+        self._ready: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_ready"] = None  # a process that unpickles the handle asks the actor anew
+        return state
+
+    def _placed_within(self, timeout_s: float, what: str) -> None:
+        """Waits (at most ``timeout_s``) until the actor is placed and started; a
+        :class:`StreamError` saying why it could not be placed when it is not."""
+        if self._placed:
+            return
+        import ray
+
+        if self._ready is None:
+            self._ready = self.actor.__ray_ready__.remote()
+        done, _ = ray.wait([self._ready], timeout=timeout_s)
+        if not done:
+            raise StreamError(
+                f"{what}: the buffer's actor could not be placed within {timeout_s:g} s "
+                f"({_described(self._options)}): {_why_pending(self._options)}"
+            )
+        try:
+            ray.get(self._ready)
+        except ray.exceptions.RayError as error:
+            raise StreamError(
+                f"{what}: the buffer's actor could not be placed "
+                f"({_described(self._options)}): {type(error).__name__}: {error}"
+            ) from None
+        self._placed = True
+
+    def _call(self, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+        import ray
+
+        what = _PUBLIC_NAME.get(method, method)
+        self._placed_within(timeout_s or self.config.admission_timeout_s, what)
         return ray.get(getattr(self.actor, method).remote(*args))
 
     def _wait(
@@ -516,6 +579,7 @@ class RayBuffer:
         it waits for) until ``done`` of its answer; :class:`AdmissionTimeout` after
         ``timeout_s`` with the actor's last reason."""
         deadline = time.monotonic() + timeout_s
+        self._placed_within(timeout_s, what)
         while True:
             left = deadline - time.monotonic()
             out = self._call(method, *args, max(min(left, CALL_WAIT_S), 0.0))
@@ -602,11 +666,12 @@ class RayBuffer:
         # process's sample is still to come, or they were freed).
         timeout = timeout_s or self.config.admission_timeout_s
         sent = digest is None or digest in _SENT_MEDIA
-        parts = (gid, index, text, digest, None if sent else media, tokens, version)
+        meta_of = dict(frame.metadata)
+        parts = (gid, index, text, digest, None if sent else media, tokens, version, meta_of)
         what = f"put sample {index}"
         reason = self._wait("put_sample", (parts,), lambda r: r in (None, "media"), timeout, what)
         if reason == "media":
-            parts = (gid, index, text, digest, media, tokens, version)
+            parts = (gid, index, text, digest, media, tokens, version, meta_of)
             self._wait("put_sample", (parts,), lambda r: r is None, timeout, what)
         if digest is not None:
             _SENT_MEDIA[digest] = None
@@ -630,7 +695,7 @@ class RayBuffer:
         lease, parts = self._wait(
             "take",
             (ranks, lease_s),
-            lambda out: out is not None,
+            lambda out: not isinstance(out, str),
             timeout_s,
             "take",
         )
@@ -686,11 +751,25 @@ class RayBuffer:
             step = step.lease
         return bool(self._call("ack", _checks.text("step", step)))
 
+    def release(self, step: Step | str) -> None:
+        """The consumer will not train ``step`` (a :class:`Step`, or its lease id): its groups
+        are free for the next take at once, not when the lease lapses, and not counted as
+        delivered."""
+        if isinstance(step, Step):
+            step = step.lease
+        self._call("release", _checks.text("step", step))
+
     def set_trainer_version(self, version: int) -> None:
         self._call("set_version", _checks.version("version", version))
 
     def stats(self) -> dict[str, Any]:
         return dict(self._call("stats"))
+
+    def close(self) -> None:
+        """The stream is over: the buffer's actor ends, and the groups it held with it."""
+        import ray
+
+        ray.kill(self.actor)
 
 
 def _fetch(refs: list[Any]) -> list[Frame]:
@@ -703,13 +782,147 @@ def _fetch(refs: list[Any]) -> list[Frame]:
 
 def _assembled(version: int, stored: Any) -> Frame:
     """A group put as samples: its text parts and media parts, assembled into one frame."""
-    texts, digests, media = stored
+    texts, digests, media, metadata = stored
     got = _fetch([*texts, *media.values()])
     by_digest = dict(zip(media, got[len(texts) :], strict=True))
-    return _samples.assemble(got[: len(texts)], digests, by_digest, {VERSION_KEY: str(version)})
+    metadata = {**metadata, VERSION_KEY: str(version)}
+    return _samples.assemble(got[: len(texts)], digests, by_digest, metadata)
 
 
 def _tokens(frame: Frame) -> int:
     """The frame's token count (for balancing ranks), from its sequence offsets."""
     layout = frame.layout
     return int(layout.total_tokens) if layout.seq_offsets is not None else frame.num_rows
+
+
+def _described(options: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r:.200}" for k, v in options.items())
+
+
+def _refused_by_ray(options: Mapping[str, Any]) -> None:
+    """Ray's own check of each actor option (its quantities' 0.0001 precision, the names it
+    keeps for itself), before Ray sees them: a :class:`StreamError` naming the argument."""
+    try:
+        from ray._common.ray_option_utils import actor_options
+    except ImportError:  # another Ray: its refusal at .remote() is still a StreamError
+        return
+    for key, value in options.items():
+        option = actor_options.get(key)
+        if option is None:
+            continue
+        try:
+            option.validate(key, value)
+        except (ValueError, TypeError, OverflowError) as error:
+            raise StreamError(
+                f"RayBuffer: {key}={value!r:.200} is refused by Ray: {error}"
+            ) from None
+
+
+def _refused_by_cluster(options: Mapping[str, Any]) -> None:
+    """What the running cluster can never serve, refused before the actor is built: a
+    ``name`` a live actor holds, a placement group that was removed or has no such bundle, a
+    node that is gone when the strategy says ``soft=False``."""
+    import ray
+    from ray.util import placement_group_table
+    from ray.util.scheduling_strategies import (
+        NodeAffinitySchedulingStrategy,
+        PlacementGroupSchedulingStrategy,
+    )
+
+    name = options.get("name")
+    if name is not None:
+        try:
+            ray.get_actor(name)
+        except ValueError:  # no live actor has that name
+            pass
+        else:
+            raise StreamError(f"RayBuffer: name {name!r:.200} is taken by a live actor")
+    strategy = options.get("scheduling_strategy")
+    if isinstance(strategy, PlacementGroupSchedulingStrategy) and strategy.placement_group:
+        group = strategy.placement_group
+        table = placement_group_table(group)
+        if table.get("state") == "REMOVED":
+            raise StreamError(
+                f"RayBuffer: scheduling_strategy names placement group {group.id.hex()}, "
+                "which was removed"
+            )
+        index = strategy.placement_group_bundle_index
+        count = len(table.get("bundles") or {})
+        if not -1 <= index < count:
+            raise StreamError(
+                f"RayBuffer: scheduling_strategy's placement_group_bundle_index {index} is "
+                f"past placement group {group.id.hex()}'s {count} bundles"
+            )
+    if isinstance(strategy, NodeAffinitySchedulingStrategy) and not strategy.soft:
+        alive = {n["NodeID"] for n in _alive_nodes()}
+        if strategy.node_id not in alive:
+            raise StreamError(
+                f"RayBuffer: scheduling_strategy pins the actor to node {strategy.node_id} "
+                "with soft=False, and no alive node of the cluster has that id"
+            )
+
+
+def _alive_nodes() -> list[dict[str, Any]]:
+    import ray
+
+    return [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+
+
+def _demands(options: Mapping[str, Any]) -> dict[str, float]:
+    out = {"CPU": float(options.get("num_cpus") or 0)}
+    out.update(options.get("resources") or {})
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def _why_pending(options: Mapping[str, Any]) -> str:
+    """Why an actor with ``options`` is not placed, in words, from what the cluster's nodes
+    (or its placement group's bundle) offer."""
+    from ray.util import placement_group_table
+    from ray.util.scheduling_strategies import (
+        NodeAffinitySchedulingStrategy,
+        PlacementGroupSchedulingStrategy,
+    )
+
+    demands = _demands(options)
+    asked = ", ".join(f"{k}={v:g}" for k, v in demands.items()) or "no resources"
+    strategy = options.get("scheduling_strategy")
+    if isinstance(strategy, PlacementGroupSchedulingStrategy) and strategy.placement_group:
+        table = placement_group_table(strategy.placement_group)
+        state = table.get("state")
+        if state != "CREATED":
+            return f"its placement group is {state} (scheduling_strategy), not placed"
+        bundles = table.get("bundles") or {}
+        index = strategy.placement_group_bundle_index
+        chosen = [bundles[index]] if index >= 0 and index in bundles else list(bundles.values())
+        if not any(all(b.get(k, 0) >= v for k, v in demands.items()) for b in chosen):
+            return (
+                f"it asks {asked}, more than its placement group's bundle offers "
+                f"({chosen if len(chosen) > 1 else chosen[0]}; scheduling_strategy)"
+            )
+        return (
+            f"its placement group's bundle offers what it asks ({asked}): it is still "
+            "starting, or other tasks hold the bundle"
+        )
+    nodes = _alive_nodes()
+    if isinstance(strategy, NodeAffinitySchedulingStrategy) and not strategy.soft:
+        nodes = [n for n in nodes if n["NodeID"] == strategy.node_id]
+        if not nodes:
+            return f"node {strategy.node_id} (scheduling_strategy, soft=False) is gone"
+    for key, amount in demands.items():
+        most = max((float(n["Resources"].get(key, 0)) for n in nodes), default=0.0)
+        argument = "num_cpus" if key == "CPU" else f"resources[{key!r}]"
+        if most == 0:
+            return f"no alive node offers resource {key!r} ({argument} = {amount:g})"
+        if most < amount:
+            return (
+                f"{argument} = {amount:g}, but no alive node has that much {key!r} "
+                f"(the most one has is {most:g})"
+            )
+    if not any(
+        all(float(n["Resources"].get(k, 0)) >= v for k, v in demands.items()) for n in nodes
+    ):
+        return f"no single alive node offers all it asks ({asked})"
+    return (
+        f"nodes of the cluster offer what it asks ({asked}): it is still starting, or other "
+        "tasks hold those resources"
+    )

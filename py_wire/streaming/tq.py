@@ -33,8 +33,13 @@ Start TQ with the sampler and polling mode (a step that must wait gets an empty 
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import importlib
+import json
+import secrets
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,20 +47,42 @@ from py_wire._decode import checked_schema
 from py_wire._native import Frame
 from py_wire.interop.transfer_queue.columns import TEXT, frames_column, stored_frames
 from py_wire.streaming import _checks, _samples
-from py_wire.streaming._errors import StreamError
+from py_wire.streaming._errors import AdmissionTimeout, StreamError
 from py_wire.streaming._policy import (
     Counts,
     Group,
     StreamConfig,
+    StreamMetadata,
     StreamSchema,
     admits,
     balance,
+    caller_metadata,
     checked_config,
     choose,
+    is_stale,
+    same_metadata,
     same_schema,
     wait_until,
 )
-from py_wire.streaming._step import MAX_SAMPLES, VERSION_KEY, carries_versions, step_frame
+from py_wire.streaming._step import (
+    MAX_SAMPLES,
+    VERSION_KEY,
+    Step,
+    carries_versions,
+    step_frame,
+)
+
+__all__ = [
+    "SCHEMA_KEY",
+    "TASK",
+    "TRAINER_KEY",
+    "StalenessSampler",
+    "TQBuffer",
+    "TQStream",
+    "groups_of",
+    "tq_config",
+    "versions_of",
+]
 
 #: TQ task name the trainer consumes under.
 TASK = "py_wire.train"
@@ -66,8 +93,9 @@ PART_STATES = ("sample", "media")
 #: The ``state`` tag the sampler gives the rows of a group it dropped as stale: no longer
 #: counted, and cleared by the next stream that lists the partition.
 DROPPED = "dropped"
-#: The key (with this prefix, then the schema's fingerprint) that names the partition's schema:
-#: the first one TQ's controller created (``kv_list`` order) is the stream's schema.
+#: The key (with this prefix, then the schema's fingerprint and a digest of the caller metadata)
+#: that names the partition's schema and metadata: the first one TQ's controller created
+#: (``kv_list`` order) is the stream's.
 SCHEMA_KEY = "py_wire.schema:"
 #: The schema key's tag saying its schema has no per-row ``policy_version`` field.
 ONE_VERSION = "one_version"
@@ -101,24 +129,35 @@ class StalenessSampler(_base()):  # type: ignore[misc]
         self.dropped: dict[str, set[int]] = {}
         # partition -> batch_index -> per-rank global indexes
         self.steps: dict[str, dict[Any, list[list[int]]]] = {}
+        # partition -> why its last sample() handed out no step
+        self.waiting: dict[str, str] = {}
+        # partition -> index -> the step (batch_index) that leased it last
+        self.lease_of: dict[str, dict[int, Any]] = {}
 
     def _count(self, partition_id: str, name: str, n: int) -> None:
         for counts in (self.counts, self.partition_counts.setdefault(partition_id, Counts())):
             setattr(counts, name, getattr(counts, name) + n)
 
+    def end_acked(self, partition_id: str, partition: Any) -> None:
+        """Ends the leases of rows the consumer cleared (acked), counting them: run on every
+        sample() and on every stats(), so the count is exact after the last ack too."""
+        leases = self.leases.setdefault(partition_id, {})
+        keys = getattr(partition, "keys_mapping", None) or {}
+        index_key = {i: k for k, i in keys.items()}
+        for index, (key, _, head) in list(leases.items()):
+            if index_key.get(index) != key:  # cleared: the consumer acked
+                del leases[index]
+                self._count(partition_id, "acked", head)
+
     def _return_expired(self, partition: Any, task_name: str) -> list[int]:
         """Ends the leases of cleared rows (acked) and gives back the rows whose lease ran out:
         their consumption status is 0 again, as for rows never handed out. Returns those."""
         returned: list[int] = []
+        self.end_acked(partition.partition_id, partition)
         leases = self.leases.setdefault(partition.partition_id, {})
         now = time.monotonic()
-        keys = partition.keys_mapping if hasattr(partition, "keys_mapping") else {}
-        index_key = {i: k for k, i in keys.items()}
-        for index, (key, until, head) in list(leases.items()):
-            if index_key.get(index) != key:  # cleared: the consumer acked
-                del leases[index]
-                self._count(partition.partition_id, "acked", head)
-            elif until < now:  # not acked in time: offer it again
+        for index, (_, until, head) in list(leases.items()):
+            if until < now:  # not acked in time: offer it again
                 del leases[index]
                 _, status = partition.get_consumption_status(task_name, mask=False)
                 status[index] = 0
@@ -138,6 +177,10 @@ class StalenessSampler(_base()):  # type: ignore[misc]
         partition = kwargs.get("partition")
         if partition is None:
             raise StreamError("StalenessSampler needs TQ's partition (transferqueue >= 0.1.11)")
+        # The stream's own config, where its take sent one (so each partition keeps its
+        # own rules); the sampler's otherwise.
+        sent = kwargs.get("stream_config")
+        config = StreamConfig(**sent) if isinstance(sent, dict) else self.config
         returned = self._return_expired(partition, task_name)
         dp_rank = int(kwargs.get("dp_rank", 0))
         dp_size = int(kwargs.get("dp_size", 1))
@@ -175,7 +218,7 @@ class StalenessSampler(_base()):  # type: ignore[misc]
                     continue  # handed out (until acked or returned), or dropped
                 rows = parts_of.get(keys[index], [])
                 whole = _whole(rows, int(tags["samples"]), ready, meta)
-                lapsed = time.time() - float(tags.get("at", 0)) > self.config.reservation_s
+                lapsed = time.time() - float(tags.get("at", 0)) > config.reservation_s
                 if whole is None and lapsed:
                     continue
                 if whole is not None:
@@ -192,7 +235,7 @@ class StalenessSampler(_base()):  # type: ignore[misc]
                 )
                 continue
             reserved = tags.get("state") == "reserved"
-            lapsed = time.time() - float(tags.get("at", 0)) > self.config.reservation_s
+            lapsed = time.time() - float(tags.get("at", 0)) > config.reservation_s
             if reserved and lapsed and index not in ready:
                 continue  # the producer gave up or died before its column: nothing to wait for
             if not reserved and index not in ready:
@@ -211,7 +254,7 @@ class StalenessSampler(_base()):  # type: ignore[misc]
         # nothing) gets steps of one version: step_frame could not join two.
         schema_tags = [meta.get(i, {}) for i, k in keys.items() if str(k).startswith(SCHEMA_KEY)]
         one_version = bool(schema_tags[0].get(ONE_VERSION, True)) if schema_tags else True
-        choice = choose(groups, trainer_version, self.config, one_version)
+        choice = choose(groups, trainer_version, config, one_version)
 
         def rows_of(gid: str) -> list[int]:
             return members.get(gid, [int(gid)])
@@ -222,16 +265,22 @@ class StalenessSampler(_base()):  # type: ignore[misc]
             meta.setdefault(index, {})["state"] = DROPPED
         self._count(partition.partition_id, "dropped_stale", len(choice.drop))
         if choice.wait:
+            self.waiting[partition.partition_id] = choice.reason
             return [], dropped
+        self.waiting.pop(partition.partition_id, None)
         picked = [g for g in groups if g.gid in set(choice.take)]
         shares = balance(picked, dp_size)
         parts = [[i for gid in share for i in rows_of(gid)] for share in shares]
-        until = time.monotonic() + self.config.lease_s
+        lease_s = kwargs.get("lease_s") or config.lease_s
+        until = time.monotonic() + float(lease_s)
+        lease_of = self.lease_of.setdefault(partition.partition_id, {})
         for gid in (gid for share in shares for gid in share):
             head = int(gid)
             leases[head] = (keys[head], until, True)
+            lease_of[head] = batch_index
             for index in members.get(gid, []):
                 leases[index] = (keys[index], until, False)
+                lease_of[index] = batch_index
         self._count(partition.partition_id, "delivered", len(picked))
         if batch_index is not None:
             steps[batch_index] = parts
@@ -255,13 +304,27 @@ class StalenessSampler(_base()):  # type: ignore[misc]
         self.leases.pop(partition_id, None)
 
 
-def _stream_schema(listed: Mapping[str, Mapping[str, Any]]) -> StreamSchema | None:
-    """The partition's schema: its first schema key's (None when it has none)."""
+def _stream_schema(
+    listed: Mapping[str, Mapping[str, Any]],
+) -> tuple[StreamSchema, StreamMetadata] | None:
+    """The partition's schema and caller metadata: its first schema key's (None when it has
+    none)."""
     for key, tags in listed.items():
         if key.startswith(SCHEMA_KEY):
-            fingerprint = key[len(SCHEMA_KEY) :]
-            return fingerprint, str(tags.get("name", "a schema"))
+            fingerprint = key[len(SCHEMA_KEY) :].split("/")[0]
+            pairs = tuple((str(k), str(v)) for k, v in tags.get("metadata", ()))
+            return (fingerprint, str(tags.get("name", "a schema"))), (
+                pairs,
+                bool(tags.get("versioned", True)),
+            )
     return None
+
+
+def _schema_key(schema: StreamSchema, metadata: StreamMetadata) -> str:
+    """The key naming a stream's schema and metadata: two producers that disagree on either
+    add two keys, and the first created wins."""
+    digest = hashlib.sha256(json.dumps(metadata).encode()).hexdigest()[:16]
+    return f"{SCHEMA_KEY}{schema[0]}/{digest}"
 
 
 def _release(controller: Any, partition_id: str, indexes: list[int]) -> None:
@@ -270,13 +333,41 @@ def _release(controller: Any, partition_id: str, indexes: list[int]) -> None:
     TQ makes that call: a lease ran out). A step's rows share one lease deadline."""
     leases = controller.sampler.leases.get(partition_id, {})
     step = {leases[index][1] for index in indexes if index in leases}
+    heads = 0
     for index, (key, until, head) in list(leases.items()):
         if until in step:
             leases[index] = (key, 0.0, head)
+            heads += head
+    controller.sampler._count(partition_id, "delivered", -heads)  # never reached the trainer
+
+
+def _in_controller(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(controller, *args)`` run inside TQ's controller actor."""
+    import ray
+
+    controller = ray.get_actor("TransferQueueController", namespace="transfer_queue")
+    return ray.get(controller.__ray_call__.remote(function, *args))
+
+
+def _still_leased(controller: Any, partition_id: str, indexes: list[int], step: Any) -> bool:
+    """Run inside TQ's controller: whether every row of ``indexes`` is still leased to step
+    ``step`` (its lease neither ran out nor went to another step)."""
+    sampler = controller.sampler
+    leases = sampler.leases.get(partition_id, {})
+    lease_of = sampler.lease_of.get(partition_id, {})
+    now = time.monotonic()
+    return all(i in leases and leases[i][1] >= now and lease_of.get(i) == step for i in indexes)
+
+
+def _sampler_waiting(controller: Any, partition_id: str) -> str:
+    """Run inside TQ's controller: why the sampler's last call handed out no step."""
+    return str(controller.sampler.waiting.get(partition_id, ""))
 
 
 def _sampler_counts(controller: Any, partition_id: str) -> dict[str, int]:
-    """Run inside TQ's controller: its :class:`StalenessSampler`'s counts of a partition."""
+    """Run inside TQ's controller: its :class:`StalenessSampler`'s counts of a partition,
+    with the leases of rows cleared since its last sample() ended (acked)."""
+    controller.sampler.end_acked(partition_id, controller.partitions.get(partition_id))
     counts: dict[str, int] = controller.sampler.partition_counts.get(
         partition_id, Counts()
     ).as_dict()
@@ -340,6 +431,7 @@ class TQStream:
         self._media_sent: dict[Any, Any] = {}
         self._samples_of: dict[Any, Any] = {}
         self._schema: StreamSchema | None = None
+        self._metadata: StreamMetadata | None = None
         #: Seconds the last :meth:`take` waited for the sampler to hand a step.
         self.last_wait_s = 0.0
 
@@ -403,10 +495,7 @@ class TQStream:
     def stats(self) -> dict[str, Any]:
         """This partition's counts, kept by the sampler in TQ's controller (``delivered``,
         ``acked``, ``dropped_stale``, ``lease_returns``), its open groups and stored bytes."""
-        import ray
-
-        controller = ray.get_actor("TransferQueueController", namespace="transfer_queue")
-        counts: Any = ray.get(controller.__ray_call__.remote(_sampler_counts, self.partition_id))
+        counts = _in_controller(_sampler_counts, self.partition_id)
         open_groups, stored = self._open()
         return {**dict(counts), "open_groups": open_groups, "stored_bytes": stored}
 
@@ -446,28 +535,48 @@ class TQStream:
         return tags
 
     def _same_schema(
-        self, listed: Mapping[str, Mapping[str, Any]], frame: Frame, what: str
+        self,
+        listed: Mapping[str, Mapping[str, Any]],
+        frame: Frame,
+        what: str,
+        version: int,
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
         """Refuses ``frame`` (a :class:`SchemaError` naming ``what``) unless its schema is the
-        partition's. A partition without one takes this frame's: this stream adds its key,
+        partition's, and (a :class:`StreamError` naming ``what`` and the key) unless its caller
+        metadata is (:func:`same_metadata`; ``metadata``: a sample's, whose text part
+        ``frame`` is). A partition without them takes this frame's: this stream adds its key,
         then lists again, and the first schema key TQ's controller created wins (a key created
         earlier is listed to every later creator, so two racing producers agree)."""
+        sample = metadata is not None
+        meta = frame.metadata if metadata is None else metadata
         if self._schema is None:
-            self._schema = _stream_schema(listed)
+            found = _stream_schema(listed)
+            if found is not None:
+                self._schema, self._metadata = found
         if self._schema is not None:
             same_schema(self._schema, frame, what)
+            same_metadata(self._metadata, meta, version, what, sample=sample)
             return
 
         mine = same_schema(None, frame, what)
-        key = SCHEMA_KEY + mine[0]
+        mine_meta = same_metadata(None, meta, version, what, sample=sample)
+        key = _schema_key(mine, mine_meta)
         # The sampler reads it: a schema without a per-row version gets steps of one version.
-        tag = {"state": "schema", "name": mine[1], ONE_VERSION: not carries_versions(frame)}
+        tag = {
+            "state": "schema",
+            "name": mine[1],
+            ONE_VERSION: not carries_versions(frame),
+            "metadata": [list(pair) for pair in mine_meta[0]],
+            "versioned": mine_meta[1],
+        }
         _tq().kv_put(key=key, partition_id=self.partition_id, tag=tag)
         first = _stream_schema(self._listed())
-        if first is not None and first[0] != mine[0]:
+        if first is not None and first != (mine, mine_meta):
             _tq().kv_clear(keys=[key], partition_id=self.partition_id)
-        self._schema = first or mine
+        self._schema, self._metadata = first or (mine, mine_meta)
         same_schema(self._schema, frame, what)
+        same_metadata(self._metadata, meta, version, what, sample=sample)
 
     def stored_bytes(self) -> int:
         """Bytes the partition's groups and sample rows hold, from TQ's tags (one controller
@@ -564,13 +673,14 @@ class TQStream:
         if not keys:
             return
         tags = []
-        for f, v in zip(frames, versions, strict=True):
+        for key, f, v in zip(keys, frames, versions, strict=True):
             self._seq += 1
             layout = f.layout
             tokens = layout.total_tokens if layout.seq_offsets is not None else f.num_rows
             tags.append(
                 {
                     "state": "stored",
+                    "key": key,
                     VERSION_KEY: int(v),
                     "nbytes": f.nbytes,
                     "tokens": int(tokens),
@@ -582,9 +692,9 @@ class TQStream:
             raise StreamError(f"group {twice}: given twice in one put")
 
         def refuse(listed: Mapping[str, Mapping[str, Any]]) -> None:
-            for key, frame in zip(keys, frames, strict=True):
+            for key, frame, v in zip(keys, frames, versions, strict=True):
                 self._reservation(listed, key, samples=False)
-                self._same_schema(listed, frame, f"group {key}")
+                self._same_schema(listed, frame, f"group {key}", v)
 
         self._put_rows(keys, frames, tags, timeout_s, refuse)
 
@@ -619,6 +729,9 @@ class TQStream:
                 "index": index,
                 "digest": digest or "",
                 "v": int(version),
+                "metadata": {
+                    k: v for k, v in caller_metadata(frame.metadata).items() if k != VERSION_KEY
+                },
                 "nbytes": text.nbytes,
                 "tokens": int(tokens),
             }
@@ -637,7 +750,8 @@ class TQStream:
                 )
             if keys[0] in listed:
                 raise StreamError(f"group {key}: sample {index} was put already")
-            self._same_schema(listed, text, f"group {key}, sample {index}")
+            what = f"group {key}, sample {index}"
+            self._same_schema(listed, text, what, version, frame.metadata)
 
         self._put_rows(keys, frames, tags, timeout_s, refuse)
         if media is not None:
@@ -684,14 +798,18 @@ class TQStream:
         dp_rank: int = 0,
         dp_size: int = 1,
         timeout_s: float = 600.0,
+        lease_s: float | None = None,
     ) -> tuple[Any, Frame | None]:
         """This rank's share of step ``step``'s groups (TQ's ``BatchMeta``, and one frame of
-        their rows with a ``policy_version`` field), waiting until the sampler hands a step."""
+        their rows with a ``policy_version`` field), waiting until the sampler hands a step.
+        ``lease_s``: how long the step's groups stay leased (the config's ``lease_s`` when
+        None)."""
         trainer_version = _checks.version("trainer_version", trainer_version)
         step = _checks.whole("step", step)
         dp_size = _checks.ranks("dp_size", dp_size)
         dp_rank = _checks.whole("dp_rank", dp_rank, maximum=dp_size - 1)
         timeout_s = _checks.seconds("timeout_s", timeout_s)
+        lease_s = _checks.optional_seconds("lease_s", lease_s)
 
         client = _tq().get_client()
         got: list[Any] = []
@@ -700,6 +818,8 @@ class TQStream:
             "dp_rank": dp_rank,
             "dp_size": dp_size,
             "batch_index": step,
+            "lease_s": lease_s,
+            "stream_config": dataclasses.asdict(self.config),
         }
 
         def check() -> str | None:
@@ -716,7 +836,15 @@ class TQStream:
             return None
 
         start = time.perf_counter()
-        wait_until(check, timeout_s, f"take step {step}")
+        try:
+            wait_until(check, timeout_s, f"take step {step}")
+        except AdmissionTimeout:
+            reason = _in_controller(_sampler_waiting, self.partition_id) or (
+                "the sampler has no step ready"
+            )
+            raise AdmissionTimeout(
+                f"take step {step}: waited {timeout_s:g} s and still {reason}"
+            ) from None
         self.last_wait_s = time.perf_counter() - start
         meta = got[0]
         try:
@@ -730,11 +858,8 @@ class TQStream:
         except Exception:
             # Refused or failed after the sampler leased the rows: they go back now, for the
             # next take, not when the lease runs out.
-            import ray
 
-            controller = ray.get_actor("TransferQueueController", namespace="transfer_queue")
-            indexes = [int(i) for i in meta.global_indexes]
-            ray.get(controller.__ray_call__.remote(_release, self.partition_id, indexes))
+            _in_controller(_release, self.partition_id, [int(i) for i in meta.global_indexes])
             raise
 
     def ack(self, meta: Any) -> None:
@@ -750,6 +875,19 @@ class TQStream:
         )
         if heads:
             _tq().kv_clear(keys=heads, partition_id=self.partition_id)
+
+
+def groups_of(meta: Any) -> list[str]:
+    """The keys of a ``BatchMeta``'s groups, from their tags (a group whose samples arrived
+    apart once, from its first sample's row), in the order :func:`versions_of` gives."""
+    out = []
+    for tags in _custom_meta(meta):
+        state = tags.get("state")
+        if state == "sample" and int(tags.get("index", -1)) == 0:
+            out.append(str(tags.get("group")))
+        elif state not in PART_STATES:
+            out.append(str(tags.get("key", "")))
+    return out
 
 
 def versions_of(meta: Any) -> list[int]:
@@ -778,11 +916,12 @@ def _assembled(frames: list[Frame], tags: list[Mapping[str, Any]]) -> list[Frame
             continue
         group = str(t.get("group"))
         if group not in parts:
-            parts[group] = {"samples": {}, "media": {}, "version": None}
+            parts[group] = {"samples": {}, "media": {}, "version": None, "metadata": {}}
             out.append(group)
         if state == "sample":
             parts[group]["samples"][int(t["index"])] = (frame, str(t.get("digest") or ""))
             parts[group]["version"] = int(t.get("v", -1))
+            parts[group]["metadata"] = dict(t.get("metadata") or {})
         else:
             parts[group]["media"][str(t["digest"])] = frame
     built: list[Frame] = []
@@ -797,7 +936,7 @@ def _assembled(frames: list[Frame], tags: list[Mapping[str, Any]]) -> list[Frame
                 [f for f, _ in samples],
                 [d or None for _, d in samples],
                 entry["media"],
-                {VERSION_KEY: str(entry["version"])},
+                {**entry["metadata"], VERSION_KEY: str(entry["version"])},
             )
         )
     return built
@@ -808,3 +947,183 @@ def _custom_meta(meta: Any) -> list[Mapping[str, Any]]:
     if out is None:
         out = meta.get_all_custom_meta() if hasattr(meta, "get_all_custom_meta") else []
     return list(out)
+
+
+#: The key whose tags hold the trainer's version (``TQBuffer.set_trainer_version``), for
+#: producers that reserve at the trainer's version.
+TRAINER_KEY = "py_wire.trainer"
+#: The most steps one :class:`TQBuffer` remembers by lease id (for ``ack`` of a lease id).
+MAX_STEPS = 1024
+
+
+class TQBuffer:
+    """The streaming contract (:class:`~py_wire.streaming.Stream`) on TransferQueue: the
+    verbs, arguments, return types and errors of :class:`~py_wire.streaming.RayBuffer`, over
+    a :class:`TQStream` (``.stream``) on one partition. A producer loop or a trainer loop
+    written for one runs on the other by changing the line that builds it.
+
+    Group ids are TQ keys (made here); a step's ranks are one sampler choice fetched rank by
+    rank (``Step.handle``: each rank's ``BatchMeta``); the trainer's version lives in the
+    partition (:data:`TRAINER_KEY`), so producers in other processes reserve at it. TQ must
+    run :class:`StalenessSampler` (:func:`tq_config`)."""
+
+    def __init__(self, config: StreamConfig, partition_id: str = "py_wire.rollouts") -> None:
+        self.stream = TQStream(config, partition_id)
+        self.config = self.stream.config
+        self.partition_id = self.stream.partition_id
+        self._trainer_version = 0
+        self._steps: dict[str, list[Any]] = {}
+
+    def _trainer(self, listed: Mapping[str, Mapping[str, Any]] | None = None) -> int:
+        listed = self.stream._listed() if listed is None else listed
+        return int((listed.get(TRAINER_KEY) or {}).get("trainer_version", 0))
+
+    def reserve(
+        self,
+        version: int | None = None,
+        timeout_s: float | None = None,
+        *,
+        samples: int | None = None,
+    ) -> tuple[str, int]:
+        """As :meth:`RayBuffer.reserve <py_wire.streaming.RayBuffer.reserve>`: waits for a
+        slot, returns the group's id (a new TQ key) and version (``None``: the trainer's at
+        admission)."""
+        version = _checks.optional_version("version", version)
+        timeout_s = _checks.optional_seconds("timeout_s", timeout_s)
+        if samples is not None:
+            samples = _checks.whole("samples", samples, minimum=1, maximum=MAX_SAMPLES)
+        if version is not None:
+            trainer = self._trainer()
+            if is_stale(version, trainer, self.config.max_staleness):
+                raise StreamError(
+                    f"reserve: version {version} is past the staleness bound: the trainer is "
+                    f"at version {trainer} and max_staleness is {self.config.max_staleness}"
+                )
+        gid = uuid.uuid4().hex
+        got = self.stream.reserve(
+            gid, self._trainer if version is None else version, timeout_s, samples=samples
+        )
+        return gid, got
+
+    def put(
+        self,
+        gid: str,
+        frame: Frame,
+        timeout_s: float | None = None,
+        *,
+        sample: int | None = None,
+    ) -> None:
+        """As :meth:`RayBuffer.put <py_wire.streaming.RayBuffer.put>`: stores reserved group
+        ``gid``'s frame (``sample=i``: its sample ``i``), at the version it was reserved
+        with."""
+        gid = _checks.text("gid", gid)
+        frame = _checks.frame("frame", frame)
+        timeout_s = _checks.optional_seconds("timeout_s", timeout_s)
+        if sample is not None:
+            sample = _checks.whole("sample", sample, maximum=MAX_SAMPLES - 1)
+        tags = self.stream._listed().get(gid) or {}
+        if tags.get("state") != "reserved" or VERSION_KEY not in tags:
+            # TQStream names why (never reserved, put already, dropped, acked).
+            self.stream._reservation({gid: tags}, gid, samples=sample is not None)
+        version = int(tags.get(VERSION_KEY, 0))
+        if sample is None:
+            self.stream.put([gid], [frame], [version], timeout_s)
+        else:
+            self.stream.put_sample(gid, sample, frame, version, timeout_s)
+
+    def take(self, ranks: int = 1, timeout_s: float = 600.0, lease_s: float | None = None) -> Step:
+        """As :meth:`RayBuffer.take <py_wire.streaming.RayBuffer.take>`: the next step's
+        groups, leased, balanced across ``ranks`` (``ranks`` at most ``batch_groups``: every
+        rank gets a group)."""
+        ranks = _checks.ranks("ranks", ranks)
+        timeout_s = _checks.seconds("timeout_s", timeout_s)
+        lease_s = _checks.optional_seconds("lease_s", lease_s)
+        if ranks > self.config.batch_groups:
+            raise StreamError(
+                f"ranks ({ranks}) must be at most batch_groups ({self.config.batch_groups}) "
+                "on TransferQueue: a rank of a step gets whole groups, at least one"
+            )
+        batch = secrets.randbits(62)
+        deadline = time.monotonic() + timeout_s
+        metas: list[Any] = []
+        frames: list[Frame | None] = []
+        waited = 0.0
+        try:
+            for rank in range(ranks):
+                left = max(deadline - time.monotonic(), 1e-3)
+                meta, got = self.stream.take(
+                    self._trainer_version, batch, rank, ranks, left, lease_s=lease_s
+                )
+                metas.append(meta)
+                frames.append(got)
+                waited += self.stream.last_wait_s
+        except BaseException:
+            for meta in metas:  # the ranks fetched already: their groups go back now
+                _in_controller(_release, self.partition_id, _indexes(meta))
+            raise
+        lease = str(batch)
+        self._steps[lease] = metas
+        if len(self._steps) > MAX_STEPS:
+            self._steps.pop(next(iter(self._steps)))
+        return Step(
+            lease,
+            frames,
+            [groups_of(meta) for meta in metas],
+            [versions_of(meta) for meta in metas],
+            waited,
+            handle=metas,
+        )
+
+    def _metas(self, step: Step | str) -> tuple[int, list[Any]]:
+        """A step's lease (the sampler's batch index) and each rank's ``BatchMeta``; none
+        when this buffer never handed out such a step."""
+        if isinstance(step, Step):
+            lease, metas = step.lease, list(step.handle or ())
+        else:
+            lease = _checks.text("step", step)
+            metas = self._steps.get(lease, [])
+        if not lease.isdigit():
+            raise StreamError(f"step {lease!r:.80} is no lease a TQBuffer handed out")
+        self._steps.pop(lease, None)
+        return int(lease), metas
+
+    def ack(self, step: Step | str) -> bool:
+        """As :meth:`RayBuffer.ack <py_wire.streaming.RayBuffer.ack>`: the step's groups
+        leave TQ; False (and nothing cleared) when its lease had lapsed."""
+        lease, metas = self._metas(step)
+        indexes = [i for meta in metas for i in _indexes(meta)]
+        if not metas or not _in_controller(_still_leased, self.partition_id, indexes, lease):
+            return False
+        for meta in metas:
+            self.stream.ack(meta)
+        return True
+
+    def release(self, step: Step | str) -> None:
+        """As :meth:`RayBuffer.release <py_wire.streaming.RayBuffer.release>`: the step's
+        groups are free for the next take at once, not counted as delivered."""
+        lease, metas = self._metas(step)
+        indexes = [i for meta in metas for i in _indexes(meta)]
+        if metas and _in_controller(_still_leased, self.partition_id, indexes, lease):
+            _in_controller(_release, self.partition_id, indexes)
+
+    def set_trainer_version(self, version: int) -> None:
+        """The trainer's weights are now ``version``: its takes sample at it, and producers
+        that reserve without a version generate at it."""
+        version = _checks.version("version", version)
+        tag = {"state": "trainer", "trainer_version": version}
+        _tq().kv_put(key=TRAINER_KEY, partition_id=self.partition_id, tag=tag)
+        self._trainer_version = version
+
+    def stats(self) -> dict[str, Any]:
+        """:meth:`TQStream.stats` with the trainer's version."""
+        return {**self.stream.stats(), "trainer_version": self._trainer()}
+
+    def close(self) -> None:
+        """The stream is over: every key of its partition is cleared."""
+        keys = list(self.stream._listed())
+        if keys:
+            _tq().kv_clear(keys=keys, partition_id=self.partition_id)
+
+
+def _indexes(meta: Any) -> list[int]:
+    return [int(i) for i in meta.global_indexes]

@@ -24,6 +24,7 @@
 //! - [`frame`]: the byte format: the header, the validated layout every reader uses, padding
 //! - [`memory`]: the pooled aligned buffer, remaps, streaming stores, threaded copies, SIMD
 //! - [`encode`](mod@encode): batch → frame (input kinds, checks, layout, writing)
+//! - `tier`: one implementation per tier of its checks, plan, tables and gather
 //! - [`contract`]: cross-field contracts (placeholder runs against media features)
 //! - [`ops`]: frame operations without decoding, and token-budget batching
 //! - `python` (feature "python"): the thin PyO3 layer
@@ -40,6 +41,7 @@ pub mod memory;
 pub mod ops;
 pub mod schema;
 pub mod tensor;
+mod tier;
 
 #[cfg(feature = "python")]
 mod python;

@@ -465,9 +465,9 @@ def without_versions(frame: py_wire.Frame) -> dict[str, Any]:
     return out
 
 
-RAY_BUFFER = "docs/streaming.md § Ray alone: `RayBuffer`"
+RAY_BUFFER = "docs/streaming.md § One contract, either backend"
 SAMPLES = "docs/streaming.md § Samples that arrive apart: a prompt's images stored once"
-TQ_STREAM = "docs/streaming.md § TransferQueue: `StalenessSampler` and `TQStream`"
+TQ_STREAM = "docs/streaming.md § TransferQueue: `StalenessSampler`, `TQStream` and `TQBuffer` (TQ)"
 
 
 @runs(RAY_BUFFER)
@@ -486,7 +486,7 @@ def test_ray_buffer_step() -> None:
         exec(parts["producer"], ns)
     ns.update(dp_size=2, t=0)
     exec(parts["trainer"], ns)
-    step, buffer = ns["step"], ns["buffer"]
+    step, buffer = ns["step"], ns["stream"]
     assert len(step.frames) == 2 and sum(len(ids) for ids in step.group_ids) == 8
     taken = sorted(row for frame in step.frames for row in rows_of(frame))
     sent = sorted(row for g in groups for row in rows_of(py_wire.encode(g, schema)))

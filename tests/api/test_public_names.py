@@ -111,6 +111,8 @@ CONTRACT_MODULES = [
     "py_wire.interop.nemo_rl",
     "py_wire.interop.verl",
     "py_wire.interop.transfer_queue",
+    "py_wire.streaming",
+    "py_wire.streaming.tq",
 ]
 
 
@@ -139,3 +141,21 @@ def test_no_public_function_of_a_module_is_left_out_of_its_all(name: str) -> Non
         if not n.startswith("_") and f.__module__ == name
     }
     assert defined_here <= set(module.__all__), sorted(defined_here - set(module.__all__))
+
+
+def _subclasses(cls: type) -> set[type]:
+    return {s for c in cls.__subclasses__() for s in {c} | _subclasses(c)}
+
+
+def test_every_error_class_the_core_raises_is_in_the_errors_page() -> None:
+    """docs/errors.md names every class of the hierarchy a user of the core can catch (the
+    streaming package's own errors are docs/streaming.md's), private module or not: a user sees
+    ``type(err).__name__``."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "errors.md").read_text()
+    core = {
+        c.__name__
+        for c in _subclasses(py_wire.WireError) | {py_wire.WireError}
+        if c.__module__.startswith("py_wire") and not c.__module__.startswith("py_wire.streaming")
+    }
+    assert {"PackedRowIndexError", "PackDimError"} <= core
+    assert sorted(n for n in core if f"`{n}" not in page) == []

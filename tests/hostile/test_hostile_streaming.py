@@ -35,7 +35,7 @@ from py_wire.streaming import RayBuffer, StreamConfig
 from py_wire.streaming import ray_buffer as pw_ray_buffer
 from py_wire.streaming import tq as pw_tq
 from py_wire.streaming.ray_buffer import _Buffer
-from py_wire.streaming.tq import StalenessSampler, TQStream
+from py_wire.streaming.tq import StalenessSampler, TQBuffer, TQStream
 from tests.helpers import small_text_batch
 from tests.hostile.test_hostile_arguments import FRAME, VLM_FRAME
 from tests.hostile.test_hostile_sweep import (
@@ -80,6 +80,10 @@ def _tq(method: str, **valid: Any) -> Callable[..., Any]:
     return _until_backend(lambda **kw: getattr(TQStream(CONFIG), method)(**{**valid, **kw}))
 
 
+def _tqb(method: str, **valid: Any) -> Callable[..., Any]:
+    return _until_backend(lambda **kw: getattr(TQBuffer(CONFIG), method)(**{**valid, **kw}))
+
+
 def _core(method: str, **valid: Any) -> Callable[..., Any]:
     return lambda **kw: getattr(_Buffer(CONFIG), method)(**{**valid, **kw})
 
@@ -97,6 +101,7 @@ TARGETS: list[Target] = [
               "timeout_s", "sample", gid="group"),
     *_targets("RayBuffer.take", _ray("take"), "ranks", "timeout_s", "lease_s"),
     *_targets("RayBuffer.ack", _ray("ack", step="lease"), "step"),
+    *_targets("RayBuffer.release", _ray("release", step="lease"), "step"),
     *_targets("RayBuffer.set_trainer_version", _ray("set_trainer_version", version=0),
               "version"),
     *_targets("step_frame", lambda groups: pw_ray_buffer.step_frame(groups), "groups",
@@ -116,6 +121,17 @@ TARGETS: list[Target] = [
     *_targets("TQStream.take", _tq("take", trainer_version=0, step=0), "trainer_version",
               "step", "dp_rank", "dp_size", "timeout_s"),
     *_targets("TQStream.ack", _tq("ack"), "meta"),
+    *_targets("TQBuffer", _until_backend(lambda config=CONFIG, **kw: TQBuffer(config, **kw)),
+              "config", "partition_id"),
+    *_targets("TQBuffer.reserve", _tqb("reserve"), "version", "timeout_s", "samples"),
+    *_targets("TQBuffer.put", _tqb("put", gid="g", frame=SAMPLE), "gid", "frame",
+              "timeout_s", "sample", gid="group"),
+    *_targets("TQBuffer.take", _tqb("take"), "ranks", "timeout_s", "lease_s"),
+    *_targets("TQBuffer.ack", _tqb("ack", step="1"), "step"),
+    *_targets("TQBuffer.release", _tqb("release", step="1"), "step"),
+    *_targets("TQBuffer.set_trainer_version", _tqb("set_trainer_version", version=0),
+              "version"),
+    *_targets("groups_of", lambda meta: pw_tq.groups_of(meta), "meta"),
     *_targets("StalenessSampler", lambda config: StalenessSampler(config), "config"),
     *_targets("tq_config", lambda config: pw_tq.tq_config(config), "config"),
     *_targets("versions_of", lambda meta: pw_tq.versions_of(meta), "meta"),
@@ -132,6 +148,7 @@ EXCLUDED = {
     "(tests/streaming/test_tq.py runs it under TQ)",
     "StalenessSampler.has_cached_result": "called by TQ's controller (see sample)",
     "StalenessSampler.clear_cache": "called by TQ's controller (see sample)",
+    "StalenessSampler.end_acked": "called in TQ's controller by TQStream.stats (see sample)",
 }
 
 
@@ -146,7 +163,7 @@ def _public() -> set[str]:
     """Every public call of py_wire.streaming's two backends and their rules that takes an
     argument."""
     names = {"StreamConfig"}
-    for cls in (RayBuffer, TQStream, StalenessSampler):
+    for cls in (RayBuffer, TQStream, TQBuffer, StalenessSampler):
         names.add(cls.__name__)
         for method, f in inspect.getmembers(cls, inspect.isfunction):
             takes = len(inspect.signature(f).parameters) > 1  # more than self

@@ -337,3 +337,62 @@ def test_pad_to_seqlen() -> None:
         nemo_rl.from_frame(frame, pad_to_seqlen=longest - 1)
     with pytest.raises(py_wire.WireError, match="not both"):
         nemo_rl.from_frame(frame, pad_to_seqlen=longest, pad_to_multiple_of=8)
+
+
+@pytest.fixture
+def with_batched_data_dict(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``nemo_rl.distributed.batched_data_dict.BatchedDataDict`` importable (a model of
+    NeMo-RL's class, tests/nemo_rl_model.py)."""
+    pkg, dist = types.ModuleType("nemo_rl"), types.ModuleType("nemo_rl.distributed")
+    monkeypatch.setitem(sys.modules, "nemo_rl", pkg)
+    monkeypatch.setitem(sys.modules, "nemo_rl.distributed", dist)
+    monkeypatch.setitem(sys.modules, "nemo_rl.distributed.batched_data_dict", nemo_rl_model)
+
+
+@pytest.mark.usefixtures("with_batched_data_dict")
+def test_a_shard_keeps_its_micro_batch_plan() -> None:
+    """``shard_by_batch_size`` leaves each shard its micro-batch plan (dynamic batching,
+    sequence packing): the shard sent through a frame comes back with it, and a frame whose
+    rows were taken since says it lost it rather than handing a plan of other rows."""
+    shard = nemo_rl_model.BatchedDataDict(nemo_batch("nemo_rl/qwen2_5_vl", 4, dedup=True))
+    shard.micro_batch_indices = [[[0, 1], [1, 4]]]
+    shard.micro_batch_lengths = [[24, 40]]
+    shard.elem_counts_per_gb = [4]
+    frame = nemo_rl.to_frame(shard, "nemo_rl/qwen2_5_vl")
+    out = nemo_rl.from_frame(pickle.loads(pickle.dumps(frame, protocol=5)))
+    assert isinstance(out, nemo_rl_model.BatchedDataDict)
+    assert out.micro_batch_indices == [[[0, 1], [1, 4]]]
+    assert out.micro_batch_lengths == [[24, 40]]
+    assert out.elem_counts_per_gb == [4]
+    plain = nemo_rl.from_frame(
+        nemo_rl.to_frame(nemo_batch("nemo_rl/qwen2_5_vl", 4, False), "nemo_rl/qwen2_5_vl")
+    )
+    assert plain.micro_batch_indices is None
+    with pytest.warns(UserWarning, match="micro-batch plan"):
+        taken = nemo_rl.from_frame(py_wire.take_rows(frame, [0, 1]))
+    assert taken.micro_batch_indices is None
+
+
+def test_json_columns_come_back_as_object_arrays() -> None:
+    """NeMo-RL's data plane holds object columns (``message_log``, ``content``) as
+    ``np.ndarray(dtype=object)``, one object a row: from_frame gives them so, rows of
+    equal-length lists included."""
+    schema = py_wire.Schema.from_dict(
+        {
+            "name": "nemo_objects",
+            "sequence_field": "input_ids",
+            "fields": {
+                "input_ids": {"tier": "per_token", "dtype": "int64", "shape": []},
+                "content": {"tier": "packed", "dtype": "uint8", "shape": ["*"], "encoding": "json"},
+            },
+        }
+    )
+    content = [["a", "b"], ["c", "d"], {"role": "user"}]
+    column = np.empty(3, dtype=object)  # as NeMo-RL builds one
+    for i, value in enumerate(content):
+        column[i] = value
+    batch = {"input_ids": [torch.arange(2), torch.arange(1), torch.arange(3)], "content": column}
+    out = nemo_rl.from_frame(nemo_rl.to_frame(batch, schema))
+    got = out["content"]
+    assert isinstance(got, np.ndarray) and got.dtype == object and got.shape == (3,)
+    assert list(got) == content

@@ -54,6 +54,8 @@ def test_a_write_back_to_some_keys_is_theirs_when_fetched_with_others(
     assert_same(py_wire.decode(py_wire.take_rows(frame, back)), ptq.get(g1 + g0, part))
     got = ptq.get_by_meta(_kv_meta(names, part), stage="train")
     assert torch.equal(got["loss_multiplier"], want["loss_multiplier"])
+    got = ptq.get_samples([(g1[0], 0), (g0[0], 0)], part, stage="train")
+    assert torch.equal(got["loss_multiplier"], torch.tensor([0.0, 1.0]))
 
     # an optional field that is not stored, written back to g1 alone: g1's own fetch has it,
     # a fetch with g0 (which holds none) says so by name rather than dropping it

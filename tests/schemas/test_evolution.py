@@ -358,3 +358,52 @@ def test_another_schema_of_the_frames_name_and_version_is_reported() -> None:
     assert warning.reader_fingerprint == schema(1).fingerprint
     assert warning.frame_fingerprint == frame.schema.fingerprint != warning.reader_fingerprint
     assert torch.equal(out["reward"], batch()["reward"])
+
+
+def _readers() -> list[Any]:
+    from py_wire import trainer
+    from py_wire.interop import nemo_rl
+
+    return [
+        py_wire.decode,
+        lambda frame: list(trainer.iter_micro_batches(frame, 2)),
+        nemo_rl.from_frame,
+    ]
+
+
+@pytest.mark.parametrize("reader", range(3), ids=["decode", "iter_micro_batches", "nemo_rl"])
+def test_a_frame_wrapped_under_a_readers_schema_is_checked_against_its_contracts(
+    reader: int,
+) -> None:
+    # Frame.from_buffer(data, schema=R): every reader of the frame reads bytes checked against
+    # R's contracts, not only decode(frame, schema=R). Row 2's placeholders are one token short.
+    writer = _qwen_without_contracts(2)
+    data = bytes(memoryview(py_wire.encode(generate("qwen2_5_vl", 4, misalign_row=2), writer)))
+    read = _readers()[reader]
+    with pytest.raises(py_wire.ContractError, match="row 2") as raised:
+        read(py_wire.Frame.from_buffer(data, schema="qwen2_5_vl"))
+    assert raised.value.row == 2
+    good = bytes(memoryview(py_wire.encode(generate("qwen2_5_vl", 4), writer)))
+    read(py_wire.Frame.from_buffer(good, schema="qwen2_5_vl"))
+
+
+def test_a_frame_wrapped_under_a_conflicting_schema_is_reported() -> None:
+    from py_wire.interop import verl as pw_verl
+
+    def describe(data: dict[str, Any]) -> None:
+        data["fields"]["reward"]["description"] = "edited, version not bumped"
+
+    data = bytes(memoryview(py_wire.encode(batch(), schema(1, describe))))
+    with pytest.warns(py_wire.SchemaConflictWarning, match="'evo' v1") as caught:
+        frame = py_wire.Frame.from_buffer(data, schema=schema(1))
+    warning = caught[0].message
+    assert isinstance(warning, py_wire.SchemaConflictWarning)
+    assert warning.reader_fingerprint == schema(1).fingerprint
+    assert torch.equal(py_wire.decode(frame)["reward"], batch()["reward"])
+    # verl's reader, over a verl frame, as the others.
+    verl_schema = py_wire.load_schema("verl/text").model_dump(mode="json")
+    verl_schema["description"] = "edited, version not bumped"
+    data = bytes(memoryview(py_wire.encode(generate("verl/text", 2), "verl/text")))
+    with pytest.warns(py_wire.SchemaConflictWarning):
+        frame = py_wire.Frame.from_buffer(data, schema=py_wire.Schema.from_dict(verl_schema))
+    pw_verl.from_frame(frame)

@@ -44,4 +44,7 @@ def offline_ray_buffer(config: StreamConfig) -> RayBuffer:
     buffer = RayBuffer.__new__(RayBuffer)
     buffer.config = config
     buffer.actor = _Backend()
+    buffer._options = {}
+    buffer._placed = False
+    buffer._ready = None
     return buffer

@@ -49,8 +49,9 @@ def taken_frames(buf: _Buffer) -> list[py_wire.Frame]:
     assert got is not None
     out = []
     for _gid, version, parts in got[1][0]:
-        texts, digests, media = parts
-        out.append(_samples.assemble(texts, digests, media, {VERSION_KEY: str(version)}))
+        texts, digests, media, metadata = parts
+        metadata = {**metadata, VERSION_KEY: str(version)}
+        out.append(_samples.assemble(texts, digests, media, metadata))
     return out
 
 

@@ -1,7 +1,10 @@
-"""The streaming rules on real TransferQueue: StalenessSampler in TQ's controller, versions in
-TQ's tags, leases on TQ's consumption table. A step's groups are split across two DP ranks;
-one rank's groups are never cleared (its consumer died) and come back after the lease; a
-reserved key without columns (a producer mid-put) is never handed out."""
+"""What is TransferQueue's own (the contract every backend keeps is test_contract.py's):
+StalenessSampler in TQ's controller, versions in TQ's tags, leases on TQ's consumption table,
+keys the caller names, partitions. A step's groups are split across two DP ranks; one rank's
+groups are never cleared (its consumer died) and come back after the lease; a reserved key
+without columns (a producer mid-put) is never handed out; a second put of a key, a put
+without a reservation and racing producers' byte budget; and ``stats()["acked"]`` exact
+after the last ack."""
 
 from __future__ import annotations
 
@@ -16,8 +19,10 @@ import transfer_queue as tq
 import py_wire
 from py_wire.streaming import AdmissionTimeout, StreamConfig, StreamError
 from py_wire.streaming.tq import SCHEMA_KEY, TQStream, versions_of
+from py_wire.synth.registry import generate
 from tests.helpers import END, PAD, START, small_text_batch
 from tests.streaming.conftest import tq_running
+from tests.streaming.test_hardening_round4 import text_group
 
 # Ray start-up (and the benchmark) on a loaded 2-core machine can take minutes.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]  # spawned processes: see markers
@@ -210,4 +215,125 @@ def test_every_bundled_schemas_samples_put_apart_come_back_as_the_whole_frame_de
         out = digests(py_wire.decode(py_wire.take_rows(got, list(half)), layout="list"))
         assert out == expected  # the golden schemas hold no policy_version field
     assert got.metadata["policy_version"] == "0"
+    stream.ack(meta)
+
+
+#: The rules of the puts below (each take sends its stream's config to the sampler).
+PACE = StreamConfig(max_staleness=1, batch_groups=1, lease_s=1.0, reservation_s=60.0)
+
+
+def rewards(frame: py_wire.Frame | None) -> list[float]:
+    assert frame is not None
+    return [float(r) for r in py_wire.decode(frame)["reward"].tolist()]
+
+
+def listed(partition: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = tq.kv_list(partition_id=partition).get(partition, {})
+    return out
+
+
+def test_a_second_put_of_a_key_is_refused_and_the_first_group_kept() -> None:
+    stream = TQStream(PACE, partition_id="twice")
+    stream.reserve("g", 0)
+    stream.put(["g"], [text_group(1.0)], [0])
+    with pytest.raises(StreamError, match="group g: put already"):
+        stream.put(["g"], [text_group(2.0)], [0])
+    meta, frame = stream.take(0, 0, timeout_s=30.0)
+    assert rewards(frame) == [1.0, 1.0]
+    stream.ack(meta)
+
+    row = py_wire.encode(
+        {k: v[:1] for k, v in small_text_batch((3,)).items()},  # type: ignore[index]
+        "text_grpo",
+    )
+    stream.reserve("s", 0, samples=2)
+    stream.put_sample("s", 0, row, 0)
+    with pytest.raises(StreamError, match="group s: sample 0 was put already"):
+        TQStream(PACE, partition_id="twice").put_sample("s", 0, row, 0)
+
+
+def test_ten_puts_without_a_reservation_are_refused_so_a_window_of_four_holds() -> None:
+    window = StreamConfig(max_staleness=1, batch_groups=2, admission_timeout_s=0.3)
+    stream = TQStream(window, partition_id="window")
+    for i in range(10):
+        with pytest.raises(StreamError, match=f"group u{i}: not reserved.*= 4 groups"):
+            stream.put([f"u{i}"], [text_group(float(i))], [0])
+    assert listed("window") == {}
+    for i in range(4):
+        stream.reserve(f"r{i}", 0)
+    with pytest.raises(AdmissionTimeout, match="4 groups are open"):
+        stream.reserve("r4", 0)
+    stream.put([f"r{i}" for i in range(4)], [text_group(float(i)) for i in range(4)], [0] * 4)
+    with pytest.raises(StreamError, match="given twice in one put"):
+        stream.put(["r0", "r0"], [text_group(), text_group()], [0, 0])
+
+
+def test_four_racing_producers_stay_within_the_documented_byte_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The budget is checked, not reserved: each producer admits its put on the bytes stored,
+    and puts of others in flight land after. Worst case here: all four producers check
+    before any of them writes. Stored bytes then end at most ``max(max_bytes, largest put) +
+    (producers - 1) * largest put`` (docs/streaming.md), and never further."""
+    group = text_group()
+    n = group.nbytes
+    budget = StreamConfig(max_staleness=8, batch_groups=1, max_bytes=3 * n)
+    streams = [TQStream(budget, partition_id="bytes") for _ in range(4)]
+    for i in range(7):
+        streams[0].reserve(f"g{i}", 0)
+    streams[0].put(["g0", "g1"], [group, group], [0, 0])  # 2 of the budget's 3 groups
+    real_put = tq.kv_batch_put
+    waiting = list(range(1, 4))
+
+    def racing_put(*args: object, **kwargs: object) -> object:
+        # Before this producer's bytes land, the next one checks the budget and puts.
+        if waiting:
+            p = waiting.pop(0)
+            streams[p].put([f"g{p + 2}"], [group], [0])
+        return real_put(*args, **kwargs)
+
+    monkeypatch.setattr(tq, "kv_batch_put", racing_put)
+    streams[0].put(["g2"], [group], [0])
+    stored = streams[0].stored_bytes()
+    assert stored == 6 * n  # every producer saw 2 groups stored, and added its own
+    assert stored <= max(3 * n, n) + (len(streams) - 1) * n
+    monkeypatch.setattr(tq, "kv_batch_put", real_put)
+    with pytest.raises(AdmissionTimeout, match="budget"):  # a put checked after them waits
+        streams[0].put(["g6"], [group], [0], timeout_s=0.3)
+
+
+def nemo_group(version: int) -> py_wire.Frame:
+    batch = generate("nemo_rl/text", 2, seed=version)
+    return py_wire.encode(batch, "nemo_rl/text", metadata={"policy_version": str(version)})
+
+
+def test_stats_count_every_ack_at_once() -> None:
+    """Issue 46, item 6: ``acked`` equals ``delivered`` right after the last ack (the sampler
+    counted an ack only when it next ran: one step behind, for ever after the last)."""
+    stream = TQStream(StreamConfig(max_staleness=1, batch_groups=1, lease_s=60.0), "acked")
+    for step in range(2):
+        stream.reserve(f"g{step}", 0)
+        stream.put([f"g{step}"], [nemo_group(0)], [0])
+        meta, _ = stream.take(0, step=step, timeout_s=30.0)
+        stream.ack(meta)
+        stats = stream.stats()
+        assert stats["delivered"] == stats["acked"] == step + 1
+
+
+def test_a_one_version_wait_says_the_versions_differ() -> None:
+    """Issue 46, item 6: a take of NeMo-RL's schema (one version a step) with two groups
+    ready, of versions 0 and 1, says they are of different versions, not that none is
+    ready."""
+    config = StreamConfig(max_staleness=1, batch_groups=2, lease_s=60.0)
+    stream = TQStream(config, partition_id="one-version")
+    stream.reserve("old", 0)
+    stream.reserve("new", 1)
+    stream.put(["old", "new"], [nemo_group(0), nemo_group(1)], [0, 1])
+    with pytest.raises(AdmissionTimeout, match=r"2 groups are ready \(1 of version 0, 1 of "
+                       r"version 1\), but of different versions"):  # fmt: skip
+        stream.take(1, step=0, timeout_s=1.0)
+    stream.reserve("new2", 1)
+    stream.put(["new2"], [nemo_group(1)], [1])
+    meta, _ = stream.take(1, step=1, timeout_s=30.0)
+    assert versions_of(meta) == [1, 1]
     stream.ack(meta)

@@ -110,8 +110,9 @@ def _check_groups(frames: Mapping[str, Sequence[Frame]], keys: Sequence[str]) ->
                 "keys",
             )
     sch = checked_schema(text[0])
+    text_groups = [frame_group(t) for t in text]
     for column, group in frames.items():
-        for key, t, f in zip(keys, text, group, strict=True):
+        for key, t, f, g in zip(keys, text, group, text_groups, strict=True):
             problem = None
             if checked_schema(f).fingerprint != sch.fingerprint:
                 problem = f"schema {checked_schema(f).name!r} ({checked_schema(f).fingerprint})"
@@ -119,10 +120,8 @@ def _check_groups(frames: Mapping[str, Sequence[Frame]], keys: Sequence[str]) ->
                 problem = f"schema {checked_schema(t).name!r}, another key's {sch.name!r}"
             elif f.num_rows != t.num_rows:
                 problem = f"{f.num_rows} rows where its text column holds {t.num_rows}"
-            elif frame_group(f) != frame_group(t):
-                problem = (
-                    f"group {frame_group(f)} where its text column holds group {frame_group(t)}"
-                )
+            elif f is not t and frame_group(f) != g:
+                problem = f"group {frame_group(f)} where its text column holds group {g}"
             if problem is not None:
                 _not_one_group(key, column, problem)
 

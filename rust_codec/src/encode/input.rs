@@ -345,10 +345,10 @@ fn check_offsets(name: &str, what: &str, offsets: &[u64]) -> Result<()> {
 /// The batch's sequence offsets: `rows + 1` entries from 0; row `r` holds tokens
 /// `offsets[r]..offsets[r + 1]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct SeqOffsets(pub Vec<u64>);
+pub(crate) struct SeqOffsets(pub Vec<u64>);
 
 /// `[0, v0, v0 + v1, ...]`, refusing a sum past 2^64 as "`what()` add up past 2^64".
-pub(super) fn prefix_sums(
+pub(crate) fn prefix_sums(
     values: impl IntoIterator<Item = u64>,
     what: &dyn Fn() -> String,
 ) -> Result<Vec<u64>> {
@@ -371,16 +371,16 @@ impl SeqOffsets {
         Ok(SeqOffsets(prefix_sums(lengths, &what)?))
     }
 
-    pub(super) fn num_rows(&self) -> usize {
+    pub(crate) fn num_rows(&self) -> usize {
         self.0.len() - 1
     }
 
     /// Tokens in row `row` (< `num_rows()`).
-    pub(super) fn len(&self, row: usize) -> u64 {
+    pub(crate) fn len(&self, row: usize) -> u64 {
         self.0[row + 1] - self.0[row]
     }
 
-    pub(super) fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.0[self.0.len() - 1]
     }
 }

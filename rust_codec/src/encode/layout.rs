@@ -69,7 +69,7 @@ impl<'a> Layout<'a> {
         Ok(aligned)
     }
 
-    pub(super) fn blob_i64(&mut self, name: String, shape: Vec<u64>, values: &[u64]) -> Result<()> {
+    pub(crate) fn blob_i64(&mut self, name: String, shape: Vec<u64>, values: &[u64]) -> Result<()> {
         if let Some(&v) = values.iter().find(|&&v| v > i64::MAX as u64) {
             return Err(batch_err!("{name}: index {v} exceeds i64"));
         }
@@ -84,7 +84,7 @@ impl<'a> Layout<'a> {
     }
 
     /// Places a values tensor and queues one copy per source segment, back to back.
-    pub(super) fn values(
+    pub(crate) fn values(
         &mut self,
         spec: &FieldSpec,
         shape: Vec<u64>,

@@ -1,31 +1,28 @@
 //! Batch → frame: validate every field against its spec, lay the frame out, copy each payload
 //! byte once.
 //!
-//! `input` (what producers hand in, rows and lengths), `check` (dtype and dims of each tensor),
-//! `layout` (where each tensor goes), `write` (the copies); this file plans a frame from them.
+//! `input` (what producers hand in, rows and lengths), `layout` (where each tensor goes),
+//! `write` (the copies); this file plans a frame from them, each field by its tier
+//! (`crate::tier`: its checks and what it stores).
 
 #![forbid(unsafe_code)]
 
-mod check;
-mod input;
+pub(crate) mod input;
 pub(crate) mod layout;
 pub mod staged;
 mod write;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
 
-use crate::error::{Code, Error, Result};
+use crate::error::{Code, Result};
 use crate::frame::header::{write_header, Entry, Header};
 use crate::memory::buffer::AlignedBuf;
 use crate::memory::copy::CopyJob;
-use crate::schema::dtype::DType;
 use crate::schema::spec::{meta, names, FieldSpec, Tier};
-use crate::tensor::{Dims, TensorRef};
-use crate::{batch_err, internal_err, schema_err};
+use crate::tier::{self, Items, PlanBatch, Sequence};
+use crate::{batch_err, schema_err};
 
-use check::{check_dims, check_dtype, Where};
-use input::{prefix_sums, row_count, sequence_offsets, SeqOffsets};
+use input::{row_count, sequence_offsets, SeqOffsets};
 pub use input::{FieldData, FieldInput, RowItems, RowSpan, RowSpans};
 use layout::Layout;
 pub use write::{EncodeOptions, Part, Plan};
@@ -125,18 +122,14 @@ fn agreed_num_rows(request: &EncodeRequest<'_>) -> Result<u64> {
         .unwrap_or(0))
 }
 
-/// The sequence field every per-token field is planned against: its name, its rows' token
-/// offsets, and its row spans when it is a gather's.
-struct Sequence<'r> {
-    name: &'r str,
-    offsets: SeqOffsets,
-    spans: Option<&'r Arc<RowSpans>>,
-}
-
 /// The batch's [`Sequence`], or `None` when it has no per-token fields. Checks the lengths
 /// field against it.
 fn sequence_of<'r>(request: &'r EncodeRequest<'_>) -> Result<Option<Sequence<'r>>> {
-    if !request.fields.iter().any(|f| f.spec.tier == Tier::PerToken) {
+    if !request
+        .fields
+        .iter()
+        .any(|f| tier::of(f.spec.tier).items() == Items::Tokens)
+    {
         return Ok(None);
     }
     let seq_name = request.sequence_field.as_deref().ok_or_else(|| {
@@ -193,16 +186,9 @@ fn lay_out_fields<'a>(
             offsets,
         )?;
     }
+    let batch = PlanBatch { num_rows, sequence };
     for field in &request.fields {
-        match field.spec.tier {
-            Tier::Scalar => plan_scalar(&mut layout, field, num_rows)?,
-            Tier::PerToken => {
-                let seq = sequence
-                    .ok_or_else(|| internal_err!("per-token field without sequence lengths"))?;
-                plan_per_token(&mut layout, field, seq)?
-            }
-            Tier::Packed => plan_packed(&mut layout, field)?,
-        }
+        tier::of(field.spec.tier).plan(&mut layout, field, &batch)?;
     }
     Ok(layout)
 }
@@ -323,390 +309,4 @@ fn check_lengths_field(
         .found(declared[row]));
     }
     Ok(())
-}
-
-fn plan_scalar<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>, num_rows: u64) -> Result<()> {
-    let spec = &field.spec;
-    let sources = match &field.input {
-        FieldInput::Dense(t) => {
-            check_dtype(spec, t, Where::Field)?;
-            check_dims(spec, &t.shape[1..], &spec.shape, Where::Field, "row shape")?;
-            vec![t.clone()]
-        }
-        // One value per row, as frame operations gather them.
-        FieldInput::Segments {
-            segments,
-            row_offsets,
-        } => {
-            for (row, w) in row_offsets.windows(2).enumerate() {
-                let location = Where::Row(row);
-                if w[1] - w[0] != 1 {
-                    return Err(batch_err!(
-                        "field {:?}{location}: a scalar field needs one value per row",
-                        spec.name
-                    ));
-                }
-                let t = &segments[w[0] as usize];
-                check_dtype(spec, t, location)?;
-                check_dims(spec, &t.shape, &spec.shape, location, "value shape")?;
-            }
-            segments.clone()
-        }
-        FieldInput::Ranges { sources, spans } => {
-            for t in sources {
-                check_dtype(spec, t, Where::Field)?;
-                check_dims(spec, &t.shape[1..], &spec.shape, Where::Field, "row shape")?;
-            }
-            if let Some(row) = spans.row_not_one_item() {
-                return Err(batch_err!(
-                    "field {:?}, row {row}: a scalar field needs one value per row",
-                    spec.name
-                ));
-            }
-            span_views(sources, spans)?
-        }
-        _ => {
-            return Err(batch_err!(
-                "field {:?} is a scalar field: pass one [B, ...] tensor",
-                spec.name
-            ))
-        }
-    };
-    let mut shape = vec![num_rows];
-    shape.extend(spec.shape.iter().map(|d| d.unwrap_or(0)));
-    layout.values(spec, shape, sources)
-}
-
-fn plan_per_token<'a>(
-    layout: &mut Layout<'a>,
-    field: &FieldData<'a>,
-    seq: &Sequence<'_>,
-) -> Result<()> {
-    let spec = &field.spec;
-    let mut values_shape = vec![seq.offsets.total()];
-    values_shape.extend(spec.shape.iter().map(|d| d.unwrap_or(0)));
-    let sources = match &field.input {
-        FieldInput::Segments {
-            segments,
-            row_offsets,
-        } => token_rows_of_segments(spec, seq, segments, row_offsets)?,
-        FieldInput::Jagged { values, offsets } => {
-            vec![token_rows_of_jagged(spec, seq, values, offsets)?]
-        }
-        FieldInput::Padded { padded, lengths } => token_rows_of_padded(spec, seq, padded, lengths)?,
-        FieldInput::Ranges { sources, spans } => token_rows_of_ranges(spec, seq, sources, spans)?,
-        FieldInput::Dense(_) | FieldInput::Csr { .. } => {
-            return Err(batch_err!(
-                "field {:?} is per-token: pass a list of per-row tensors, a jagged nested \
-                 tensor, or a padded tensor with lengths",
-                spec.name
-            ))
-        }
-    };
-    layout.values(spec, values_shape, sources)
-}
-
-/// A per-token field's row `row` has `found` tokens, not the sequence field's count.
-fn length_mismatch(spec: &FieldSpec, seq: &Sequence<'_>, row: usize, found: u64) -> Error {
-    batch_err!(
-        "field {:?}, row {row}: sequence length {found} but {:?} has {} tokens in that row",
-        spec.name,
-        seq.name,
-        seq.offsets.len(row)
-    )
-    .code(Code::Length)
-    .field(&spec.name)
-    .row(row)
-    .expected(seq.offsets.len(row))
-    .found(found)
-}
-
-/// A per-token tensor's dtype, its sequence dim (`no_seq_dim` when it has none) and its
-/// trailing dims.
-fn check_token_tensor(
-    spec: &FieldSpec,
-    t: &TensorRef<'_>,
-    location: Where,
-    no_seq_dim: &str,
-) -> Result<()> {
-    check_dtype(spec, t, location)?;
-    if t.shape.is_empty() {
-        return Err(batch_err!("field {:?}{location}: {no_seq_dim}", spec.name));
-    }
-    check_dims(spec, &t.shape[1..], &spec.shape, location, "trailing dims")
-}
-
-/// Per-row tensors: exactly one a row, each as long as the sequence field's row.
-fn token_rows_of_segments<'a>(
-    spec: &FieldSpec,
-    seq: &Sequence<'_>,
-    segments: &[TensorRef<'a>],
-    row_offsets: &[u64],
-) -> Result<Vec<TensorRef<'a>>> {
-    let mut sources = Vec::with_capacity(segments.len());
-    for (row, w) in row_offsets.windows(2).enumerate() {
-        if w[1] - w[0] != 1 {
-            return Err(batch_err!(
-                "field {:?}, row {row}: a per-token field needs exactly one tensor per row, \
-                 found {}",
-                spec.name,
-                w[1] - w[0]
-            ));
-        }
-        let t = &segments[w[0] as usize];
-        let no_seq_dim = "a per-token row needs a sequence dim, got a 0-d tensor";
-        check_token_tensor(spec, t, Where::Row(row), no_seq_dim)?;
-        if t.shape[0] != seq.offsets.len(row) {
-            return Err(length_mismatch(spec, seq, row, t.shape[0]));
-        }
-        sources.push(t.clone());
-    }
-    Ok(sources)
-}
-
-/// A jagged tensor: its rows' lengths must be the sequence field's; one view of the tokens
-/// its offsets cover.
-fn token_rows_of_jagged<'a>(
-    spec: &FieldSpec,
-    seq: &Sequence<'_>,
-    values: &TensorRef<'a>,
-    offsets: &[u64],
-) -> Result<TensorRef<'a>> {
-    check_token_tensor(
-        spec,
-        values,
-        Where::Field,
-        "jagged values need a sequence dim",
-    )?;
-    for (row, w) in offsets.windows(2).enumerate() {
-        if w[1] - w[0] != seq.offsets.len(row) {
-            return Err(length_mismatch(spec, seq, row, w[1] - w[0]));
-        }
-    }
-    let first = offsets[0];
-    let last = offsets[offsets.len() - 1];
-    values.narrow0(first, last - first)
-}
-
-/// A padded `[B, L, ...]` tensor with lengths: one view a row, of its first `lengths[r]`
-/// tokens.
-fn token_rows_of_padded<'a>(
-    spec: &FieldSpec,
-    seq: &Sequence<'_>,
-    padded: &TensorRef<'a>,
-    lengths: &[u64],
-) -> Result<Vec<TensorRef<'a>>> {
-    check_dtype(spec, padded, Where::Field)?;
-    check_dims(
-        spec,
-        &padded.shape[2..],
-        &spec.shape,
-        Where::Field,
-        "trailing dims",
-    )?;
-    let max_len = padded.shape[1];
-    let mut sources = Vec::with_capacity(lengths.len());
-    for (row, &len) in lengths.iter().enumerate() {
-        if len != seq.offsets.len(row) {
-            return Err(length_mismatch(spec, seq, row, len));
-        }
-        if len > max_len {
-            return Err(batch_err!(
-                "field {:?}, row {row}: length {len} exceeds the padded width {max_len}",
-                spec.name
-            ));
-        }
-        let row_view = select0(padded, row as u64)?;
-        sources.push(row_view.narrow0(0, len)?);
-    }
-    Ok(sources)
-}
-
-/// Row spans of a gather's sources: one view a span.
-fn token_rows_of_ranges<'a>(
-    spec: &FieldSpec,
-    seq: &Sequence<'_>,
-    sources: &[TensorRef<'a>],
-    spans: &Arc<RowSpans>,
-) -> Result<Vec<TensorRef<'a>>> {
-    for t in sources {
-        check_token_tensor(spec, t, Where::Field, "rows need a sequence dim")?;
-    }
-    // Every per-token field of a gather shares the sequence field's spans.
-    let shared = seq
-        .spans
-        .is_some_and(|seq_spans| Arc::ptr_eq(seq_spans, spans));
-    if !shared {
-        for (row, (_, start, end)) in spans.rows().enumerate() {
-            if row >= seq.offsets.num_rows() || seq.offsets.len(row) != end - start {
-                return Err(length_mismatch(spec, seq, row, end - start));
-            }
-        }
-    }
-    span_views(sources, spans)
-}
-
-/// The views to copy for row spans: one run per span.
-fn span_views<'a>(sources: &[TensorRef<'a>], spans: &RowSpans) -> Result<Vec<TensorRef<'a>>> {
-    spans
-        .item_runs()
-        .map(|(source, start, end)| {
-            let t = sources
-                .get(source)
-                .ok_or_else(|| internal_err!("row span names source {source}"))?;
-            t.narrow0(start, end - start)
-        })
-        .collect()
-}
-
-/// `t[index]`: drops dim 0.
-fn select0<'a>(t: &TensorRef<'a>, index: u64) -> Result<TensorRef<'a>> {
-    let row = t.narrow0(index, 1)?;
-    TensorRef::strided(row.dtype, &row.shape[1..], &row.strides[1..], row.bytes)
-}
-
-fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()> {
-    let spec = &field.spec;
-    let resolved = field.input.csr_segments(spec)?;
-    let (segments, row_offsets) = packed_rows(spec, &resolved, &field.input)?;
-    let (physical, row_segments) = physical_segments(spec, segments, row_offsets)?;
-    let tables = SegmentTables::of(spec, &physical)?;
-    let values_shape = if spec.values_are_stackable() {
-        let mut s = vec![tables.stacked];
-        s.extend(spec.shape[1..].iter().map(|d| d.unwrap_or(0)));
-        s
-    } else {
-        vec![*tables.offsets.last().unwrap_or(&0)]
-    };
-    let n_phys = physical.len() as u64;
-    layout.values(spec, values_shape, physical)?;
-    let name = &spec.name;
-    layout.blob_i64(
-        names::seg_shapes(name),
-        vec![n_phys, spec.shape.len() as u64],
-        &tables.shapes,
-    )?;
-    layout.blob_i64(names::seg_offsets(name), vec![n_phys + 1], &tables.offsets)?;
-    layout.blob_i64(
-        names::row_offsets(name),
-        vec![row_offsets.len() as u64],
-        row_offsets,
-    )?;
-    layout.blob_i64(
-        names::row_segments(name),
-        vec![row_segments.len() as u64],
-        &row_segments,
-    )
-}
-
-/// A packed field's rows of segments, from its CSR form (`resolved`) or its segment lists; the
-/// row offsets must run from 0 to the segment count.
-fn packed_rows<'r, 'a>(
-    spec: &FieldSpec,
-    resolved: &'r Option<(Vec<TensorRef<'a>>, Vec<u64>)>,
-    input: &'r FieldInput<'a>,
-) -> Result<(&'r [TensorRef<'a>], &'r [u64])> {
-    let (segments, row_offsets) = match (resolved, input) {
-        (Some((segments, row_offsets)), _) => (segments, row_offsets),
-        (
-            None,
-            FieldInput::Segments {
-                segments,
-                row_offsets,
-            },
-        ) => (segments, row_offsets),
-        _ => {
-            return Err(batch_err!(
-                "field {:?} is packed: pass rows of segments (a PackedTensor or a list of \
-                 tensors / None / lists of tensors)",
-                spec.name
-            ))
-        }
-    };
-    let last = row_offsets.last().copied().unwrap_or(0);
-    if row_offsets.first() != Some(&0) || last != segments.len() as u64 {
-        return Err(batch_err!(
-            "field {:?}: row offsets end at {last} but there are {} segment references",
-            spec.name,
-            segments.len()
-        ));
-    }
-    Ok((segments, row_offsets))
-}
-
-/// Checks every segment reference and stores each physical segment once: returns the
-/// segments to write and, per reference, the index of the segment it names.
-fn physical_segments<'a>(
-    spec: &FieldSpec,
-    segments: &[TensorRef<'a>],
-    row_offsets: &[u64],
-) -> Result<(Vec<TensorRef<'a>>, Vec<u64>)> {
-    // Physical segments: a segment that two rows reference is stored once. The key holds
-    // everything that determines the bytes written: address, dtype, shape and strides (a
-    // float32 segment and a bfloat16 view of the same memory are different segments).
-    type Key = (usize, DType, Dims, Dims);
-    let mut interned: HashMap<Key, u64> = HashMap::new();
-    let mut physical: Vec<TensorRef<'a>> = Vec::new();
-    let mut row_segments = Vec::with_capacity(segments.len());
-    let mut row = 0usize;
-    for (index, seg) in segments.iter().enumerate() {
-        while row_offsets[row + 1] as usize <= index {
-            row += 1;
-        }
-        let seg_in_row = index - row_offsets[row] as usize;
-        let location = Where::Segment(row, seg_in_row);
-        check_dtype(spec, seg, location)?;
-        check_dims(spec, &seg.shape, &spec.shape, location, "shape")?;
-        let id = if seg.numel() > 0 {
-            let key = (
-                seg.bytes.as_ptr() as usize,
-                seg.dtype,
-                seg.shape,
-                seg.strides,
-            );
-            *interned.entry(key).or_insert_with(|| {
-                physical.push(seg.clone());
-                physical.len() as u64 - 1
-            })
-        } else {
-            physical.push(seg.clone());
-            physical.len() as u64 - 1
-        };
-        row_segments.push(id);
-    }
-    Ok((physical, row_segments))
-}
-
-/// A packed field's segment index tables, from its physical segments.
-struct SegmentTables {
-    /// `[S * rank]`: each segment's shape.
-    shapes: Vec<u64>,
-    /// `[S+1]`: element offsets of each segment in the values.
-    offsets: Vec<u64>,
-    /// The segments' dim 0 sizes, summed: the values' dim 0 when they stack.
-    stacked: u64,
-}
-
-impl SegmentTables {
-    fn of(spec: &FieldSpec, physical: &[TensorRef<'_>]) -> Result<SegmentTables> {
-        let mut shapes = Vec::with_capacity(physical.len() * spec.shape.len());
-        let mut numels = Vec::with_capacity(physical.len());
-        let mut stacked = 0u64;
-        for seg in physical {
-            shapes.extend(&seg.shape);
-            numels.push(seg.numel());
-            stacked = stacked.checked_add(seg.shape[0]).ok_or_else(|| {
-                batch_err!(
-                    "field {:?}: the segments' dim 0 sizes add up past 2^64",
-                    spec.name
-                )
-            })?;
-        }
-        let offsets = prefix_sums(numels, &|| format!("field {:?}: segment sizes", spec.name))?;
-        Ok(SegmentTables {
-            shapes,
-            offsets,
-            stacked,
-        })
-    }
 }

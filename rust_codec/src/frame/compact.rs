@@ -13,10 +13,11 @@
 //!
 //! What a process holds lives in a process-wide registry, filled by the Python layer
 //! (`load_schema` and every schema an API call is handed, and schemas learnt from embedded
-//! frames). Schemas the process loaded stay for its life; schemas learnt from frames are
-//! bounded by count ([`MAX_LEARNT`]) and by the bytes they keep ([`learnt_budget`], by default
+//! frames). Schemas the process holds (pinned: [`pin`], [`unpin`]) stay while it holds them;
+//! schemas learnt from frames, and those the process held and released, are bounded by count
+//! ([`MAX_LEARNT`]) and by the bytes they keep ([`learnt_budget`], by default
 //! [`DEFAULT_LEARNT_BYTES`]), the least recently used let go first: a peer sending many large
-//! schemas cannot pin memory for the life of a receiver.
+//! schemas, or a loop building a schema per step, cannot pin memory for the life of a process.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,9 +73,13 @@ struct Entry {
     text: Option<Arc<str>>,
     /// What the entry keeps: the schema and its text, and the fingerprint keying it.
     bytes: usize,
-    /// Read from a frame, not loaded by the process: counted against the learnt bounds, and let
-    /// go (least recently used first) to stay within them.
+    /// Not held by the process (read from a frame, or loaded and since released by every
+    /// holder): counted against the learnt bounds, and let go (least recently used first) to
+    /// stay within them. Exactly when `pins` is 0.
     learnt: bool,
+    /// How many holds of the process keep the schema ([`pin`] and loading each add one,
+    /// [`unpin`] takes one away: Python's `Schema` objects, each while it lives).
+    pins: usize,
     /// The registry's clock when the entry was last held or read.
     last_used: AtomicU64,
 }
@@ -113,7 +118,8 @@ impl Registry {
     /// Holds `schema` (with its `text`, when given), or marks it used if it is held already;
     /// returns whether it is held afterwards. A learnt schema larger than the whole budget is
     /// not held; holding one lets go of the least recently used learnt schemas it displaces.
-    /// A schema the process loads itself is never let go, even if it was learnt before.
+    /// A schema the process loads itself (`learnt` false: one more pin) is not let go while
+    /// pinned, even if it was learnt before.
     fn insert(&mut self, schema: HeldSchema, text: Option<Arc<str>>, learnt: bool) -> bool {
         let now = self.tick();
         let fingerprint = schema.fingerprint.clone();
@@ -126,6 +132,9 @@ impl Registry {
                     entry.bytes += added;
                     entry.text = Some(text);
                 }
+            }
+            if !learnt {
+                entry.pins += 1;
             }
             if entry.learnt && !learnt {
                 entry.learnt = false;
@@ -151,26 +160,48 @@ impl Registry {
             text,
             bytes,
             learnt,
+            pins: usize::from(!learnt),
             last_used: AtomicU64::new(now),
         };
         self.entries.insert(fingerprint, entry);
         true
     }
 
-    /// Marks the schema held under `fingerprint` as loaded by the process (never let go) and
-    /// used now; returns whether one is held.
+    /// Pins the schema held under `fingerprint` (not let go until every pin is released) and
+    /// marks it used now; returns whether one is held.
     fn pin(&mut self, fingerprint: &str) -> bool {
         let now = self.tick();
         let Some(entry) = self.entries.get_mut(fingerprint) else {
             return false;
         };
         entry.last_used.store(now, Ordering::Relaxed);
+        entry.pins += 1;
         if entry.learnt {
             entry.learnt = false;
             self.learnt = self.learnt.saturating_sub(1);
             self.learnt_bytes = self.learnt_bytes.saturating_sub(entry.bytes);
         }
         true
+    }
+
+    /// Releases one pin of the schema held under `fingerprint`; the last one makes it learnt
+    /// (counted against the learnt bounds and let go, least recently used first, beyond
+    /// them). Returns whether one is held afterwards.
+    fn unpin(&mut self, fingerprint: &str) -> bool {
+        let Some(entry) = self.entries.get_mut(fingerprint) else {
+            return false;
+        };
+        if entry.pins == 0 {
+            return true;
+        }
+        entry.pins -= 1;
+        if entry.pins == 0 {
+            entry.learnt = true;
+            self.learnt += 1;
+            self.learnt_bytes += entry.bytes;
+            self.fit(0, 0);
+        }
+        self.entries.contains_key(fingerprint)
     }
 
     /// Lets go of learnt schemas, least recently used first, until `count` more schemas of
@@ -275,20 +306,19 @@ pub fn hold_text(text: &str, learnt: bool) -> Result<(bool, String)> {
     Ok((held, fingerprint))
 }
 
-/// Marks the schema held under `fingerprint` as loaded by this process (never let go, as
-/// [`hold`] with `learnt` false does); returns whether one is held. The Python layer asks this
-/// of every schema it is handed instead of remembering what it held: the registry is the one
-/// record of what the process holds.
+/// Pins the schema held under `fingerprint` for this process (as [`hold`] with `learnt` false
+/// does): it is not let go until each pin is released ([`unpin`]). Returns whether one is held.
+/// The Python layer pins a schema once for each `Schema` object it is handed and releases
+/// that pin when the object is freed: the registry is the one record of what the process
+/// holds, and a schema the process no longer references is let go within the learnt bounds.
 pub fn pin(fingerprint: &str) -> Result<bool> {
-    let loaded = registry().read().is_ok_and(|r| {
-        r.entries
-            .get(fingerprint)
-            .is_some_and(|entry| !entry.learnt)
-    });
-    if loaded {
-        return Ok(true);
-    }
     Ok(write_registry()?.pin(fingerprint))
+}
+
+/// Releases one pin of the schema held under `fingerprint` (see [`pin`]); returns whether
+/// one is held afterwards.
+pub fn unpin(fingerprint: &str) -> Result<bool> {
+    Ok(write_registry()?.unpin(fingerprint))
 }
 
 /// Whether this process holds a schema under `fingerprint`, marking it used (a learnt schema
@@ -557,6 +587,28 @@ mod tests {
         reg.budget = 0;
         reg.fit(0, 0);
         assert!(reg.get(&schema.fingerprint).is_some());
+    }
+
+    #[test]
+    fn a_schema_is_let_go_only_once_every_pin_is_released() {
+        let mut reg = Registry::new(1 << 20);
+        let schema = large_schema(70, 16, 4096);
+        assert!(reg.insert(schema.clone(), None, false));
+        assert!(reg.pin(&schema.fingerprint));
+        assert_eq!((reg.learnt, reg.learnt_bytes), (0, 0));
+        assert!(reg.unpin(&schema.fingerprint));
+        reg.budget = 0;
+        reg.fit(0, 0);
+        assert!(reg.get(&schema.fingerprint).is_some(), "one pin is left");
+        reg.budget = 1 << 20;
+        assert!(reg.unpin(&schema.fingerprint));
+        assert_eq!(reg.learnt, 1);
+        assert!(reg.learnt_bytes >= schema.kept_bytes());
+        // Released, it is learnt: let go within the learnt bounds.
+        reg.budget = 0;
+        reg.fit(0, 0);
+        assert!(reg.get(&schema.fingerprint).is_none());
+        assert!(!reg.unpin(&schema.fingerprint));
     }
 
     #[test]

@@ -9,5 +9,6 @@ pub mod compact;
 pub mod entry;
 pub mod header;
 pub mod layout;
+pub mod located;
 pub mod pad;
 pub mod tensor_list;

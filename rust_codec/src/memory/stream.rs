@@ -666,12 +666,10 @@ mod tests {
             Setting::Above(0),
         ];
         if cfg!(target_arch = "x86_64") {
-            assert!(STREAMING_STORES);
             assert!(Stores::new(true).streaming());
             assert_eq!(threshold_under(Setting::Always), 0);
             assert_eq!(threshold_under(Setting::Above(4096)), 4096);
         } else {
-            assert!(!STREAMING_STORES);
             assert!(!Stores::new(true).streaming());
             assert!(!Stores::for_frame(usize::MAX).streaming());
             assert!(!streams(usize::MAX));

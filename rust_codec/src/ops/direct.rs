@@ -21,7 +21,8 @@ use crate::memory::copy::{copy_threads, on_threads, share_by_bytes, CHUNK};
 use crate::memory::monotone::never_decrease;
 use crate::memory::stream::Stores;
 use crate::schema::dtype::DType;
-use crate::schema::spec::{meta, names, Tier};
+use crate::schema::spec::{meta, names};
+use crate::tier::{self, Items};
 use crate::{batch_err, frame_err, internal_err};
 
 use super::selection::{picks, Output, Rows, Source};
@@ -63,10 +64,10 @@ pub fn take(
     let mut runs = Vec::with_capacity(first.fields.len());
     for field in &first.fields {
         let spec = &field.spec;
-        let (count, spans) = match spec.tier {
-            Tier::PerToken => (num_tokens, &tokens),
-            Tier::Scalar => (num_rows, &picks),
-            Tier::Packed => return Err(internal_err!("packed field {:?} taken", spec.name)),
+        let (count, spans) = match tier::of(spec.tier).items() {
+            Items::Tokens => (num_tokens, &tokens),
+            Items::Rows => (num_rows, &picks),
+            Items::Segments => return Err(internal_err!("packed field {:?} taken", spec.name)),
         };
         let mut shape = vec![count];
         shape.extend(spec.shape.iter().map(|d| d.unwrap_or(0)));
@@ -329,7 +330,10 @@ pub fn takes(sources: &[Source<'_>], metadata: &BTreeMap<String, String>) -> boo
     let has_schema = metadata.contains_key(meta::SCHEMA) || metadata.contains_key(meta::SCHEMA_REF);
     has_schema
         && !metadata.contains_key(meta::CHECKSUM)
-        && first.fields.iter().all(|f| f.spec.tier != Tier::Packed)
+        && first
+            .fields
+            .iter()
+            .all(|f| tier::of(f.spec.tier).items() != Items::Segments)
         && sources.iter().all(|s| {
             let layout = s.layout;
             if std::ptr::eq(layout, first) {

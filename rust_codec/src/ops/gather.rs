@@ -4,56 +4,20 @@
 //!
 //! Everything read from a frame goes through the validated copies of its index tables
 //! (`layout::PackedTables`, `layout::read_seq_offsets`), re-read at each call: a writable buffer
-//! changed since it was wrapped gives a `FrameError`, never an out-of-bounds index.
+//! changed since it was wrapped gives a `FrameError`, never an out-of-bounds index. Each field's
+//! rows are taken by its tier (`crate::tier`).
 
 use std::sync::Arc;
 
-use crate::encode::{EncodeRequest, FieldData, FieldInput, RowItems, RowSpan, RowSpans};
+use crate::encode::{EncodeRequest, FieldData, FieldInput};
 use crate::error::Result;
-use crate::frame::layout::{read_seq_offsets, DecodedField, PackedTables};
-use crate::schema::spec::{meta, FieldSpec, Tier};
+use crate::frame::layout::read_seq_offsets;
+use crate::schema::spec::{meta, FieldSpec};
 use crate::tensor::TensorRef;
-use crate::{argument_err, frame_err, internal_err};
+use crate::tier::{self, Items, SharedSpans, SourceTables};
+use crate::{argument_err, frame_err};
 
 use super::selection::{output_metadata, picks, sections, Rows, Source};
-
-/// A source's index tables, copied and validated once per operation.
-struct Tables<'a> {
-    source: Source<'a>,
-    seq: Option<Arc<Vec<u64>>>,
-    packed: Vec<Option<PackedTables>>,
-}
-
-impl<'a> Tables<'a> {
-    fn read(source: Source<'a>) -> Result<Tables<'a>> {
-        let layout = source.layout;
-        let packed = layout
-            .fields
-            .iter()
-            .map(|f| match f.spec.tier {
-                Tier::Packed => PackedTables::read(source.bytes, f, layout.num_rows).map(Some),
-                _ => Ok(None),
-            })
-            .collect::<Result<_>>()?;
-        Ok(Tables {
-            source,
-            seq: read_seq_offsets(source.bytes, layout)?.map(Arc::from),
-            packed,
-        })
-    }
-
-    fn values(&self, field: &DecodedField) -> Result<TensorRef<'a>> {
-        let loc = &field.values;
-        let bytes = self
-            .source
-            .bytes
-            .get(loc.offset..loc.offset.saturating_add(loc.nbytes))
-            .ok_or_else(|| {
-                frame_err!("field {:?}: values lie outside the frame", field.spec.name)
-            })?;
-        TensorRef::contiguous(loc.dtype, &loc.shape, bytes)
-    }
-}
 
 /// Rows `rows` of the sources' concatenation as an encode request. Fields absent from some
 /// sources: packed rows there are empty (a text-only batch beside a multimodal one); other
@@ -72,7 +36,7 @@ pub fn gather_with<'a>(
 ) -> Result<EncodeRequest<'a>> {
     let tables = sources
         .iter()
-        .map(|&s| Tables::read(s))
+        .map(|&s| read_tables(s))
         .collect::<Result<Vec<_>>>()?;
     gather_read(&tables, rows, per_row)
 }
@@ -81,15 +45,31 @@ pub fn gather_with<'a>(
 /// encode requests, reading the frame's tables once.
 pub fn split<'a>(source: Source<'a>, sizes: &[u64]) -> Result<Vec<EncodeRequest<'a>>> {
     let sections = sections(source.layout.num_rows, sizes)?;
-    let tables = [Tables::read(source)?];
+    let tables = [read_tables(source)?];
     sections
         .iter()
         .map(|rows| gather_read(&tables, rows, &[]))
         .collect()
 }
 
+/// A source's index tables, each field's read by its tier, copied and validated once per
+/// operation.
+fn read_tables(source: Source<'_>) -> Result<SourceTables<'_>> {
+    let layout = source.layout;
+    let tables = layout
+        .fields
+        .iter()
+        .map(|f| tier::of(f.spec.tier).read_tables(source.bytes, f, layout.num_rows))
+        .collect::<Result<_>>()?;
+    Ok(SourceTables {
+        source,
+        seq: read_seq_offsets(source.bytes, layout)?.map(Arc::from),
+        tables,
+    })
+}
+
 fn gather_read<'a>(
-    tables: &[Tables<'a>],
+    tables: &[SourceTables<'a>],
     rows: &Rows,
     per_row: &[(FieldSpec, Vec<TensorRef<'a>>)],
 ) -> Result<EncodeRequest<'a>> {
@@ -107,40 +87,19 @@ fn gather_read<'a>(
         }
     }
     let mut fields = Vec::with_capacity(specs.len());
-    // Every per-token field takes the same token ranges, every scalar the same row ranges.
-    let (mut token_ranges, mut row_ranges) = (None, None);
+    let mut spans = SharedSpans::default();
     for spec in specs {
         if let Some((_, values)) = per_row.iter().find(|(s, _)| s.name == spec.name) {
-            if row_ranges.is_none() {
-                row_ranges = Some(row_spans(tables, &picks, Tier::Scalar)?);
-            }
-            let spans = row_ranges
-                .clone()
-                .ok_or_else(|| internal_err!("no row spans"))?;
             fields.push(FieldData {
                 spec,
                 input: FieldInput::Ranges {
                     sources: values.clone(),
-                    spans,
+                    spans: spans.of(Items::Rows, tables, &picks)?,
                 },
             });
             continue;
         }
-        fields.push(match spec.tier {
-            Tier::Packed => packed_field(tables, &picks, spec)?,
-            Tier::PerToken => {
-                if token_ranges.is_none() {
-                    token_ranges = Some(row_spans(tables, &picks, Tier::PerToken)?);
-                }
-                ranges_field(tables, token_ranges.clone(), spec)?
-            }
-            Tier::Scalar => {
-                if row_ranges.is_none() {
-                    row_ranges = Some(row_spans(tables, &picks, Tier::Scalar)?);
-                }
-                ranges_field(tables, row_ranges.clone(), spec)?
-            }
-        });
+        fields.push(tier::of(spec.tier).gather(tables, &picks, spec, &mut spans)?);
     }
     let mut metadata = output_metadata(first.source.layout);
     // A frame with checksums gives frames with checksums, of their own bytes.
@@ -152,94 +111,6 @@ fn gather_read<'a>(
         metadata,
         num_rows_hint: Some(num_rows),
         checksum,
-    })
-}
-
-/// A packed field's picked rows: their segments, whole. A frame that lacks the field gives its
-/// rows no segments (a text-only batch beside a multimodal one).
-fn packed_field<'a>(
-    tables: &[Tables<'a>],
-    picks: &[RowSpan],
-    spec: FieldSpec,
-) -> Result<FieldData<'a>> {
-    let mut per_source = Vec::with_capacity(tables.len());
-    for t in tables {
-        let layout = t.source.layout;
-        per_source.push(
-            match layout.fields.iter().position(|f| f.spec.name == spec.name) {
-                Some(i) => {
-                    let csr = t.packed[i].as_ref().ok_or_else(|| {
-                        internal_err!("packed field {:?} without tables", spec.name)
-                    })?;
-                    Some((t.values(&layout.fields[i])?, csr))
-                }
-                None => None,
-            },
-        );
-    }
-    let mut segments = Vec::new();
-    let mut row_offsets = vec![0u64];
-    for pick in picks {
-        for row in pick.start as usize..pick.end as usize {
-            if let Some((values, csr)) = &per_source[pick.source as usize] {
-                let es = values.dtype.size();
-                for &id in csr.row(row) {
-                    let elements = csr.elements(id);
-                    let bytes = values
-                        .bytes
-                        .get(elements.start * es..elements.end * es)
-                        .ok_or_else(|| frame_err!("segment {id} lies outside its values"))?;
-                    segments.push(TensorRef::contiguous(values.dtype, csr.shape(id), bytes)?);
-                }
-            }
-            row_offsets.push(segments.len() as u64);
-        }
-    }
-    Ok(FieldData {
-        spec,
-        input: FieldInput::Segments {
-            segments,
-            row_offsets,
-        },
-    })
-}
-
-/// The picked spans over each source's rows: by the sequence offsets for per-token fields, one
-/// item per row for scalars.
-fn row_spans(tables: &[Tables<'_>], picks: &[RowSpan], tier: Tier) -> Result<Arc<RowSpans>> {
-    let items = tables
-        .iter()
-        .map(|t| match tier {
-            Tier::PerToken => t
-                .seq
-                .clone()
-                .map(RowItems::Offsets)
-                .ok_or_else(|| internal_err!("per-token rows without sequence offsets")),
-            _ => Ok(RowItems::One(t.source.layout.num_rows)),
-        })
-        .collect::<Result<_>>()?;
-    Ok(Arc::new(RowSpans::new(items, picks.to_vec())?))
-}
-
-/// A per-token or scalar field's picked rows as spans of each source's values (each span is
-/// copied as one run).
-fn ranges_field<'a>(
-    tables: &[Tables<'a>],
-    spans: Option<Arc<RowSpans>>,
-    spec: FieldSpec,
-) -> Result<FieldData<'a>> {
-    let spans = spans.ok_or_else(|| internal_err!("no row spans for {:?}", spec.name))?;
-    let mut sources = Vec::with_capacity(tables.len());
-    for t in tables {
-        let field =
-            t.source.layout.field(&spec.name).ok_or_else(|| {
-                frame_err!("field {:?} is missing from one of the frames", spec.name)
-            })?;
-        sources.push(t.values(field)?);
-    }
-    Ok(FieldData {
-        spec,
-        input: FieldInput::Ranges { sources, spans },
     })
 }
 
@@ -273,7 +144,7 @@ fn same_schema(sources: &[Source<'_>]) -> Result<()> {
 }
 
 /// Every field of every source, in first-seen order; a field must mean the same everywhere.
-fn field_union(tables: &[Tables<'_>]) -> Result<Vec<FieldSpec>> {
+fn field_union(tables: &[SourceTables<'_>]) -> Result<Vec<FieldSpec>> {
     let mut specs: Vec<FieldSpec> = Vec::new();
     let sequence_field = &tables[0].source.layout.sequence_field;
     for t in tables {

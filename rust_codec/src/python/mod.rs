@@ -63,7 +63,7 @@ mod _native {
     #[pymodule_export]
     use super::registry::{
         held_schema, hold_schema, holds_schema, learnt_schemas, pin_schema,
-        set_learnt_schema_budget,
+        set_learnt_schema_budget, unpin_schema,
     };
     #[pymodule_export]
     use super::schema::{

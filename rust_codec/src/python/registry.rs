@@ -20,9 +20,9 @@ pub fn held_schema(fingerprint: &str) -> Option<String> {
     crate::frame::compact::held_text(fingerprint).map(|t| t.to_string())
 }
 
-/// Marks the schema this process holds under `fingerprint` as loaded (never let go, as
-/// `hold_schema(text, learnt=False)` does); returns whether one is held (see
-/// `frame::compact::pin`).
+/// Pins the schema this process holds under `fingerprint` (not let go until each pin is
+/// released by `unpin_schema`, as `hold_schema(text, learnt=False)` pins it); returns whether
+/// one is held (see `frame::compact::pin`).
 #[pyfunction]
 pub fn pin_schema(fingerprint: &str) -> PyResult<bool> {
     crate::frame::compact::pin(fingerprint).map_err(to_py)
@@ -46,4 +46,12 @@ pub fn learnt_schemas() -> (usize, usize, usize) {
 #[pyfunction]
 pub fn set_learnt_schema_budget(max_bytes: usize) -> PyResult<usize> {
     crate::frame::compact::set_learnt_budget(max_bytes).map_err(to_py)
+}
+
+/// Releases one pin of the schema held under `fingerprint` (`pin_schema` or
+/// `hold_schema(text, learnt=False)` took it); the last one lets the registry go of the schema
+/// within the learnt bounds. Returns whether one is held afterwards.
+#[pyfunction]
+pub fn unpin_schema(fingerprint: &str) -> PyResult<bool> {
+    crate::frame::compact::unpin(fingerprint).map_err(to_py)
 }

@@ -1,5 +1,7 @@
-//! What the codec knows of a schema: per field its tier, dtypes, segment shape and pack dim.
-//! Python owns the schema's meaning; it hands the codec these layout facts only.
+//! A field as the codec holds it: its tier, dtypes, segment shape and pack dim ([`FieldSpec`]),
+//! and the field rules, owned here and nowhere else ([`FieldSpec::validate`],
+//! [`FieldDecl::resolve`]). The whole schema (its keys, defaults and every other rule) is
+//! `schema::model`'s; Python's schema models are typed views of what the codec returns.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -335,7 +337,7 @@ pub mod meta {
         ("tensors", TENSORS),
     ];
     /// The TransferQueue column a frame was encoded for (written and checked by
-    /// `py_wire/interop/transfer_queue.py`).
+    /// `py_wire/interop/transfer_queue/`: `columns.py` writes it, `get.py` checks it).
     pub const TQ_COLUMN: &str = "py_wire.transfer_queue.column";
     /// The identity of the TransferQueue group a frame was stored for (one per group at put,
     /// carried by its text, media and write-back frames and its keys' tags; compared on get).
