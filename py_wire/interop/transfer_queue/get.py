@@ -148,18 +148,29 @@ def _check_sequences(
         return
     text = _sequence(joined[TEXT], seq)
     for column, frame in joined.items():
-        if column == TEXT or _same(text, _sequence(frame, seq)):
+        if column == TEXT or _same(text, _sequence(frame, seq, like=text)):
             continue
         for key, t, f in zip(keys, frames[TEXT], frames[column], strict=True):
-            if not _same(_sequence(t, seq), _sequence(f, seq)):
+            want = _sequence(t, seq)
+            if not _same(want, _sequence(f, seq, like=want)):
                 _not_one_group(key, column, f"a sequence field {seq!r} unlike its text column's")
         _not_one_group(str(list(keys)[:4]), column, f"a sequence field {seq!r} unlike the text's")
 
 
-def _sequence(frame: Frame, seq: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The frame's sequence offsets and the sequence field's values, as views (no decode)."""
+def _sequence(
+    frame: Frame, seq: str, like: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The frame's sequence offsets and the sequence field's values, as views (no decode). A
+    write-back frame holds its rows' offsets but not the sequence field's tokens (they are the
+    text column's; its group identity binds it to them): given ``like`` (the text column's),
+    its offsets are compared with those and its tokens taken to be the text's."""
     views = FrameViews(frame)
     f = views.fields.get(seq)
+    if f is None and like is not None:
+        # Without per-token fields (a write-back of scalars) its rows were counted already.
+        if views.seq_offsets is None or torch.equal(views.seq_offsets, like[0]):
+            return like
+        return None
     if f is None or views.seq_offsets is None:
         return None
     return views.seq_offsets, views.values(f.values)

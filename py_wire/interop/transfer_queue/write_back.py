@@ -79,7 +79,9 @@ def write_back(
     seq = sch.sequence_field
     joined = text[0] if len(text) == 1 else concat(text)
     stored_seq = decode_selected(joined, {seq}, writable="view")[seq] if seq else None
-    batch: dict[str, Any] = {} if stored_seq is None else {seq: stored_seq}  # type: ignore[dict-item]
+    # The written fields alone: the sequence field's tokens stay in the text column (a get
+    # compares the rows' offsets with it; the group identity binds the frames to its rows).
+    batch: dict[str, Any] = {}
     total = joined.num_rows
     lengths = None if stored_seq is None else torch.diff(stored_seq.offsets())
     for name in names:

@@ -135,10 +135,19 @@ fn sequence_of<'r>(request: &'r EncodeRequest<'_>) -> Result<Option<Sequence<'r>
     let seq_name = request.sequence_field.as_deref().ok_or_else(|| {
         schema_err!("the batch has per-token fields but the schema names no sequence field")
     })?;
+    // Without the sequence field (per-token fields added to rows whose tokens are stored
+    // elsewhere: a write-back), the first per-token field's lengths are the rows' sequence and
+    // every other one is checked against it; the frame's `__seq_offsets` hold them.
     let seq_field = request
         .fields
         .iter()
         .find(|f| f.spec.name == seq_name)
+        .or_else(|| {
+            request
+                .fields
+                .iter()
+                .find(|f| f.spec.tier == Tier::PerToken)
+        })
         .ok_or_else(|| {
             batch_err!("the batch has per-token fields but lacks the sequence field {seq_name:?}")
         })?;

@@ -341,15 +341,16 @@ fn located_field(frame: &FrameFacts<'_>, spec: FieldSpec) -> Result<DecodedField
     })
 }
 
-/// A frame with per-token fields names one of them as its sequence field.
+/// A frame with per-token fields has a schema that names a sequence field. The sequence field's
+/// own values may be absent (a write-back frame of per-token fields added to rows stored
+/// elsewhere): `__seq_offsets` hold the rows' token counts and every per-token field is checked
+/// against them.
 fn check_sequence_field(fields: &[DecodedField], seq: Option<&str>) -> Result<()> {
     let Some(first) = fields.iter().find(|f| f.spec.tier == Tier::PerToken) else {
         return Ok(());
     };
-    if !fields
-        .iter()
-        .any(|f| Some(f.spec.name.as_str()) == seq && f.spec.tier == Tier::PerToken)
-    {
+    let named = fields.iter().find(|f| Some(f.spec.name.as_str()) == seq);
+    if seq.is_none() || named.is_some_and(|f| f.spec.tier != Tier::PerToken) {
         return Err(frame_err!(
             "the frame has per-token fields ({:?}, ...) but its sequence field {seq:?} is \
              not one of them",
