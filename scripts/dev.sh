@@ -74,7 +74,7 @@ run_tests() {
 # this machine's glibc is, and the sdist. aarch64 is built with Debian's Rust (its standard
 # library for aarch64 comes from Debian too; scripts/aarch64_tools.sh unpacks both into a cache).
 # Cargo's target folders live in that cache as well, so that CI's fresh clones build incrementally.
-DIST=target/dist
+DIST=$PWD/target/dist  # absolute: the wheel tests read it from other directories
 MAX_GLIBC_MINOR=28
 # shellcheck source=scripts/aarch64_tools.sh
 source scripts/aarch64_tools.sh
