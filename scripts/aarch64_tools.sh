@@ -84,7 +84,7 @@ _a64_root() {
   echo "$root"
 }
 
-# Sets A64_RUSTC (a rustc for the build machine that also targets aarch64-unknown-linux-gnu),
+# Sets A64_RUSTC and A64_RUSTDOC (for the build machine, also targeting aarch64-unknown-linux-gnu),
 # A64_QEMU (qemu-aarch64-static), A64_ROOT (the arm64 CPython's root: run a program as
 # "$A64_QEMU" -L "$A64_ROOT" PROGRAM) and A64_PYTHON (that root's python3.11).
 a64_tools() {
@@ -103,9 +103,16 @@ a64_tools() {
       "$rust" "$rust" > "$A64_RUSTC"
     chmod +x "$A64_RUSTC"
   fi
+  # Its rustdoc too: the crate's doctests for aarch64 need the standard library it ships.
+  A64_RUSTDOC=$rust/rustdoc
+  if [ ! -x "$A64_RUSTDOC" ]; then
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/usr/lib/x86_64-linux-gnu exec %s/usr/bin/rustdoc "$@"\n' \
+      "$rust" "$rust" > "$A64_RUSTDOC"
+    chmod +x "$A64_RUSTDOC"
+  fi
   "$A64_RUSTC" --print target-libdir --target aarch64-unknown-linux-gnu > /dev/null \
     || { _a64_log "the unpacked rustc does not target aarch64"; return 1; }
-  export A64_RUSTC A64_QEMU A64_ROOT A64_PYTHON
+  export A64_RUSTC A64_RUSTDOC A64_QEMU A64_ROOT A64_PYTHON
 }
 
 # Runs an aarch64 program under emulation, its libraries (and its interpreter) from A64_ROOT.

@@ -210,7 +210,7 @@ test_aarch64() {
   a64_tools
   local linker
   linker=$(a64_linker "$PY")
-  RUSTC=$A64_RUSTC CARGO_TARGET_DIR=$A64_CACHE/target-test-aarch64 \
+  RUSTC=$A64_RUSTC RUSTDOC=$A64_RUSTDOC CARGO_TARGET_DIR=$A64_CACHE/target-test-aarch64 \
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=$linker \
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$A64_QEMU -L $A64_ROOT" \
     cargo test --quiet --target aarch64-unknown-linux-gnu "$@"
