@@ -15,10 +15,10 @@ import functools
 import json
 import os
 import re
+import sys
 import threading
 import tomllib
 import weakref
-from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -28,6 +28,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     model_validator,
 )
 
@@ -98,6 +99,9 @@ MAX_NESTING: int = _native.MAX_NESTING
 _SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
+#: The validation context of a whole schema (``Schema._validate``): its ``_read`` has the codec
+#: read every field and contract with it, so theirs do not read them again.
+_RESOLVED: dict[str, bool] = {"resolved": True}
 
 
 def _plain(value: Any, at: str, depth: int = 0) -> Any:
@@ -194,9 +198,10 @@ class FieldDef(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _read(cls, data: Any) -> Any:
-        """The codec's schema model reads the field (types, defaults, the field's own rules)."""
-        if isinstance(data, FieldDef):
+    def _read(cls, data: Any, info: ValidationInfo) -> Any:
+        """The codec's schema model reads the field (types, defaults, the field's own rules),
+        unless it read it already with its schema (:data:`_RESOLVED`)."""
+        if isinstance(data, FieldDef) or info.context is _RESOLVED:
             return data
         return json.loads(_native.resolve_field(_json_text(data)))
 
@@ -248,10 +253,11 @@ class PlaceholderContract(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _read(cls, data: Any) -> Any:
+    def _read(cls, data: Any, info: ValidationInfo) -> Any:
         """The codec's schema model reads the contract (types, defaults, its parameters' rules;
-        the fields it names are checked with the schema's)."""
-        if isinstance(data, PlaceholderContract):
+        the fields it names are checked with the schema's), unless it read it already with its
+        schema (:data:`_RESOLVED`)."""
+        if isinstance(data, PlaceholderContract) or info.context is _RESOLVED:
             return data
         return json.loads(_native.resolve_contract(_json_text(data)))
 
@@ -423,6 +429,7 @@ class Schema(BaseModel):
                 self._schema_entries(compact),
             )
             self._codecs[(stage, compact)] = codec
+            _VIEWS.recharge(self)
         return codec
 
     @functools.cached_property
@@ -493,20 +500,20 @@ class Schema(BaseModel):
                     "Frame.from_buffer)"
                 )
             view = Schema._validate(json.loads(held), "a held schema")
-            _VIEWS.put(fingerprint, True, view, len(held))
+            _VIEWS.put(fingerprint, True, view)
             return view
         view = _VIEWS.get(fingerprint, held=False)
         if view is None:
             view = _schema_from_frame_text(text, fingerprint)
             if _native.holds_schema(fingerprint) or _native.hold_schema(text, True)[0]:
                 # a view is kept only of a schema the codec holds
-                _VIEWS.put(fingerprint, False, view, len(text))
+                _VIEWS.put(fingerprint, False, view)
         return view
 
     @classmethod
     def _validate(cls, data: Any, source: str) -> Schema:
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(data, context=_RESOLVED)
         except ValidationError as e:
             raise SchemaError(f"{source}: {_problems(e)}") from None
         except RecursionError:  # deeply nested Python data handed to from_dict
@@ -559,56 +566,97 @@ _learnt_budget_from_env()
 class _Views:
     """Typed views of the schemas the codec holds (``frame::compact``, the one record of what
     this process holds), by fingerprint. A view is served only while the codec still holds its
-    schema (asking it marks the schema used), and dropped once the codec has let go of it; the
-    least recently used go first beyond the bytes of the JSON they were read from (a view keeps
-    about that much), so a peer sending many large schemas cannot pin them here either. An
-    embedded frame's view (its canonical text) and the held text's view (fields in declared
-    order) are kept apart: the two list fields in another order."""
+    schema (asking it marks the schema used). Each view is charged to its schema's entry in the
+    codec's one schema memory budget by its measured size (:func:`_view_bytes`, with the codecs
+    it caches), so the codec lets go of the least recently used across its caches and these
+    views together, and names the views it let go of (``released_schema_views``), which are
+    dropped here. An embedded frame's view (its canonical text) and the held text's view (fields
+    in declared order) are kept apart: the two list fields in another order."""
 
-    def __init__(self, max_bytes: int, max_entries: int) -> None:
-        self.max_bytes = max_bytes
-        self.max_entries = max_entries
-        self._views: OrderedDict[tuple[str, bool], tuple[Schema, int]] = OrderedDict()
-        self._bytes = 0
+    def __init__(self) -> None:
+        self._views: dict[tuple[str, bool], Schema] = {}
         self._lock = threading.Lock()
+
+    def _drop_released(self) -> None:
+        released = _native.released_schema_views()
+        if released:
+            with self._lock:
+                for fingerprint in released:
+                    for form in (True, False):
+                        self._views.pop((fingerprint, form), None)
 
     def get(self, fingerprint: str, held: bool) -> Schema | None:
         """The view of the schema held under ``fingerprint`` (``held``: of its held text, else
         of an embedded frame's), or None."""
+        self._drop_released()
         if not _native.holds_schema(fingerprint):
             with self._lock:
                 for form in (True, False):
-                    gone = self._views.pop((fingerprint, form), None)
-                    self._bytes -= 0 if gone is None else gone[1]
+                    self._views.pop((fingerprint, form), None)
             return None
         with self._lock:
-            found = self._views.get((fingerprint, held))
-            if found is None:
-                return None
-            self._views.move_to_end((fingerprint, held))
-            return found[0]
+            return self._views.get((fingerprint, held))
 
-    def put(self, fingerprint: str, held: bool, view: Schema, nbytes: int) -> None:
-        if nbytes > self.max_bytes:
-            return
-        key = (fingerprint, held)
-        with self._lock:
-            replaced = self._views.pop(key, None)
-            self._bytes -= 0 if replaced is None else replaced[1]
-            self._views[key] = (view, nbytes)
-            self._bytes += nbytes
-            while self._bytes > self.max_bytes or len(self._views) > self.max_entries:
-                _, (_, gone) = self._views.popitem(last=False)
-                self._bytes -= gone
+    def put(self, fingerprint: str, held: bool, view: Schema) -> None:
+        """Keep ``view``, charged to its schema's entry in the codec (not kept when the codec
+        does not hold the schema, or lets it go for the view's cost)."""
+        if _native.charge_schema_view(fingerprint, held, _view_bytes(view)):
+            with self._lock:
+                self._views[(fingerprint, held)] = view
+        self._drop_released()
 
-    @property
-    def nbytes(self) -> int:
-        return self._bytes
+    def recharge(self, view: Schema) -> None:
+        """``view`` grew (it cached a codec): charge what it costs now, if it is kept here."""
+        for held in (True, False):
+            key = (view.fingerprint, held)
+            kept = self._views.get(key) is view
+            if kept and not _native.charge_schema_view(view.fingerprint, held, _view_bytes(view)):
+                with self._lock:
+                    self._views.pop(key, None)
+        self._drop_released()
+
+    def __len__(self) -> int:
+        return len(self._views)
 
 
-#: The one cache of typed schema views (what the two caches of embedded and held views bounded
-#: between them before).
-_VIEWS = _Views(32 << 20, 320)
+#: The one cache of typed schema views.
+_VIEWS = _Views()
+
+#: Objects every view shares (not charged to any one).
+_SHARED = (type(None), bool, type, type(Ellipsis))
+
+
+def _view_bytes(view: Schema) -> int:
+    """What ``view`` keeps in memory: the sizes (``sys.getsizeof``, which counts the object
+    header and the garbage collector's) of every object reachable from it (its fields, their
+    values and the facts it cached), each once, and the bytes of each codec it caches
+    (``Codec.nbytes``). Shared objects (None, bools, classes) are not charged; strings and
+    small ints that other objects share are (an overestimate, never an under-count)."""
+    seen: set[int] = set()
+    total = 0
+    stack: list[Any] = [view]
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, _SHARED) or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, _native.Codec):
+            total += sys.getsizeof(obj) + obj.nbytes
+            continue
+        total += sys.getsizeof(obj)
+        if isinstance(obj, BaseModel):
+            stack.append(obj.__dict__)
+            stack.append(obj.__pydantic_fields_set__)
+            if obj.__pydantic_extra__ is not None:
+                stack.append(obj.__pydantic_extra__)
+            if obj.__pydantic_private__ is not None:
+                stack.append(obj.__pydantic_private__)
+        elif isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, list | tuple | set | frozenset):
+            stack.extend(obj)
+    return total
 
 
 def _schema_from_frame_text(text: str, fingerprint: str) -> Schema:

@@ -49,7 +49,9 @@ def _peer_embedded_frame(schema: py_wire.Schema) -> bytes:
 
 @pytest.fixture
 def small_budget() -> Iterator[int]:
-    budget = 2 << 20
+    # Each schema of 256 KB costs about 1 MB: its checked text, its entry (specs and text) and
+    # its typed views, charged by their measured size.
+    budget = 4 << 20
     previous = _native.set_learnt_schema_budget(budget)
     try:
         yield budget
@@ -75,8 +77,10 @@ def test_learnt_schemas_stay_within_a_byte_budget_least_recently_used_out(
     # Received again, a schema let go is learnt again.
     py_wire.decode(frames[1][0])
     assert py_wire.decode(frames[1][1])["r"].tolist() == [1.0, 2.0]
-    # The typed views of received schemas are bounded by bytes too.
-    assert schema_module._VIEWS.nbytes <= schema_module._VIEWS.max_bytes
+    # The typed views are charged to the same budget: those of schemas let go are dropped.
+    count, kept, budget = _native.learnt_schemas()
+    assert kept <= budget
+    assert len(schema_module._VIEWS) < 2 * len(schemas) - 4
 
 
 def test_a_schema_view_is_served_only_while_the_codec_holds_its_schema() -> None:
@@ -118,8 +122,8 @@ def test_a_loaded_schema_is_never_let_go(small_budget: int) -> None:
 
 
 def test_the_default_budget_counts_what_received_schemas_keep() -> None:
-    # At the default budget (64 MiB): each received schema of 1 MB counts at least its JSON,
-    # so at most 64 of the largest a frame embeds are kept (1,024 of them kept 1.5 GiB before).
+    # At the default budget (64 MiB): each received schema of 1 MB counts what it keeps, so at
+    # most about 20 of the largest a frame embeds are kept (1,024 of them kept 1.5 GiB before).
     # Letting go past the default budget is tested in the codec
     # (compact::tests::learnt_schemas_past_the_default_budget_are_let_go_oldest_first): 65
     # schemas of 1 MB through Python take 25 s here.
@@ -130,8 +134,10 @@ def test_the_default_budget_counts_what_received_schemas_keep() -> None:
         py_wire.decode(_peer_embedded_frame(schema))
         assert _native.held_schema(schema.fingerprint) is not None
     now_count, now_kept, _ = _native.learnt_schemas()
-    assert now_count == count + 3
-    assert now_kept - kept >= 3 * 1_000_000
+    assert now_count == count + 6  # each: the schema learnt, and its text as checked
+    # Each is charged what it keeps: its checked text, its held text and its typed view (the
+    # description once more), at least.
+    assert now_kept - kept >= 3 * 3_000_000
 
 
 def test_the_budget_variable_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,27 +13,69 @@
 //!
 //! What a process holds lives in a process-wide registry, filled by the Python layer
 //! (`load_schema` and every schema an API call is handed, and schemas learnt from embedded
-//! frames). Schemas the process holds (pinned: [`pin`], [`unpin`]) stay while it holds them;
-//! schemas learnt from frames, and those the process held and released, are bounded by count
-//! ([`MAX_LEARNT`]) and by the bytes they keep ([`learnt_budget`], by default
-//! [`DEFAULT_LEARNT_BYTES`]), the least recently used let go first: a peer sending many large
-//! schemas, or a loop building a schema per step, cannot pin memory for the life of a process.
+//! frames). Schemas the process holds (pinned: [`pin`], [`unpin`]) stay while it holds them.
+//!
+//! The registry is also the one account of what the process keeps for schemas it no longer
+//! references, under one byte budget ([`learnt_budget`], by default [`DEFAULT_LEARNT_BYTES`]):
+//! the schemas learnt from frames and those the process held and released (their specs and
+//! text), the embedded texts the frame reader checked ([`checked_facts`]), and the typed views
+//! Python built of held schemas (charged here by their measured size: [`charge_view`]). Each is
+//! charged what it costs the allocator (capacities, and a block header per allocation), not
+//! the length of its JSON; the least recently used goes first, whichever cache it is in, and a
+//! view let go is named to Python ([`released_views`]) so that it drops its object. A peer
+//! sending many large schemas, or a loop building a schema per step, cannot pin memory for
+//! the life of a process.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::error::{Code, Detail, Error, Result};
+use crate::schema::embedded::{check_text, SchemaFacts};
 use crate::schema::spec::{meta, FieldSpec};
 use crate::{frame_err, internal_err, schema_err};
 
 /// The most schemas learnt from frames (not loaded by the process itself) the registry keeps.
 pub const MAX_LEARNT: usize = 4096;
 
-/// The bytes that schemas learnt from frames may keep (their JSON and specs) unless the process
-/// sets another budget ([`set_learnt_budget`]): 64 MiB holds 4,096 schemas of 16 KB, or 64 of
-/// the largest a frame may embed (1 MiB).
+/// The most embedded schema texts the frame reader remembers as checked.
+pub const MAX_CHECKED: usize = 256;
+
+/// The bytes that everything kept for schemas the process no longer references may take
+/// (learnt and released schemas, checked texts, Python's typed views of them) unless the
+/// process sets another budget ([`set_learnt_budget`]; Python: `PY_WIRE_LEARNT_SCHEMA_BYTES`).
 pub const DEFAULT_LEARNT_BYTES: usize = 64 << 20;
+
+/// What a heap block costs beyond the bytes asked for (glibc's header and rounding).
+const BLOCK: usize = 16;
+
+/// The bytes a string's heap block takes.
+pub fn string_bytes(capacity: usize) -> usize {
+    if capacity == 0 {
+        0
+    } else {
+        capacity + BLOCK
+    }
+}
+
+/// The bytes a list of field specs keeps on the heap (the vector's block and each spec's name
+/// and shape).
+pub fn specs_bytes(specs: &Vec<FieldSpec>) -> usize {
+    let each: usize = specs
+        .iter()
+        .map(|s| {
+            string_bytes(s.name.capacity())
+                + string_bytes(s.shape.capacity() * std::mem::size_of::<Option<u64>>())
+        })
+        .sum();
+    string_bytes(specs.capacity() * std::mem::size_of::<FieldSpec>()) + each
+}
+
+/// The bytes a hash map keeps for one more entry of `K`, `V` (its slot, a control byte, and
+/// the spare slots of a map at most 7/8 full).
+fn slot_bytes<K, V>() -> usize {
+    (std::mem::size_of::<(K, V)>() + 1) * 8 / 7
+}
 
 /// A schema as a reader of compact frames needs it: its fingerprint, field specs (schema order)
 /// and sequence field.
@@ -48,22 +90,30 @@ pub struct HeldSchema {
 }
 
 impl HeldSchema {
-    /// The heap and inline bytes this schema keeps, as the learnt budget counts them.
+    /// The bytes this schema keeps in its `Arc`'s block and on the heap.
     fn kept_bytes(&self) -> usize {
-        let specs: usize = self
-            .specs
-            .iter()
-            .map(|s| {
-                std::mem::size_of::<FieldSpec>()
-                    + s.name.len()
-                    + s.shape.len() * std::mem::size_of::<Option<u64>>()
-            })
-            .sum();
-        std::mem::size_of::<Self>()
-            + self.fingerprint.len()
-            + specs
-            + self.sequence_field.as_ref().map_or(0, String::len)
+        string_bytes(2 * std::mem::size_of::<usize>() + std::mem::size_of::<Self>())
+            + string_bytes(self.fingerprint.capacity())
+            + specs_bytes(&self.specs)
+            + self
+                .sequence_field
+                .as_ref()
+                .map_or(0, |f| string_bytes(f.capacity()))
     }
+}
+
+/// The bytes an `Arc<str>` of `text` keeps (its counts and the text, one block).
+fn arc_text_bytes(text: &str) -> usize {
+    string_bytes(2 * std::mem::size_of::<usize>() + text.len())
+}
+
+/// An embedded schema text the frame reader checked ([`checked_facts`]) and what it implies.
+struct Checked {
+    text: String,
+    facts: Arc<SchemaFacts>,
+    /// What the entry keeps: the text, the facts, the key and its slot.
+    bytes: usize,
+    last_used: AtomicU64,
 }
 
 struct Entry {
@@ -71,7 +121,10 @@ struct Entry {
     /// The schema's JSON as it was held (every key; fields in declared order), for readers
     /// that build their own view of it (Python's `Schema`).
     text: Option<Arc<str>>,
-    /// What the entry keeps: the schema and its text, and the fingerprint keying it.
+    /// The measured bytes of Python's typed views of the schema ([`charge_view`]): of its held
+    /// text, and of an embedded frame's text.
+    views: [usize; 2],
+    /// What the entry keeps: the schema, its text, the views, the key and its slot.
     bytes: usize,
     /// Not held by the process (read from a frame, or loaded and since released by every
     /// holder): counted against the learnt bounds, and let go (least recently used first) to
@@ -84,23 +137,30 @@ struct Entry {
     last_used: AtomicU64,
 }
 
-/// The schemas a process holds, by fingerprint.
+/// The schemas a process holds, by fingerprint, and the embedded texts it checked.
 struct Registry {
     entries: HashMap<String, Entry>,
+    checked: HashMap<String, Checked>,
+    /// How many entries are learnt (not pinned).
     learnt: usize,
+    /// The bytes of the learnt entries and the checked texts: what the budget bounds.
     learnt_bytes: usize,
     budget: usize,
     clock: AtomicU64,
+    /// Fingerprints let go whose entry Python had charged a view to, for Python to drop it.
+    released_views: Vec<String>,
 }
 
 impl Registry {
     fn new(budget: usize) -> Self {
         Registry {
             entries: HashMap::new(),
+            checked: HashMap::new(),
             learnt: 0,
             learnt_bytes: 0,
             budget,
             clock: AtomicU64::new(0),
+            released_views: Vec::new(),
         }
     }
 
@@ -128,7 +188,7 @@ impl Registry {
             let mut added = 0;
             if entry.text.is_none() {
                 if let Some(text) = text {
-                    added = text.len();
+                    added = arc_text_bytes(&text);
                     entry.bytes += added;
                     entry.text = Some(text);
                 }
@@ -146,7 +206,10 @@ impl Registry {
             }
             return self.entries.contains_key(&fingerprint);
         }
-        let bytes = schema.kept_bytes() + fingerprint.len() + text.as_ref().map_or(0, |t| t.len());
+        let bytes = schema.kept_bytes()
+            + string_bytes(fingerprint.capacity())
+            + slot_bytes::<String, Entry>()
+            + text.as_ref().map_or(0, |t| arc_text_bytes(t));
         if learnt {
             if bytes > self.budget {
                 return false;
@@ -158,6 +221,7 @@ impl Registry {
         let entry = Entry {
             schema: Arc::new(schema),
             text,
+            views: [0, 0],
             bytes,
             learnt,
             pins: usize::from(!learnt),
@@ -204,24 +268,135 @@ impl Registry {
         self.entries.contains_key(fingerprint)
     }
 
-    /// Lets go of learnt schemas, least recently used first, until `count` more schemas of
-    /// `bytes` more bytes fit within the learnt bounds.
+    /// Lets go of what the budget bounds, least recently used first (a learnt schema or a
+    /// checked text), until `count` more learnt schemas of `bytes` more bytes fit within the
+    /// bounds.
     fn fit(&mut self, count: usize, bytes: usize) {
-        while self.learnt > 0
-            && (self.learnt + count > MAX_LEARNT || self.learnt_bytes + bytes > self.budget)
-        {
-            let oldest = self
+        loop {
+            let over_count = self.learnt > 0 && self.learnt + count > MAX_LEARNT;
+            let over_bytes = self.learnt_bytes + bytes > self.budget;
+            if !over_count && !over_bytes {
+                return;
+            }
+            let entry = self
                 .entries
                 .iter()
                 .filter(|(_, e)| e.learnt)
-                .min_by_key(|(_, e)| e.last_used.load(Ordering::Relaxed))
-                .map(|(fingerprint, _)| fingerprint.clone());
-            let Some(entry) = oldest.and_then(|fp| self.entries.remove(&fp)) else {
-                return;
+                .map(|(fp, e)| (e.last_used.load(Ordering::Relaxed), fp))
+                .min();
+            let checked = if over_bytes {
+                self.checked
+                    .iter()
+                    .map(|(fp, c)| (c.last_used.load(Ordering::Relaxed), fp))
+                    .min()
+            } else {
+                None
             };
+            match (entry, checked) {
+                (Some(e), Some(c)) if c < e => {
+                    let fp = c.1.clone();
+                    self.forget_checked(&fp);
+                }
+                (Some((_, fp)), _) => {
+                    let fp = fp.clone();
+                    self.forget(&fp);
+                }
+                (None, Some((_, fp))) => {
+                    let fp = fp.clone();
+                    self.forget_checked(&fp);
+                }
+                (None, None) => return,
+            }
+        }
+    }
+
+    /// Lets go of the learnt schema held under `fingerprint`.
+    fn forget(&mut self, fingerprint: &str) {
+        let Some((fp, entry)) = self.entries.remove_entry(fingerprint) else {
+            return;
+        };
+        if entry.learnt {
             self.learnt -= 1;
             self.learnt_bytes -= entry.bytes;
         }
+        if entry.views != [0, 0] {
+            self.released_views.push(fp);
+        }
+    }
+
+    /// Lets go of the checked text under `fingerprint`.
+    fn forget_checked(&mut self, fingerprint: &str) {
+        if let Some(gone) = self.checked.remove(fingerprint) {
+            self.learnt_bytes -= gone.bytes;
+        }
+    }
+
+    /// The facts of `text`, checked before under `fingerprint`, marked used now.
+    fn checked(&self, fingerprint: &str, text: &str) -> Option<Arc<SchemaFacts>> {
+        let found = self.checked.get(fingerprint)?;
+        if found.text != text {
+            return None;
+        }
+        found.last_used.store(self.tick(), Ordering::Relaxed);
+        Some(found.facts.clone())
+    }
+
+    /// Remembers `text`, checked under `fingerprint`, with its facts (not when it alone is
+    /// larger than the budget).
+    fn remember_checked(&mut self, fingerprint: &str, text: &str, facts: Arc<SchemaFacts>) {
+        let bytes = string_bytes(text.len())
+            + string_bytes(fingerprint.len())
+            + string_bytes(2 * std::mem::size_of::<usize>() + std::mem::size_of::<SchemaFacts>())
+            + specs_bytes(&facts.specs)
+            + facts
+                .sequence_field
+                .as_ref()
+                .map_or(0, |f| string_bytes(f.capacity()))
+            + slot_bytes::<String, Checked>();
+        if bytes > self.budget {
+            return;
+        }
+        self.forget_checked(fingerprint);
+        if self.checked.len() >= MAX_CHECKED {
+            let oldest = self
+                .checked
+                .iter()
+                .map(|(fp, c)| (c.last_used.load(Ordering::Relaxed), fp.clone()))
+                .min();
+            if let Some((_, fp)) = oldest {
+                self.forget_checked(&fp);
+            }
+        }
+        self.fit(0, bytes);
+        let last_used = AtomicU64::new(self.tick());
+        self.checked.insert(
+            fingerprint.to_string(),
+            Checked {
+                text: text.to_string(),
+                facts,
+                bytes,
+                last_used,
+            },
+        );
+        self.learnt_bytes += bytes;
+    }
+
+    /// Charges the entry under `fingerprint` `bytes` for its typed view of form `form` (in
+    /// place of what it was charged before); returns whether it is held afterwards.
+    fn charge_view(&mut self, fingerprint: &str, form: usize, bytes: usize) -> bool {
+        let now = self.tick();
+        let Some(entry) = self.entries.get_mut(fingerprint) else {
+            return false;
+        };
+        entry.last_used.store(now, Ordering::Relaxed);
+        let before = entry.bytes;
+        entry.bytes = entry.bytes - entry.views[form] + bytes;
+        entry.views[form] = bytes;
+        if entry.learnt {
+            self.learnt_bytes = self.learnt_bytes - before + entry.bytes;
+            self.fit(0, 0);
+        }
+        self.entries.contains_key(fingerprint)
     }
 }
 
@@ -236,21 +411,22 @@ fn write_registry() -> Result<std::sync::RwLockWriteGuard<'static, Registry>> {
         .map_err(|_| internal_err!("schema registry lock poisoned"))
 }
 
-/// Schemas learnt from frames that this process holds: how many, the bytes they keep, and the
+/// What this process keeps for schemas it no longer references: how many entries (learnt
+/// schemas and checked texts), the bytes they keep (with Python's views of them), and the
 /// budget those bytes stay within.
 pub fn learnt_usage() -> (usize, usize, usize) {
-    registry()
-        .read()
-        .map_or((0, 0, 0), |r| (r.learnt, r.learnt_bytes, r.budget))
+    registry().read().map_or((0, 0, 0), |r| {
+        (r.learnt + r.checked.len(), r.learnt_bytes, r.budget)
+    })
 }
 
-/// The bytes schemas learnt from frames may keep.
+/// The bytes everything kept for schemas the process no longer references may take.
 pub fn learnt_budget() -> usize {
     learnt_usage().2
 }
 
-/// Sets the bytes schemas learnt from frames may keep, letting go of the least recently used
-/// ones beyond it; returns the budget it replaces.
+/// Sets the bytes everything kept for schemas the process no longer references may take,
+/// letting go of the least recently used beyond it; returns the budget it replaces.
 pub fn set_learnt_budget(bytes: usize) -> Result<usize> {
     let mut reg = write_registry()?;
     let previous = std::mem::replace(&mut reg.budget, bytes);
@@ -319,6 +495,56 @@ pub fn pin(fingerprint: &str) -> Result<bool> {
 /// one is held afterwards.
 pub fn unpin(fingerprint: &str) -> Result<bool> {
     Ok(write_registry()?.unpin(fingerprint))
+}
+
+/// Charges the schema held under `fingerprint` the measured `bytes` of a typed view Python
+/// keeps of it (`held`: of its held text; else of an embedded frame's text), in place of what
+/// that view was charged before, and lets go of the least recently used beyond the budget.
+/// Returns whether the schema is held afterwards: a view is kept only while it is.
+pub fn charge_view(fingerprint: &str, held: bool, bytes: usize) -> Result<bool> {
+    Ok(write_registry()?.charge_view(fingerprint, usize::from(held), bytes))
+}
+
+/// The fingerprints let go since the last call whose schemas Python had charged views to
+/// ([`charge_view`]): Python drops those views.
+pub fn released_views() -> Result<Vec<String>> {
+    Ok(std::mem::take(&mut write_registry()?.released_views))
+}
+
+/// [`check_text`], remembering the texts that passed (within the budget, see the module's
+/// doc): a process reads many frames of one schema, and each needs only a comparison of its
+/// text with the one checked (the checks depend on nothing else).
+pub fn checked_facts(text: &str, fingerprint_entry: &str) -> Result<Arc<SchemaFacts>> {
+    if let Some(facts) = registry()
+        .read()
+        .ok()
+        .and_then(|r| r.checked(fingerprint_entry, text))
+    {
+        return Ok(facts);
+    }
+    let facts = Arc::new(check_text(text, fingerprint_entry)?);
+    write_registry()?.remember_checked(fingerprint_entry, text, facts.clone());
+    Ok(facts)
+}
+
+/// An embedded frame's schema: its text checked against its fingerprint ([`check_text`],
+/// remembered by [`checked_facts`]) and the facts it implies, from which the reader derives the
+/// frame's field table and sequence field. `None` for a header with neither schema nor
+/// fingerprint (a compact frame, or one the reader then refuses); one without the other is a
+/// `FrameError`.
+pub fn embedded_facts(metadata: &BTreeMap<String, String>) -> Result<Option<Arc<SchemaFacts>>> {
+    match (metadata.get(meta::SCHEMA), metadata.get(meta::FINGERPRINT)) {
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(frame_err!(
+            "the frame carries a schema but no fingerprint ({:?})",
+            meta::FINGERPRINT
+        )),
+        (None, Some(_)) => Err(frame_err!(
+            "the frame carries a fingerprint but no schema ({:?})",
+            meta::SCHEMA
+        )),
+        (Some(text), Some(fp)) => checked_facts(text, fp).map(Some),
+    }
 }
 
 /// Whether this process holds a schema under `fingerprint`, marking it used (a learnt schema
@@ -423,6 +649,91 @@ fn unknown_schema(fingerprint: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A schema's canonical text (every key, as frames embed it) with `fields` fields.
+    fn canonical_text(name: &str, fields: usize, description: &str) -> String {
+        let fields: Vec<String> = (0..fields)
+            .map(|i| format!(r#""f{i}":{{"tier":"scalar","dtype":"float32"}}"#))
+            .collect();
+        let text = format!(
+            r#"{{"name":"{name}","description":"{description}","fields":{{{}}}}}"#,
+            fields.join(",")
+        );
+        crate::schema::model::resolve(&crate::schema::text::parse(&text).unwrap())
+            .unwrap()
+            .canonical
+    }
+
+    #[test]
+    fn embedded_headers_need_both_entries_and_checked_texts_are_remembered() {
+        let text = canonical_text("embedded_headers", 2, "");
+        let fp = crate::schema::text::fingerprint(&text);
+        let mut md = BTreeMap::new();
+        assert!(embedded_facts(&md).unwrap().is_none()); // no schema: compact, or refused
+        md.insert(meta::SCHEMA.to_string(), text.clone());
+        let err = embedded_facts(&md).unwrap_err();
+        assert!(err.message().contains("no fingerprint"));
+        md.insert(meta::FINGERPRINT.to_string(), fp.clone());
+        let facts = embedded_facts(&md).unwrap().unwrap();
+        assert_eq!(facts.specs.len(), 2);
+        md.remove(meta::SCHEMA);
+        let err = embedded_facts(&md).unwrap_err();
+        assert!(err.message().contains("no schema"));
+        // Remembered: the same text answers from the registry; another under the same
+        // fingerprint is checked, and refused.
+        assert!(Arc::ptr_eq(&checked_facts(&text, &fp).unwrap(), &facts));
+        assert!(checked_facts(&format!("{text} "), &fp).is_err());
+    }
+
+    #[test]
+    fn one_budget_bounds_learnt_schemas_checked_texts_and_views_together() {
+        let budget = 4 << 20;
+        let mut reg = Registry::new(budget);
+        let mut views = Vec::new();
+        for i in 0..24u8 {
+            // Each schema three ways: learnt with its text, its checked text, a view charged.
+            let text = canonical_text(&format!("one_budget_{i}"), 4, &"d".repeat(300_000));
+            let resolved =
+                crate::schema::model::resolve(&crate::schema::text::parse(&text).unwrap()).unwrap();
+            let fp = resolved.fingerprint.clone();
+            let facts = Arc::new(check_text(&text, &fp).unwrap());
+            reg.remember_checked(&fp, &text, facts);
+            let schema = HeldSchema {
+                fingerprint: fp.clone(),
+                specs: resolved.specs,
+                sequence_field: None,
+            };
+            assert!(reg.insert(schema, Some(Arc::from(resolved.full.as_str())), true));
+            assert!(reg.charge_view(&fp, 0, 2_000_000));
+            views.push(fp);
+            let kept: usize = reg
+                .entries
+                .values()
+                .filter(|e| e.learnt)
+                .map(|e| e.bytes)
+                .sum::<usize>()
+                + reg.checked.values().map(|c| c.bytes).sum::<usize>();
+            assert_eq!(kept, reg.learnt_bytes);
+            assert!(
+                reg.learnt_bytes <= budget,
+                "{} > {budget}",
+                reg.learnt_bytes
+            );
+        }
+        // Each schema costs about 2.6 MB: one fits with the checked text of the next.
+        assert!(reg.entries.len() <= 2, "{}", reg.entries.len());
+        // The views let go are named for Python, each once.
+        let released = std::mem::take(&mut reg.released_views);
+        assert_eq!(released.len() + reg.entries.len(), views.len());
+        assert!(released.iter().all(|fp| !reg.entries.contains_key(fp)));
+        // A view costs its entry: recharged smaller, the entry shrinks by the difference.
+        let last = views.last().unwrap();
+        let before = reg.learnt_bytes;
+        assert!(reg.charge_view(last, 0, 1_000));
+        assert_eq!(reg.learnt_bytes, before - 1_999_000);
+        // Not held: nothing to charge.
+        assert!(!reg.charge_view(&format!("sha256:{}", "ee".repeat(32)), 1, 10));
+    }
 
     #[test]
     fn fingerprints() {

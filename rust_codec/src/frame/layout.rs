@@ -8,7 +8,6 @@ use crate::frame::header::{parse_header, parse_prefix, Header};
 use crate::frame::located::{expect_shape, find, last_index, locate, read_offsets, Trust};
 use crate::frame_err;
 use crate::schema::dtype::DType;
-use crate::schema::embedded;
 use crate::schema::spec::{meta, names, FieldSpec, Tier};
 use crate::tier::{self, FrameFacts, Items};
 
@@ -59,7 +58,7 @@ fn field_table(header: &Header, known: Option<&compact::HeldRef>) -> Result<Fiel
         let sequence_field = held.schema.sequence_field.clone();
         return Ok((specs, sequence_field, Some(held)));
     }
-    let Some(facts) = embedded::embedded_facts(metadata)? else {
+    let Some(facts) = compact::embedded_facts(metadata)? else {
         return Err(frame_err!(
             "the frame carries no schema: neither {:?} (embedded) nor {:?} (compact); a reader \
              of format {:?} reads no other form",

@@ -84,6 +84,37 @@ impl Codec {
         self.specs.iter().map(|s| s.name.clone()).collect()
     }
 
+    /// The bytes this codec keeps (its block, specs, index, contracts and metadata), as the
+    /// schema memory budget charges a typed view that caches it (`frame::compact`).
+    #[getter]
+    fn nbytes(&self) -> usize {
+        use crate::frame::compact::{specs_bytes, string_bytes};
+        let index: usize = self
+            .index
+            .keys()
+            .map(|k| string_bytes(k.capacity()) + std::mem::size_of::<(String, usize)>() + 1)
+            .sum();
+        let contracts =
+            string_bytes(self.contracts.capacity() * std::mem::size_of::<PlaceholderContract>())
+                + self
+                    .contracts
+                    .iter()
+                    .map(|c| {
+                        string_bytes(c.name.capacity()) + string_bytes(c.media_field.capacity())
+                    })
+                    .sum::<usize>();
+        let metadata: usize = self
+            .metadata
+            .iter()
+            .map(|(k, v)| {
+                string_bytes(k.capacity())
+                    + string_bytes(v.capacity())
+                    + std::mem::size_of::<(String, String)>()
+            })
+            .sum();
+        std::mem::size_of::<Self>() + specs_bytes(&self.specs) + index + contracts + metadata
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Codec(fields={}, contracts={})",

@@ -62,8 +62,8 @@ mod _native {
     use super::padding::{fill_padding_with_first_token, pad_rows};
     #[pymodule_export]
     use super::registry::{
-        held_schema, hold_schema, holds_schema, learnt_schemas, pin_schema,
-        set_learnt_schema_budget, unpin_schema,
+        charge_schema_view, held_schema, hold_schema, holds_schema, learnt_schemas, pin_schema,
+        released_schema_views, set_learnt_schema_budget, unpin_schema,
     };
     #[pymodule_export]
     use super::schema::{

@@ -35,14 +35,16 @@ pub fn holds_schema(fingerprint: &str) -> bool {
     crate::frame::compact::holds(fingerprint)
 }
 
-/// Schemas learnt from frames that this process holds: (count, bytes kept, byte budget).
+/// What this process keeps for schemas it no longer references (`frame::compact`: learnt and
+/// released schemas, checked texts, Python's views of them): (count, bytes kept, byte budget).
 #[pyfunction]
 pub fn learnt_schemas() -> (usize, usize, usize) {
     crate::frame::compact::learnt_usage()
 }
 
-/// Sets the bytes schemas learnt from frames may keep (the least recently used beyond it are
-/// let go); returns the budget it replaces.
+/// Sets the bytes everything kept for schemas the process no longer references may take (the
+/// least recently used beyond it are let go, whichever cache holds it); returns the budget it
+/// replaces.
 #[pyfunction]
 pub fn set_learnt_schema_budget(max_bytes: usize) -> PyResult<usize> {
     crate::frame::compact::set_learnt_budget(max_bytes).map_err(to_py)
@@ -54,4 +56,19 @@ pub fn set_learnt_schema_budget(max_bytes: usize) -> PyResult<usize> {
 #[pyfunction]
 pub fn unpin_schema(fingerprint: &str) -> PyResult<bool> {
     crate::frame::compact::unpin(fingerprint).map_err(to_py)
+}
+
+/// Charges the schema held under `fingerprint` the measured bytes of a typed view Python keeps
+/// of it (`held`: of its held text, else of an embedded frame's), in place of that view's
+/// previous charge (`frame::compact::charge_view`). Returns whether it is held afterwards.
+#[pyfunction]
+pub fn charge_schema_view(fingerprint: &str, held: bool, nbytes: usize) -> PyResult<bool> {
+    crate::frame::compact::charge_view(fingerprint, held, nbytes).map_err(to_py)
+}
+
+/// The fingerprints of schemas let go since the last call whose views Python was charged for:
+/// it drops those views.
+#[pyfunction]
+pub fn released_schema_views() -> PyResult<Vec<String>> {
+    crate::frame::compact::released_views().map_err(to_py)
 }

@@ -66,7 +66,7 @@ pub fn canonical_json(text: &str) -> PyResult<String> {
 /// wrong.
 #[pyfunction]
 pub fn check_schema_text(text: &str, fingerprint: &str) -> PyResult<()> {
-    crate::schema::embedded::checked_facts(text, fingerprint)
+    crate::frame::compact::checked_facts(text, fingerprint)
         .map(|_| ())
         .map_err(to_py)
 }

@@ -1,7 +1,9 @@
 //! A frame's embedded schema (`py_wire.schema`, `py_wire.fingerprint`): every check a reader
 //! makes on it, and what it implies of the frame's field table.
 //!
-//! [`parse_frame`](crate::frame::layout::parse_frame) runs [`embedded_facts`] on every embedded
+//! [`parse_frame`](crate::frame::layout::parse_frame) runs
+//! [`embedded_facts`](crate::frame::compact::embedded_facts) (these checks, remembered within
+//! the schema memory budget of `frame::compact`) on every embedded
 //! frame, so a damaged schema is a `FrameError` from the codec whichever reader meets it (the
 //! Python layer, the frame ops, the fuzz targets). The checks, in order (each cheap before the
 //! next, so hostile text is refused before it is parsed):
@@ -17,13 +19,10 @@
 //! 7. the reader derives the frame's field table and sequence field from the resolved fields
 //!    ([`schema_field_table`](crate::frame::layout::schema_field_table)).
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, OnceLock, RwLock};
-
 use crate::error::Result;
 use crate::frame_err;
 use crate::schema::model;
-use crate::schema::spec::{meta, FieldSpec};
+use crate::schema::spec::FieldSpec;
 use crate::schema::text::{check_canonical, check_nesting, fingerprint, MAX_SCHEMA_BYTES};
 
 /// What the errors call the text.
@@ -79,74 +78,6 @@ pub fn check_text(text: &str, fingerprint_entry: &str) -> Result<SchemaFacts> {
     })
 }
 
-/// Texts checked before, by fingerprint: a process reads many frames of one schema, and each
-/// needs only a comparison of its text with the one checked (the checks depend on nothing
-/// else). Bounded by count and by the bytes of the texts (twice that with their facts):
-/// emptied when full, so hostile frames cannot grow it.
-const MAX_CHECKED: usize = 256;
-const MAX_CHECKED_TEXT_BYTES: usize = 8 << 20;
-
-type Checked = (String, Arc<SchemaFacts>);
-
-#[derive(Default)]
-struct CheckedTexts {
-    by_fingerprint: HashMap<String, Checked>,
-    text_bytes: usize,
-}
-
-fn checked_texts() -> &'static RwLock<CheckedTexts> {
-    static CHECKED: OnceLock<RwLock<CheckedTexts>> = OnceLock::new();
-    CHECKED.get_or_init(|| RwLock::new(CheckedTexts::default()))
-}
-
-/// [`check_text`], remembering texts that passed.
-pub fn checked_facts(text: &str, fingerprint_entry: &str) -> Result<Arc<SchemaFacts>> {
-    if let Ok(cache) = checked_texts().read() {
-        if let Some((known, facts)) = cache.by_fingerprint.get(fingerprint_entry) {
-            if known == text {
-                return Ok(facts.clone());
-            }
-        }
-    }
-    let facts = Arc::new(check_text(text, fingerprint_entry)?);
-    if let Ok(mut cache) = checked_texts().write() {
-        if cache.by_fingerprint.len() >= MAX_CHECKED
-            || cache.text_bytes + text.len() > MAX_CHECKED_TEXT_BYTES
-        {
-            *cache = CheckedTexts::default();
-        }
-        if text.len() <= MAX_CHECKED_TEXT_BYTES {
-            let replaced = cache.by_fingerprint.insert(
-                fingerprint_entry.to_string(),
-                (text.to_string(), facts.clone()),
-            );
-            let gone = replaced.map_or(0, |(old, _)| old.len());
-            cache.text_bytes = cache.text_bytes + text.len() - gone;
-        }
-    }
-    Ok(facts)
-}
-
-/// An embedded frame's schema: its text checked against its fingerprint ([`check_text`],
-/// remembered by [`checked_facts`]) and the facts it implies, from which the reader derives the
-/// frame's field table and sequence field. `None` for a header with neither schema nor
-/// fingerprint (a compact frame, or one the reader then refuses); one without the other is a
-/// `FrameError`.
-pub fn embedded_facts(metadata: &BTreeMap<String, String>) -> Result<Option<Arc<SchemaFacts>>> {
-    match (metadata.get(meta::SCHEMA), metadata.get(meta::FINGERPRINT)) {
-        (None, None) => Ok(None),
-        (Some(_), None) => Err(frame_err!(
-            "the frame carries a schema but no fingerprint ({:?})",
-            meta::FINGERPRINT
-        )),
-        (None, Some(_)) => Err(frame_err!(
-            "the frame carries a fingerprint but no schema ({:?})",
-            meta::SCHEMA
-        )),
-        (Some(text), Some(fp)) => checked_facts(text, fp).map(Some),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,11 +103,6 @@ mod tests {
         let img = facts.specs.iter().find(|s| s.name == "img").unwrap();
         assert_eq!(img.shape, vec![None, Some(3)]);
         assert_eq!((img.pack_dim, img.wire_dtype), (1, Some(DType::BF16)));
-        // The cache answers for the same text, and refuses another under the same fingerprint.
-        let fp = fingerprint(&text);
-        assert!(checked_facts(&text, &fp).is_ok());
-        assert!(checked_facts(&text, &fp).is_ok());
-        assert!(checked_facts(&format!("{text} "), &fp).is_err());
     }
 
     fn refusal(text: &str) -> String {
@@ -299,21 +225,5 @@ mod tests {
         // Valid and canonical, but with keys left to their defaults: not the model as written.
         let short = canon(SCHEMA);
         assert!(refusal(&short).contains("not the schema model as py_wire writes it"));
-    }
-
-    #[test]
-    fn embedded_headers_need_both_entries() {
-        let text = canonical_schema();
-        let mut md = BTreeMap::new();
-        assert!(embedded_facts(&md).unwrap().is_none()); // no schema: compact, or refused
-        md.insert(meta::SCHEMA.to_string(), text.clone());
-        let err = embedded_facts(&md).unwrap_err();
-        assert!(err.message().contains("no fingerprint"));
-        md.insert(meta::FINGERPRINT.to_string(), fingerprint(&text));
-        let facts = embedded_facts(&md).unwrap().unwrap();
-        assert_eq!(facts.sequence_field.as_deref(), Some("ids"));
-        md.remove(meta::SCHEMA);
-        let err = embedded_facts(&md).unwrap_err();
-        assert!(err.message().contains("no schema"));
     }
 }

@@ -933,11 +933,17 @@ fn strings_or_null(v: &Json, at: &str) -> Result<Option<Vec<String>>> {
 
 /// An object's entries, each key once with its last value, in the order keys first appear.
 fn last_values(items: &[(Vec<u32>, Json)]) -> Vec<(&Vec<u32>, &Json)> {
+    // By index, not by a scan of what is seen: a table of 4,096 fields is read in linear time.
     let mut out: Vec<(&Vec<u32>, &Json)> = Vec::with_capacity(items.len());
+    let mut seen: std::collections::HashMap<&Vec<u32>, usize> =
+        std::collections::HashMap::with_capacity(items.len());
     for (k, v) in items {
-        match out.iter_mut().find(|(seen, _)| *seen == k) {
-            Some(slot) => slot.1 = v,
-            None => out.push((k, v)),
+        match seen.get(k) {
+            Some(&slot) => out[slot].1 = v,
+            None => {
+                seen.insert(k, out.len());
+                out.push((k, v));
+            }
         }
     }
     out
