@@ -220,6 +220,14 @@ def test_a_full_queue_holds_the_rollouter_back_where_verls_drops() -> None:
     got += [ray.cloudpickle.loads(client.get_sample_sync()[0]) for _ in range(4)]
     assert sorted(g.sample_id for g in got) == [s.sample_id for s in samples]
     assert client.get_statistics_sync()["dropped_samples"] == 0
+    # What verl's main asks at the end: memory held, and a cleared queue.
+    for s in samples[:2]:
+        assert client.put_sample_sync(ray.cloudpickle.dumps(s))
+    memory = asyncio.run(client.get_memory_usage())
+    assert memory["queue_samples"] == 2 and memory["estimated_memory_bytes"] > 0
+    asyncio.run(client.clear_queue())
+    assert client.get_queue_size_sync() == 0
+    assert asyncio.run(client.get_memory_usage())["estimated_memory_bytes"] == 0
     stream.close()
 
 
