@@ -186,7 +186,8 @@ class _Control:
 
 class VerlQueueClient:
     """verl 0.9.1's ``MessageQueueClient`` over a py_wire :class:`~py_wire.streaming.Stream`
-    (see the module docstring). ``stream``: a stream built with :func:`verl_stream_config`
+    (see the module docstring). ``stream``: a :class:`~py_wire.streaming.RayBuffer` built
+    with :func:`verl_stream_config`
     (``batch_groups`` must be verl's ``required_samples``); ``config``: verl's config;
     ``schema``: the verl adapter schema a sample's ``DataProto`` is encoded with (one that
     ``extends`` ``verl/text`` or ``verl/qwen2_5_vl`` for a reward function's own keys);
@@ -213,6 +214,16 @@ class VerlQueueClient:
     ) -> None:
         import ray
 
+        from py_wire.streaming.ray_buffer import RayBuffer
+
+        if not isinstance(stream, RayBuffer):
+            # verl's queue sizes come from the stream's counts of stored and acked groups,
+            # which TQBuffer reports as 0 (no one process sees every put).
+            raise StreamError(
+                f"stream: a RayBuffer, not {type(stream).__name__} (the client reads verl's "
+                "queue size from the stream's stored and acked counts, which only RayBuffer "
+                "keeps)"
+            )
         self.required, self.sync_steps, _ = _async_training(config)
         stream_config = getattr(stream, "config", None)
         if isinstance(stream_config, StreamConfig) and stream_config.batch_groups != self.required:

@@ -257,3 +257,18 @@ def test_the_staleness_bound_holds_at_the_queue_and_the_rest_of_verls_calls() ->
     asyncio.run(client.shutdown())
     assert client.get_sample_sync() is None  # verl's queue returns None once shut down
     stream.close()
+
+
+def test_what_the_client_refuses() -> None:
+    """A stream whose counts cannot give verl's queue size, a config that is not verl's
+    fully-async one, a stream whose step is not verl's ``required_samples``: each named."""
+    from py_wire.streaming import StreamConfig, StreamError
+
+    with pytest.raises(StreamError, match="a RayBuffer, not object"):
+        VerlQueueClient(object(), CONFIG)  # type: ignore[arg-type]
+    with pytest.raises(StreamError, match="require_batches"):
+        verl_stream_config(OmegaConf.create({"actor_rollout_ref": {}}))
+    stream = RayBuffer(StreamConfig(max_staleness=1, batch_groups=3))
+    with pytest.raises(StreamError, match="required_samples = 2"):
+        VerlQueueClient(stream, CONFIG)
+    stream.close()
