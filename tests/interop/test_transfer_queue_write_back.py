@@ -132,15 +132,20 @@ def test_many_keys_fetch_what_each_key_alone_fetches(backend: str, per_sample: b
 
 
 @ray.remote(num_cpus=0, max_calls=1)
-def _read_in_a_fresh_process(names: list[str], part: str, fingerprint: str) -> Any:
-    """In a process that never loaded the schema: whether it held it, then what ``get`` of the
-    written fields returns (values and offsets) or the FrameError it raises."""
+def _read_in_a_fresh_process(
+    names: list[str], part: str, fingerprint: str, load: str | None = None
+) -> Any:
+    """In a process that never loaded the schema (``load``: another one it loads): whether it
+    held it, then what ``get`` of the written fields returns (values and offsets) or the
+    FrameError it raises."""
     import transfer_queue as tq
 
     from py_wire import _native
     from py_wire.interop import transfer_queue as ptq
 
     held = _native.holds_schema(fingerprint)
+    if load is not None:
+        py_wire.load_schema(load)
     tq.init()
     try:
         got = ptq.get(names, part, fields=["input_ids", "prev_logprobs"])
@@ -172,6 +177,19 @@ def test_a_reader_in_another_process_resolves_the_schema_or_says_why(
     if not per_sample:  # each key embeds its own schema: nothing to clear apart
         tq.kv_clear(keys=names, partition_id=part)
         return
+
+    # tags that name another schema, one the reader holds: the frames are still refused by
+    # name (on RayStore TQ's get unpickles them; on SimpleStorage py_wire wraps them)
+    other = py_wire.load_schema("text_grpo").fingerprint
+    tq.kv_batch_put(keys=readers, partition_id=part, tags=[{ptq.SCHEMA: other}] * len(readers))
+    held, got = ray.get(_read_in_a_fresh_process.remote(readers, part, fingerprint, "text_grpo"))
+    assert not held
+    kind, message, err_kind, _ = got
+    assert kind == "FrameError" and err_kind == "unknown_schema", got
+    assert repr(readers[0]) in message and fingerprint in message
+    tq.kv_batch_put(
+        keys=readers, partition_id=part, tags=[{ptq.SCHEMA: fingerprint}] * len(readers)
+    )
     tq.kv_clear(keys=names[:1], partition_id=part)  # the key that embeds the schema
     held, got = ray.get(_read_in_a_fresh_process.remote(readers, part, fingerprint))
     assert not held

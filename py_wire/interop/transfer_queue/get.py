@@ -83,13 +83,8 @@ def fetch_columns(meta: Any, columns: Sequence[str], keys: Sequence[str]) -> dic
         cause = _frame_error(err)
         if cause is None:
             raise
-        raise with_context(
-            FrameError(
-                f"keys {list(keys)[:4]}: reading TQ columns {list(columns)} (schemas "
-                f"{sorted(fingerprints)} by their tags): {cause}"
-            ),
-            field=columns[0],
-        ) from err
+        where = f"keys {list(keys)[:4]}, TQ columns {list(columns)} (schemas by their tags: "
+        raise prefixed(cause, f"{where}{sorted(fingerprints)})") from err
     return {c: column_frames(got[c], c, keys) for c in columns}
 
 
@@ -105,6 +100,7 @@ def _frame_error(err: BaseException) -> FrameError | None:
         if isinstance(e, FrameError):
             return e
         stack += [e.__cause__, e.__context__, getattr(e, "cause", None)]
+        stack.append(getattr(e, "client_exc", None))  # Ray's RaySystemError
     return None
 
 
