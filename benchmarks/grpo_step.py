@@ -162,7 +162,14 @@ def start(sampler: Any, backend: str) -> None:
     if ray.is_initialized():
         tq.close()
         ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, object_store_memory=3 << 30)
+    # address="local": a cluster of its own, never one another job on the machine started
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=3 << 30,
+    )
     # TQ logs an error that RayStore has no bootstrap: it needs none (its client makes its actor).
     logging.getLogger("transfer_queue").setLevel(logging.CRITICAL)
     conf = OmegaConf.create(

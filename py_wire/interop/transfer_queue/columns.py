@@ -248,9 +248,8 @@ def stored_frames(value: Any, column: str, keys: Sequence[str]) -> list[Frame]:
             raise FrameError(
                 f"TQ column {column!r} holds {len(offsets) - 1} rows for {len(keys)} keys"
             )
-        return [
-            Frame.from_buffer(buf[offsets[i] : offsets[i + 1]].numpy()) for i in range(len(keys))
-        ]
+        whole = buf.numpy()  # numpy slices: a torch slice per key costs ~10x as much
+        return [Frame.from_buffer(whole[offsets[i] : offsets[i + 1]]) for i in range(len(keys))]
     values = value.tolist() if hasattr(value, "tolist") else value
     if isinstance(values, list | tuple) and all(isinstance(v, Frame) for v in values):
         if len(values) != len(keys):
