@@ -131,69 +131,70 @@ def test_many_keys_fetch_what_each_key_alone_fetches(backend: str, per_sample: b
     tq.kv_clear(keys=names, partition_id=part)
 
 
-@ray.remote(num_cpus=0, max_calls=1)
-def _read_in_a_fresh_process(
-    names: list[str], part: str, fingerprint: str, load: str | None = None
-) -> Any:
-    """In a process that never loaded the schema (``load``: another one it loads): whether it
-    held it, then what ``get`` of the written fields returns (values and offsets) or the
-    FrameError it raises."""
-    import transfer_queue as tq
+@ray.remote(num_cpus=0, max_restarts=0)
+class _FreshReader:
+    """A process that never loaded the schema (it loads ``text_grpo``, another one)."""
 
-    from py_wire import _native
-    from py_wire.interop import transfer_queue as ptq
+    def __init__(self, fingerprint: str) -> None:
+        import transfer_queue as tq
 
-    held = _native.holds_schema(fingerprint)
-    if load is not None:
-        py_wire.load_schema(load)
-    tq.init()
-    try:
-        got = ptq.get(names, part, fields=["input_ids", "prev_logprobs"])
-    except py_wire.FrameError as err:
-        return held, ("FrameError", str(err), err.kind, err.found)
-    return held, {k: (v.values(), v.offsets()) for k, v in got.items()}
+        from py_wire import _native
+
+        self.fingerprint = fingerprint
+        self.held_at_start = _native.holds_schema(fingerprint)
+        py_wire.load_schema("text_grpo")
+        tq.init()
+
+    def read(self, names: list[str], part: str) -> Any:
+        """Whether it held the schema before, then what ``get`` of the written fields returns
+        (values and offsets) or the FrameError it raises."""
+        from py_wire import _native
+        from py_wire.interop import transfer_queue as ptq
+
+        held = self.held_at_start or _native.holds_schema(self.fingerprint)
+        try:
+            got = ptq.get(names, part, fields=["input_ids", "prev_logprobs"])
+        except py_wire.FrameError as err:
+            return held, ("FrameError", str(err), err.kind, err.found)
+        return held, {k: (v.values(), v.offsets()) for k, v in got.items()}
 
 
-@pytest.mark.parametrize("per_sample", [False, True], ids=["per-group", "per-sample"])
-def test_a_reader_in_another_process_resolves_the_schema_or_says_why(
-    backend: str,  # noqa: F811
-    per_sample: bool,
-) -> None:
+def test_a_reader_in_another_process_resolves_the_schema_or_says_why(backend: str) -> None:  # noqa: F811
     """A process that never loaded the schema reads compact frames (write-backs, per-sample
-    text rows): it learns the schema from the key whose text frame embeds it (a key per group:
-    its own; per-sample keys: their group's first key, here not among those read). With that
-    key cleared, it refuses by a FrameError naming the key and the fingerprint."""
-    part = f"wbfresh{int(per_sample)}"
-    _, names = _written(per_sample, part)
+    text rows) by learning the schema from the key whose text frame embeds it (their group's
+    first key, not among the keys read); with that key cleared, or with tags that name another
+    schema, it refuses by a FrameError naming the key and the fingerprint. (One process, its
+    refusals first: once it has learnt the schema it reads regardless.)"""
+    part = "wbfresh"
+    _, names = _written(True, part)
     fingerprint = py_wire.load_schema(SCHEMA).fingerprint
-    readers = names[1:GROUP] if per_sample else names[1:]  # not the first group's first key
-    here = ptq.get(readers, part, fields=["input_ids", "prev_logprobs"])
-    held, got = ray.get(_read_in_a_fresh_process.remote(readers, part, fingerprint))
+    g0, g1 = names[1:GROUP], names[GROUP + 1 :]  # each group but its first key
+    reader = _FreshReader.remote(fingerprint)
+
+    # tags that name another schema, one the reader holds: refused by name (on RayStore TQ's
+    # get unpickles the frames; on SimpleStorage py_wire wraps them)
+    other = py_wire.load_schema("text_grpo").fingerprint
+    tq.kv_batch_put(keys=g0, partition_id=part, tags=[{ptq.SCHEMA: other}] * len(g0))
+    held, got = ray.get(reader.read.remote(g0, part))
+    assert not held
+    kind, message, err_kind, _ = got
+    assert kind == "FrameError" and err_kind == "unknown_schema", got
+    assert repr(g0[0]) in message and fingerprint in message
+    tq.kv_batch_put(keys=g0, partition_id=part, tags=[{ptq.SCHEMA: fingerprint}] * len(g0))
+
+    tq.kv_clear(keys=names[GROUP : GROUP + 1], partition_id=part)  # g1's first key
+    held, got = ray.get(reader.read.remote(g1, part))
+    assert not held
+    kind, message, err_kind, found = got
+    assert kind == "FrameError" and err_kind == "unknown_schema" and found == fingerprint
+    assert repr(g1[0]) in message and fingerprint in message and repr(names[GROUP]) in message
+
+    here = ptq.get(g0, part, fields=["input_ids", "prev_logprobs"])
+    held, got = ray.get(reader.read.remote(g0, part))
     assert not held
     assert isinstance(got, dict), got
     for name, value in here.items():
         assert torch.equal(got[name][0], value.values())
         assert torch.equal(got[name][1], value.offsets())
-    if not per_sample:  # each key embeds its own schema: nothing to clear apart
-        tq.kv_clear(keys=names, partition_id=part)
-        return
-
-    # tags that name another schema, one the reader holds: the frames are still refused by
-    # name (on RayStore TQ's get unpickles them; on SimpleStorage py_wire wraps them)
-    other = py_wire.load_schema("text_grpo").fingerprint
-    tq.kv_batch_put(keys=readers, partition_id=part, tags=[{ptq.SCHEMA: other}] * len(readers))
-    held, got = ray.get(_read_in_a_fresh_process.remote(readers, part, fingerprint, "text_grpo"))
-    assert not held
-    kind, message, err_kind, _ = got
-    assert kind == "FrameError" and err_kind == "unknown_schema", got
-    assert repr(readers[0]) in message and fingerprint in message
-    tq.kv_batch_put(
-        keys=readers, partition_id=part, tags=[{ptq.SCHEMA: fingerprint}] * len(readers)
-    )
-    tq.kv_clear(keys=names[:1], partition_id=part)  # the key that embeds the schema
-    held, got = ray.get(_read_in_a_fresh_process.remote(readers, part, fingerprint))
-    assert not held
-    kind, message, err_kind, found = got
-    assert kind == "FrameError" and err_kind == "unknown_schema" and found == fingerprint
-    assert repr(readers[0]) in message and fingerprint in message and repr(names[0]) in message
-    tq.kv_clear(keys=names[1:], partition_id=part)
+    ray.kill(reader)
+    tq.kv_clear(keys=names[:GROUP] + g1, partition_id=part)
