@@ -430,9 +430,6 @@ def _frame_from_buffer(data: Any, schema: Schema | str | Path | None = None) -> 
     return frame
 
 
-setattr(_native.Frame, "from_buffer", staticmethod(_frame_from_buffer))  # noqa: B010
-
-
 def _check_reader_contracts(
     frame: Frame,
     payload: torch.Tensor | None,

@@ -197,7 +197,7 @@ class Frame:
     @staticmethod
     def from_buffer(data: _BufferLike, schema: Schema | str | Path | None = None) -> Frame:
         """Wrap and validate ``data``; ``schema`` is held first (a compact frame naming it
-        can then be read). Defined by ``py_wire._schema``."""
+        can then be read); what a reader's schema means is ``py_wire._decode``'s."""
     @staticmethod
     def _wrap(data: _BufferLike) -> Frame: ...
     @property

@@ -709,30 +709,6 @@ def hold_schema(schema: Schema | str | Path) -> Schema:
     return load_schema(schema)
 
 
-def _frame_schema(frame: Frame) -> Schema:
-    """``Frame.schema``: the schema this frame was encoded with (:meth:`Schema.from_frame`),
-    read on first access and kept with the frame."""
-    view: Schema | None = frame._schema_view
-    if view is None:
-        view = Schema.from_frame(frame)
-        frame._schema_view = view
-    return view
-
-
-def _set_frame_schema(frame: Frame, schema: Schema) -> None:
-    frame._schema_view = schema
-
-
-# The codec's Frame gets its schema from here: Python owns meaning, and the codec never calls
-# into Python to build or hold a schema.
-setattr(  # noqa: B010 - an attribute of the codec's type, set once at import
-    _native.Frame,
-    "schema",
-    property(_frame_schema, _set_frame_schema, doc=_frame_schema.__doc__),
-)
-# (Frame.from_buffer, which reads a frame under a caller's schema, is py_wire._decode's.)
-
-
 def frame_fingerprint(frame: Frame) -> str | None:
     """The fingerprint of the schema ``frame`` was encoded with: embedded or compact."""
     meta = frame.metadata

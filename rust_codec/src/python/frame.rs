@@ -175,8 +175,7 @@ impl Frame {
     /// without copying, after validating it. A base not aligned to 16 bytes is copied once
     /// into an aligned buffer. The frame is read by its own length (from its header): bytes
     /// after its end (a reused shared-memory segment) are ignored and not part of the Frame.
-    /// `Frame.from_buffer` (defined by `py_wire._schema`, which also holds a `schema=` first)
-    /// calls this.
+    /// `Frame.from_buffer` (which also holds a `schema=` first) calls this.
     #[staticmethod]
     fn _wrap(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Frame> {
         let buffer: PyBuffer<u8> = PyBuffer::get(data).map_err(|e| {
@@ -361,8 +360,49 @@ impl Frame {
         Ok(d)
     }
 
-    /// The `Schema` view `py_wire._schema` built of this frame's schema (None until it does):
-    /// `Frame.schema`, defined there, keeps it here. The codec never builds or reads it.
+    /// Wraps and validates `data` (see `_wrap`); `schema` (a `Schema`, bundled name or path) is
+    /// held first, so that a compact frame naming it can be read, and a frame of another
+    /// schema is read under it as `decode(frame, schema=)` reads one. What a reader's schema
+    /// means (versions, contracts, warnings) is Python's: this calls `py_wire._decode`.
+    #[staticmethod]
+    #[pyo3(signature = (data, schema=None))]
+    fn from_buffer(
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        schema: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        Ok(py
+            .import("py_wire._decode")?
+            .getattr("_frame_from_buffer")?
+            .call1((data, schema))?
+            .unbind())
+    }
+
+    /// The schema this frame was encoded with (`Schema.from_frame`), read on first access and
+    /// kept with the frame. Its typed view is Python's (`py_wire._schema`), which this calls.
+    #[getter]
+    fn schema(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        if let Some(view) = slf.get()._schema_view(py)? {
+            return Ok(view);
+        }
+        let view = py
+            .import("py_wire._schema")?
+            .getattr("Schema")?
+            .call_method1("from_frame", (slf,))?
+            .unbind();
+        slf.get().set_schema_view(Some(view.clone_ref(py)))?;
+        Ok(view)
+    }
+
+    /// Reads the frame under `view` from now on (`decode(frame, schema=)` sets the reader's).
+    #[setter]
+    fn set_schema(&self, view: Py<PyAny>) -> PyResult<()> {
+        self.set_schema_view(Some(view))
+    }
+
+    /// The `Schema` view `Frame.schema` built of this frame's schema (None until it does),
+    /// kept here. The codec never reads it.
     #[getter]
     fn _schema_view(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         Ok(self
