@@ -247,6 +247,37 @@ def test_micro_batches_are_nemo_rl_s(with_nemo_rl: None, name: str, dedup: bool)
     assert saved > 0
 
 
+@pytest.mark.parametrize("name", NEMO_RL)
+def test_micro_batches_are_bit_for_bit_nemo_rl_s_own_slices(with_nemo_rl: None, name: str) -> None:
+    """NeMo-RL's own path: its padded batch, sliced by ``make_microbatch_iterator``
+    (``BatchedDataDict.slice``); py_wire's: the frame of that batch through
+    ``iter_micro_batches``. Every tensor byte for byte (padding, broadcast advantages, -0.0
+    and NaN payloads in the valid cells), at 8-row micro-batches with a shorter last one."""
+    batch = nemo_batch(name, 19, False)
+    lengths = batch["input_lengths"]
+    for k, v in batch.items():
+        floats = isinstance(v, torch.Tensor) and v.dim() == 2 and v.is_floating_point()
+        if floats and k not in nemo_rl.BROADCAST_FIELDS:
+            v[0, 0] = -0.0
+            v[2, int(lengths[2]) - 1] = float("nan")
+    frame = nemo_rl.to_frame(batch, name)
+    mbs = list(nemo_rl.iter_micro_batches(frame, 8))
+    assert len(mbs) == 3
+    for a, mb in zip(range(0, 19, 8), mbs, strict=True):
+        want = _nemo_slice(batch, a, min(a + 8, 19))
+        assert mb.keys() == want.keys()
+        for k, v in want.items():
+            if isinstance(v, torch.Tensor):
+                got = mb[k]
+                assert got.shape == v.shape and got.dtype == v.dtype, k
+                assert torch.equal(_byte_view(got), _byte_view(v)), k
+
+
+def _byte_view(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes: -0.0 and NaN payloads compare as what they are."""
+    return t if t.dtype == torch.bool else t.contiguous().view(-1).view(torch.uint8)
+
+
 def _own_bytes(value: object) -> int:
     """The bytes of the tensors ``value`` holds, each once (a segment shared by rows: once)."""
     seen: dict[int, int] = {}
