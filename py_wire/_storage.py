@@ -124,6 +124,8 @@ class RowCutter:
         if elements is None or size is None or not bounds or any(b <= a for a, b in bounds):
             return [self(a, b) for a, b in bounds]
         full = len(elements) // size
+        if full == 0:  # one micro-batch, shorter than size (which may be any int)
+            return [self(a, b) for a, b in bounds]
         whole = elements[: full * size].reshape(full, size, *self._shape)
         cuts = list(map(torch.from_numpy, whole))
         if not self._native:
