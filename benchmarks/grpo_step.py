@@ -103,7 +103,8 @@ class Where:
             for name in ("get_data", "kv_retrieve_meta", "kv_retrieve_keys", "get_meta"):
                 self.spots.append((client, name, "TQ calls"))
         self.seconds: dict[str, float] = {}
-        self.write_back_bytes = 0
+        #: payload bytes of each write-back, in order (one kv_batch_put of write-back columns)
+        self.write_backs: list[int] = []
         self.depth = 0
         self.saved: list[tuple[Any, str, Any]] = []
 
@@ -123,9 +124,13 @@ class Where:
         def timed(*args: Any, **kwargs: Any) -> Any:
             if what == "TQ calls" and fn.__name__ == "kv_batch_put":
                 fields = kwargs.get("fields")
-                for c in list(fields.keys()) if fields is not None else []:
-                    if c.startswith(ptq.WRITE_BACK) or c in LATER:
-                        self.write_back_bytes += payload_bytes(fields.select(c))
+                written = [
+                    payload_bytes(fields.select(c))
+                    for c in (list(fields.keys()) if fields is not None else [])
+                    if c.startswith(ptq.WRITE_BACK) or c in LATER
+                ]
+                if written:
+                    self.write_backs.append(sum(written))
             if self.depth:
                 return fn(*args, **kwargs)
             self.depth += 1
@@ -137,6 +142,10 @@ class Where:
                 self.depth -= 1
 
         return timed
+
+    @property
+    def write_back_bytes(self) -> int:
+        return sum(self.write_backs)
 
 
 def tq_started() -> bool:
@@ -153,7 +162,14 @@ def start(sampler: Any, backend: str) -> None:
     if ray.is_initialized():
         tq.close()
         ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, object_store_memory=3 << 30)
+    # address="local": a cluster of its own, never one another job on the machine started
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=3 << 30,
+    )
     # TQ logs an error that RayStore has no bootstrap: it needs none (its client makes its actor).
     logging.getLogger("transfer_queue").setLevel(logging.CRITICAL)
     conf = OmegaConf.create(
@@ -570,6 +586,31 @@ def main() -> None:
             )
             print(f"| {r['backend']} | {label} | {cells} | {w.write_back_bytes / 1e6:.3f} |")
     baseline = next((r for r in results if "theirs_error" not in r), None)
+    print(
+        f"\nWrite-back payload bytes handed to TQ (each write-back's kv_batch_put; {args.rows} "
+        "samples; x = of NeMo-RL's same write-back):\n| TQ backend | path | "
+        + " | ".join(LATER)
+        + " | total | bytes a sample |\n|---|---|"
+        + "---:|" * (len(LATER) + 2)
+    )
+    for r in results:
+        ref = r if "theirs_error" not in r else baseline
+        theirs = None if ref is None else ref["theirs_where"].write_backs
+        for mode, label in (
+            ("ours", "py_wire, a key per group"),
+            ("sample", "py_wire, a key per sample"),
+            ("theirs", "NeMo-RL __lengths wire"),
+        ):
+            w = r.get(mode + "_where")
+            if w is None:
+                continue
+            cells = []
+            for i, n in enumerate([*w.write_backs, w.write_back_bytes]):
+                want = None if theirs is None else [*theirs, sum(theirs)][i]
+                ratio = f" ({n / want:.3f}x)" if want and mode != "theirs" else ""
+                cells.append(f"{n:,}{ratio}")
+            per = w.write_back_bytes / args.rows
+            print(f"| {r['backend']} | {label} | {' | '.join(cells)} | {per:,.0f} |")
     for r in results:
         ref = r if "theirs_error" not in r else baseline
         if ref is None:

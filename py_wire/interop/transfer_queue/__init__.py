@@ -28,6 +28,15 @@ alone does, write-backs that only some of them hold included (``write_back`` lis
 write-back columns in its tags, ``WRITE_BACKS``: TQ's metadata of many keys names only the
 columns all hold).
 
+**The schema is named, not repeated.** A frame embeds its schema's text (4.4 KB for
+``nemo_rl/qwen2_5_vl``); one per group is fine, one per sample or per write-back is most of its
+bytes. So write-back frames and per-sample text rows are compact (they name the schema by
+fingerprint) and each group's text frame under its first key embeds it; every key is tagged
+with the fingerprint (``SCHEMA``) and that key (``SCHEMA_HOLDER``). A process that does not
+hold the schema (a worker that never loaded it) reads it once from there before fetching
+compact frames; when that key is gone (clear a group's keys together) the fetch is a
+:class:`~py_wire.FrameError` naming the key and the fingerprint.
+
 **Stages are columns.** Every group is two TQ columns, each holding one frame per row:
 ``py_wire.text`` and ``py_wire.media``. Which column a field travels in is declared in the
 schema file (``column = "media"`` on images, their grids and masks; ``"text"``, the default,
@@ -93,6 +102,8 @@ from py_wire.interop.transfer_queue.columns import (
     MEDIA,
     MEDIA_HOLDER,
     MEDIA_ROW,
+    SCHEMA,
+    SCHEMA_HOLDER,
     TEXT,
     TOTAL_LENGTHS,
     WRITE_BACK,
@@ -120,6 +131,8 @@ __all__ = [
     "MEDIA",
     "MEDIA_HOLDER",
     "MEDIA_ROW",
+    "SCHEMA",
+    "SCHEMA_HOLDER",
     "TEXT",
     "TOTAL_LENGTHS",
     "WRITE_BACK",

@@ -13,7 +13,7 @@ import torch
 from py_wire import _native
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
-from py_wire._schema import FINGERPRINT_KEY, SCHEMA_KEY, Schema, load_schema
+from py_wire._schema import Schema, hold_schema, load_schema
 from py_wire._typing import as_jagged
 from py_wire.interop.transfer_queue.meta import names, tq_module
 
@@ -73,6 +73,18 @@ MEDIA_HOLDER = "py_wire.media_key"
 MEDIA_ROW = "py_wire.media_row"
 
 
+#: The tag naming the fingerprint of the schema a key's frames were encoded with. Write-back
+#: frames and per-sample text frames are compact (they name the schema by fingerprint, not
+#: its text: a 1-row frame's header is then ~450 bytes, not ~4.4 KB); a reader that does not
+#: hold the schema learns it, before fetching them, from the key ``SCHEMA_HOLDER`` names.
+SCHEMA = "py_wire.schema"
+
+
+#: The tag naming the key whose text frame embeds the schema: the key itself for a key per
+#: group, the group's first key for per-sample keys (clear a group's keys together).
+SCHEMA_HOLDER = "py_wire.schema_key"
+
+
 def media_fields(schema: Schema | str | Path) -> tuple[str, ...]:
     """The fields stored in the media column: those the schema declares ``column = "media"``
     (images, their grids and masks), in schema order."""
@@ -121,8 +133,8 @@ def columns_for(
     return (TEXT,)
 
 
-#: Per (schema fingerprint, column, stage): the codec whose frames carry COLUMN_KEY.
-_CODECS: dict[tuple[str, str, str | None], _native.Codec] = {}
+#: Per (schema fingerprint, column, stage, compact): the codec whose frames carry COLUMN_KEY.
+_CODECS: dict[tuple[str, str, str | None, bool], _native.Codec] = {}
 
 
 _MAX_CODECS = 256
@@ -134,11 +146,15 @@ def column_codec(
     stage: str | None,
     carried: Sequence[str],
     group: str | None = None,
+    compact: bool = False,
 ) -> _native.Codec:
     """The codec of one column's frames: the contracts ``stage`` is held to whose media field
     the column carries (``names``); with ``group``, frames that carry that group identity
-    (``GROUP_KEY``; built each time: a codec costs microseconds)."""
-    key = (sch.fingerprint, column, stage)
+    (``GROUP_KEY``; built each time: a codec costs microseconds). ``compact``: frames that
+    name the schema by fingerprint (``SCHEMA``), not embed its text."""
+    key = (sch.fingerprint, column, stage, compact)
+    if compact:
+        hold_schema(sch)  # this process reads back what it writes
     codec = None if group is not None else _CODECS.get(key)
     if codec is None:
         contracts = [
@@ -146,7 +162,7 @@ def column_codec(
             for c, text in zip(sch.contracts, sch._contracts_json, strict=True)
             if c.media_field in set(carried) and text in sch._contracts_for(stage)
         ]
-        metadata = {SCHEMA_KEY: sch.canonical_json, FINGERPRINT_KEY: sch.fingerprint}
+        metadata = sch._schema_entries(compact)
         metadata[COLUMN_KEY] = column
         if group is not None:
             metadata[GROUP_KEY] = group
@@ -232,9 +248,8 @@ def stored_frames(value: Any, column: str, keys: Sequence[str]) -> list[Frame]:
             raise FrameError(
                 f"TQ column {column!r} holds {len(offsets) - 1} rows for {len(keys)} keys"
             )
-        return [
-            Frame.from_buffer(buf[offsets[i] : offsets[i + 1]].numpy()) for i in range(len(keys))
-        ]
+        whole = buf.numpy()  # numpy slices: a torch slice per key costs ~10x as much
+        return [Frame.from_buffer(whole[offsets[i] : offsets[i + 1]]) for i in range(len(keys))]
     values = value.tolist() if hasattr(value, "tolist") else value
     if isinstance(values, list | tuple) and all(isinstance(v, Frame) for v in values):
         if len(values) != len(keys):

@@ -3,6 +3,7 @@ with their write-backs and decoded as :func:`py_wire.decode` decodes the whole b
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,10 +18,10 @@ from py_wire._decode import (
     decode_selected,
 )
 from py_wire._encode import checked_fields, plain_tensors
-from py_wire._errors import with_context
+from py_wire._errors import prefixed, with_context
 from py_wire._native import BatchError, Frame, FrameError
 from py_wire._ops import concat, take_rows
-from py_wire._schema import Schema
+from py_wire._schema import Schema, frame_fingerprint, hold_schema
 from py_wire.interop.transfer_queue.columns import (
     COLUMN_KEY,
     COLUMNS,
@@ -28,6 +29,8 @@ from py_wire.interop.transfer_queue.columns import (
     MEDIA,
     MEDIA_HOLDER,
     MEDIA_ROW,
+    SCHEMA,
+    SCHEMA_HOLDER,
     TEXT,
     WRITE_BACK,
     WRITE_BACKS,
@@ -52,8 +55,12 @@ from py_wire.interop.transfer_queue.meta import (
 
 
 def column_frames(value: Any, column: str, keys: Sequence[str]) -> list[Frame]:
+    try:
+        stored = stored_frames(value, column, keys)
+    except FrameError as err:  # a compact frame of a schema not held: which keys, which column
+        raise prefixed(err, f"keys {list(keys)[:4]}, TQ column {column!r}") from None
     frames = []
-    for key, frame in zip(keys, stored_frames(value, column, keys), strict=True):
+    for key, frame in zip(keys, stored, strict=True):
         if frame.metadata.get(COLUMN_KEY) != column:
             raise FrameError(
                 f"key {key!r}: the frame in TQ column {column!r} was encoded for column "
@@ -67,8 +74,105 @@ def column_frames(value: Any, column: str, keys: Sequence[str]) -> list[Frame]:
 def fetch_columns(meta: Any, columns: Sequence[str], keys: Sequence[str]) -> dict[str, list[Frame]]:
     if not columns:
         return {}
-    got = tq_module().get_client().get_data(meta.select_fields(list(columns)))
+    fingerprints = resolve_schemas(meta, keys)
+    try:
+        got = tq_module().get_client().get_data(meta.select_fields(list(columns)))
+    except Exception as err:
+        # RayStore unpickles each Frame inside TQ's get: a compact frame whose schema this
+        # process does not hold fails there (its keys' tags named another schema, or none).
+        cause = _frame_error(err)
+        if cause is None:
+            raise
+        where = f"keys {list(keys)[:4]}, TQ columns {list(columns)} (schemas by their tags: "
+        raise prefixed(cause, f"{where}{sorted(fingerprints)})") from err
     return {c: column_frames(got[c], c, keys) for c in columns}
+
+
+def _frame_error(err: BaseException) -> FrameError | None:
+    """The FrameError ``err`` is or wraps (Ray wraps an error raised while unpickling)."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [err]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, FrameError):
+            return e
+        stack += [e.__cause__, e.__context__, getattr(e, "cause", None)]
+        stack.append(getattr(e, "client_exc", None))  # Ray's RaySystemError
+    return None
+
+
+#: Schemas learnt from the partition (``_learn_schema``), kept referenced so that the codec's
+#: registry holds them while this process reads their compact frames; the least recently
+#: learnt let go beyond this many.
+_LEARNT: OrderedDict[str, Schema] = OrderedDict()
+_MAX_LEARNT = 16
+
+
+def resolve_schemas(meta: Any, keys: Sequence[str]) -> set[str]:
+    """Make sure this process holds the schema of every key's frames before TQ hands them over:
+    compact frames (write-backs, per-sample text rows) name it by fingerprint only. Each key's
+    tags name the fingerprint (``SCHEMA``) and the key whose text frame embeds it
+    (``SCHEMA_HOLDER``); a schema not held is read once from there and held. Returns the
+    fingerprints the keys' tags name. A schema that cannot be read so is a
+    :class:`~py_wire.FrameError` naming the key and the fingerprint."""
+    custom = list(getattr(meta, "custom_meta", None) or ())
+    wanted: dict[str, tuple[str, Any]] = {}
+    for key, tags in zip(keys, custom, strict=False):
+        fingerprint = tags.get(SCHEMA) if isinstance(tags, Mapping) else None
+        if isinstance(fingerprint, str) and fingerprint not in wanted:
+            wanted[fingerprint] = (key, tags.get(SCHEMA_HOLDER))
+    for fingerprint, (key, holder) in wanted.items():
+        if fingerprint in _LEARNT:
+            _LEARNT.move_to_end(fingerprint)
+        elif not _native.holds_schema(fingerprint):
+            partition_ids = getattr(meta, "partition_ids", None) or [None]
+            _learn_schema(fingerprint, key, holder, partition_ids[0])
+    return set(wanted)
+
+
+def _learn_schema(fingerprint: str, key: str, holder: Any, partition_id: Any) -> None:
+    """Hold the schema ``fingerprint`` read from the embedded text frame of key ``holder``."""
+    problem = None
+    if not isinstance(holder, str) or not isinstance(partition_id, str):
+        problem = f"its tags name no key that holds it ({SCHEMA_HOLDER}={holder!r:.60})"
+    else:
+        meta = (
+            tq_module()
+            .get_client()
+            .kv_retrieve_meta(keys=[holder], partition_id=partition_id, create=False)
+        )
+        if meta.size != 1 or TEXT not in meta.field_names:
+            problem = (
+                f"key {holder!r}, which holds it, is no longer in partition {partition_id!r} "
+                "(clear a group's keys together)"
+            )
+        else:
+            got = tq_module().get_client().get_data(meta.select_fields([TEXT]))
+            (frame,) = stored_frames(got[TEXT], TEXT, [holder])
+            if frame.compact or frame_fingerprint(frame) != fingerprint:
+                problem = (
+                    f"key {holder!r}'s text frame does not embed it (it holds "
+                    f"{'a compact frame of ' if frame.compact else ''}schema "
+                    f"{frame_fingerprint(frame)})"
+                )
+            else:
+                _LEARNT[fingerprint] = hold_schema(checked_schema(frame))
+                while len(_LEARNT) > _MAX_LEARNT:
+                    _LEARNT.popitem(last=False)
+    if problem is not None:
+        raise with_context(
+            FrameError(
+                f"key {key!r}: its frames name their schema by fingerprint {fingerprint} only, "
+                f"this process holds no schema with that fingerprint, and {problem}: load the "
+                "schema with py_wire.load_schema to read them"
+            ),
+            kind="unknown_schema",
+            field=SCHEMA,
+            found=fingerprint,
+        )
 
 
 def get_frames(

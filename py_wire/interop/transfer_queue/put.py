@@ -16,7 +16,7 @@ from py_wire._args import batch_mapping, count, items
 from py_wire._encode import checked_fields, plain_tensors
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
-from py_wire._ops import split
+from py_wire._ops import concat, split
 from py_wire._packed import PackedTensor
 from py_wire._schema import Schema, load_schema
 from py_wire._typing import as_jagged
@@ -26,6 +26,8 @@ from py_wire.interop.transfer_queue.columns import (
     MEDIA,
     MEDIA_HOLDER,
     MEDIA_ROW,
+    SCHEMA,
+    SCHEMA_HOLDER,
     TEXT,
     TOTAL_LENGTHS,
     WRITE_BACKS,
@@ -174,11 +176,19 @@ def encode_columns(
 
 
 def _stored_codecs(
-    sch: Schema, stage: str | None, columns: Sequence[str], groups: Sequence[str]
+    sch: Schema,
+    stage: str | None,
+    columns: Sequence[str],
+    groups: Sequence[str],
+    compact: Sequence[str] = (),
 ) -> dict[str, list[_native.Codec]]:
-    """Per column, one codec per group: its frames carry the group's identity."""
+    """Per column, one codec per group: its frames carry the group's identity (and name the
+    schema by fingerprint in the ``compact`` columns)."""
     return {
-        c: [column_codec(sch, c, stage, sch.column_fields(c[len("py_wire.") :]), g) for g in groups]
+        c: [
+            column_codec(sch, c, stage, sch.column_fields(c[len("py_wire.") :]), g, c in compact)
+            for g in groups
+        ]
         for c in columns
     }
 
@@ -238,10 +248,12 @@ def _tags(
     tags: Sequence[Mapping[str, Any]] | None,
     per_sample: bool,
     key_groups: Sequence[str],
+    schema_holders: Sequence[str],
 ) -> list[dict[str, Any]]:
     """Each key's TQ tags: the caller's, plus ``total_lengths`` (its tokens, what TQ's
     ``SeqlenBalancedSampler`` balances by) unless the caller set it, and py_wire's own: the
-    key's group identity (``key_groups``), no media key (a per-sample put names it after) and
+    key's group identity (``key_groups``), its schema's fingerprint and the key whose text
+    frame embeds it (``schema_holders``), no media key (a per-sample put names it after) and
     no write-backs. py_wire's tags are set whatever the caller's say (tags copied from another
     group's sample) or TQ keeps from an earlier put of the key (it merges tags). A key is a
     group, or with ``per_sample`` a row of one."""
@@ -253,11 +265,12 @@ def _tags(
             rows = _row_tokens(next(r for r in raw if r[0] == seq))
             tokens += rows if per_sample else [sum(rows)]
     out = []
-    for i, (n, group) in enumerate(zip(tokens, key_groups, strict=True)):
+    for i, (n, group, holder) in enumerate(zip(tokens, key_groups, schema_holders, strict=True)):
         tag = {} if tags is None else dict(tags[i])
         if n is not None:
             tag.setdefault(TOTAL_LENGTHS, n)
         tag.update({GROUP: group, MEDIA_HOLDER: None, MEDIA_ROW: None, WRITE_BACKS: []})
+        tag.update({SCHEMA: sch.fingerprint, SCHEMA_HOLDER: holder})
         out.append(tag)
     return out
 
@@ -316,12 +329,14 @@ def put(
     if n == 0:
         return None
     groups = new_groups(n)
-    codecs = _stored_codecs(sch, stage, held, groups)
-    key_groups = groups
+    # Per-sample text frames name the schema by fingerprint; each group's first key embeds it.
+    codecs = _stored_codecs(sch, stage, held, groups, (TEXT,) if per_sample else ())
+    key_groups, holders = groups, keys
     if per_sample:
         spans = _group_spans(rows, group_size)
         key_groups = [g for g, (lo, hi) in zip(groups, spans, strict=True) for _ in range(hi - lo)]
-    key_tags = _tags(plans, sch, tags, per_sample, key_groups)
+        holders = [keys[lo] for lo, hi in spans for _ in range(hi - lo)]
+    key_tags = _tags(plans, sch, tags, per_sample, key_groups, holders)
     if not per_sample:
         columns = encode_columns(codecs, plans, as_objects)
         if MEDIA in columns:
@@ -375,7 +390,8 @@ def _put_per_sample(
 ) -> Any:
     """Each group's media frame under its first key, then each sample's text row under its own
     key, tagged with its media's key and row. Media go first: a sampler that picks keys by
-    their text column never hands out a sample whose media are not stored yet."""
+    their text column never hands out a sample whose media are not stored yet. The text rows
+    are compact, but for each group's first one, which embeds the schema (``SCHEMA_HOLDER``)."""
     frames = encode_columns(codecs, plans, as_objects=True)
     texts: list[Frame] = []
     holders: list[str] = []
@@ -384,7 +400,9 @@ def _put_per_sample(
         if MEDIA in frames:
             for row in range(group.num_rows):
                 key_tags[len(texts) + row].update({MEDIA_HOLDER: holder, MEDIA_ROW: row})
-        texts += split(group, [1] * group.num_rows)
+        rows = split(group, [1] * group.num_rows)
+        rows[0] = concat([rows[0]], compact=False)
+        texts += rows
         holders.append(holder)
     if MEDIA in frames:
         refuse_overwriting_media(keys, partition_id)

@@ -102,7 +102,8 @@ def _encoded(
 ) -> list[Frame]:
     """The write-back's frame per key: checked and encoded once per run of keys of one group
     (every key of a per-sample group, or one per-group key), with that group's identity, then
-    cut into one frame per key without decoding."""
+    cut into one frame per key without decoding. Compact: each frame names the schema by
+    fingerprint (its keys' text frames, or their group's first key's, embed it)."""
     out: list[Frame] = []
     if len({frame_group(t) for t in text}) > 1:
         checked_fields(batch, sch, None, required=False)  # errors name the row among all keys'
@@ -116,7 +117,7 @@ def _encoded(
         sizes = [f.num_rows for f in text[i:j]]
         stop = start + sum(sizes)
         rows = {n: group_rows(n, v, start, stop) for n, v in batch.items()}
-        codec = column_codec(sch, column, None, (), group)
+        codec = column_codec(sch, column, None, (), group, compact=True)
         plans: dict[str, list[Raw]] = {column: [checked_fields(rows, sch, None, required=False)]}
         (whole,) = encode_columns({column: [codec]}, plans, as_objects=True)[column]
         out += [whole] if len(sizes) == 1 else split(whole, sizes)
