@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 
 use super::codec::Codec;
 use super::errors::{BatchError, SchemaError};
-use super::extract::{index_values, rows, shared_rows, tensor_ref};
+use super::extract::{index_values, rows, segment_ids, shared_rows, tensor_ref};
 use super::owners::Owners;
 use super::staged::{per_token_rows, StageLimits};
 use crate::contract::PlaceholderContract;
@@ -38,21 +38,42 @@ fn field_input<'a>(
             FieldInput::Segments {
                 segments,
                 row_offsets,
+                ids: None,
             }
         }
         "shared" => {
-            // A PackedTensor's CSR tables: (row_offsets, row_segments, len()).
-            let (offsets, indices, expected_rows): (Bound<'_, PyAny>, Bound<'_, PyAny>, u64) =
-                need_second()?.extract().map_err(|_| {
+            // A PackedTensor's CSR tables: (row_offsets, row_segments, len()[, segment ids]).
+            let (offsets, indices, expected_rows, ids): (
+                Bound<'_, PyAny>,
+                Bound<'_, PyAny>,
+                u64,
+                Option<Bound<'_, PyAny>>,
+            ) = need_second()?
+                .extract()
+                .or_else(|_| {
+                    need_second()?
+                        .extract()
+                        .map(|(o, i, r): (Bound<'_, PyAny>, Bound<'_, PyAny>, u64)| (o, i, r, None))
+                })
+                .map_err(|_| {
                     BatchError::new_err(format!(
-                        "field {name:?}: shared input needs (row offsets, row segments, rows)"
+                        "field {name:?}: shared input needs (row offsets, row segments, rows[, \
+                         segment ids])"
                     ))
                 })?;
-            let (segments, row_offsets) =
-                shared_rows(name, first, &offsets, &indices, expected_rows, keep)?;
+            let (segments, row_offsets, ids) = shared_rows(
+                name,
+                first,
+                &offsets,
+                &indices,
+                expected_rows,
+                ids.as_ref(),
+                keep,
+            )?;
             FieldInput::Segments {
                 segments,
                 row_offsets,
+                ids,
             }
         }
         "jagged" => FieldInput::Jagged {
@@ -66,19 +87,32 @@ fn field_input<'a>(
         "dense" => FieldInput::Dense(tensor_ref(first, keep, &here)?),
         "csr" => {
             let tables = need_second()?;
-            let (shapes, seg_offsets, row_offsets, row_segments): (
+            let (shapes, seg_offsets, row_offsets, row_segments, ids): (
                 Bound<'_, PyAny>,
                 Bound<'_, PyAny>,
                 Bound<'_, PyAny>,
                 Bound<'_, PyAny>,
-            ) = tables.extract()?;
+                Option<Bound<'_, PyAny>>,
+            ) = tables.extract().or_else(|_| {
+                tables.extract().map(
+                    |(a, b, c, d): (
+                        Bound<'_, PyAny>,
+                        Bound<'_, PyAny>,
+                        Bound<'_, PyAny>,
+                        Bound<'_, PyAny>,
+                    )| (a, b, c, d, None),
+                )
+            })?;
             let at = |what: &'static str| move || format!("field {name:?} {what}");
+            let seg_offsets = index_values(&seg_offsets, keep, &at("segment offsets"))?;
+            let count = seg_offsets.len().saturating_sub(1);
             FieldInput::Csr {
                 values: tensor_ref(first, keep, &here)?,
                 seg_shapes: index_values(&shapes, keep, &at("segment shapes"))?,
-                seg_offsets: index_values(&seg_offsets, keep, &at("segment offsets"))?,
+                seg_offsets,
                 row_offsets: index_values(&row_offsets, keep, &at("row offsets"))?,
                 row_segments: index_values(&row_segments, keep, &at("row segments"))?,
+                seg_ids: segment_ids(name, ids.as_ref(), count)?,
             }
         }
         other => {
