@@ -559,9 +559,7 @@ def from_nemo_packed(value: Any, name: str = "value") -> PackedTensor:
         physical_ids = None
         if provenance is not None:
             physical_ids = [p for t, p in zip(tensors, provenance, strict=True) if t is not None]
-        return PackedTensor.from_csr(
-            physical, out_offsets, refs, value.dim_to_pack, physical_ids
-        )
+        return PackedTensor.from_csr(physical, out_offsets, refs, value.dim_to_pack, physical_ids)
     except WireError as e:
         raise BatchError(f"{name}: {e}") from None
 
@@ -575,9 +573,7 @@ def _provenance(value: Any, count: int, name: str) -> list[bytes] | None:
         return None
     ids = items_arg(f"{name}._segment_provenance", provenance)
     if len(ids) != count:
-        raise BatchError(
-            f"{name}: _segment_provenance has {len(ids)} entries for {count} tensors"
-        )
+        raise BatchError(f"{name}: _segment_provenance has {len(ids)} entries for {count} tensors")
     for i, p in enumerate(ids):
         if not isinstance(p, bytes) or len(p) != ID_LEN:
             found = f"{len(p)} bytes" if isinstance(p, bytes) else type(p).__name__

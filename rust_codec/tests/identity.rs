@@ -129,11 +129,14 @@ fn take_split_and_concat_carry_each_segments_id() {
     assert_eq!(t.num_segments(), 3);
 }
 
+/// Writes into a data section at the id table's offset.
+type Patch = dyn Fn(&mut [u8], usize);
+
 /// `frame(true)` with the header rewritten by `edit` (entries in data order), the data section
 /// replaced by `data` when given.
 fn rewritten(
     edit: impl Fn(&mut Vec<py_wire_codec::frame::header::Entry>),
-    data: Option<&dyn Fn(&mut [u8], usize)>,
+    data: Option<&Patch>,
 ) -> Vec<u8> {
     let good = frame(true);
     let header = parse_header(&good).unwrap();

@@ -43,33 +43,20 @@ fn field_input<'a>(
         }
         "shared" => {
             // A PackedTensor's CSR tables: (row_offsets, row_segments, len()[, segment ids]).
-            let (offsets, indices, expected_rows, ids): (
-                Bound<'_, PyAny>,
-                Bound<'_, PyAny>,
-                u64,
-                Option<Bound<'_, PyAny>>,
-            ) = need_second()?
-                .extract()
-                .or_else(|_| {
-                    need_second()?
-                        .extract()
-                        .map(|(o, i, r): (Bound<'_, PyAny>, Bound<'_, PyAny>, u64)| (o, i, r, None))
-                })
-                .map_err(|_| {
-                    BatchError::new_err(format!(
-                        "field {name:?}: shared input needs (row offsets, row segments, rows[, \
-                         segment ids])"
-                    ))
-                })?;
-            let (segments, row_offsets, ids) = shared_rows(
-                name,
-                first,
-                &offsets,
-                &indices,
-                expected_rows,
-                ids.as_ref(),
-                keep,
-            )?;
+            let parts = tuple_parts(need_second()?, 3);
+            let shape_error = || {
+                BatchError::new_err(format!(
+                    "field {name:?}: shared input needs (row offsets, row segments, rows[, \
+                     segment ids])"
+                ))
+            };
+            let [offsets, indices, rows, rest @ ..] = &parts[..] else {
+                return Err(shape_error());
+            };
+            let expected_rows: u64 = rows.extract().map_err(|_| shape_error())?;
+            let ids = rest.first();
+            let (segments, row_offsets, ids) =
+                shared_rows(name, first, offsets, indices, expected_rows, ids, keep)?;
             FieldInput::Segments {
                 segments,
                 row_offsets,
@@ -86,33 +73,24 @@ fn field_input<'a>(
         },
         "dense" => FieldInput::Dense(tensor_ref(first, keep, &here)?),
         "csr" => {
-            let tables = need_second()?;
-            let (shapes, seg_offsets, row_offsets, row_segments, ids): (
-                Bound<'_, PyAny>,
-                Bound<'_, PyAny>,
-                Bound<'_, PyAny>,
-                Bound<'_, PyAny>,
-                Option<Bound<'_, PyAny>>,
-            ) = tables.extract().or_else(|_| {
-                tables.extract().map(
-                    |(a, b, c, d): (
-                        Bound<'_, PyAny>,
-                        Bound<'_, PyAny>,
-                        Bound<'_, PyAny>,
-                        Bound<'_, PyAny>,
-                    )| (a, b, c, d, None),
-                )
-            })?;
+            // (segment shapes, segment offsets, row offsets, row segments[, segment ids])
+            let parts = tuple_parts(need_second()?, 4);
+            let [shapes, seg_offsets, row_offsets, row_segments, rest @ ..] = &parts[..] else {
+                return Err(BatchError::new_err(format!(
+                    "field {name:?}: csr input needs four tables[ and segment ids]"
+                )));
+            };
+            let ids = rest.first();
             let at = |what: &'static str| move || format!("field {name:?} {what}");
-            let seg_offsets = index_values(&seg_offsets, keep, &at("segment offsets"))?;
+            let seg_offsets = index_values(seg_offsets, keep, &at("segment offsets"))?;
             let count = seg_offsets.len().saturating_sub(1);
             FieldInput::Csr {
                 values: tensor_ref(first, keep, &here)?,
-                seg_shapes: index_values(&shapes, keep, &at("segment shapes"))?,
+                seg_shapes: index_values(shapes, keep, &at("segment shapes"))?,
                 seg_offsets,
-                row_offsets: index_values(&row_offsets, keep, &at("row offsets"))?,
-                row_segments: index_values(&row_segments, keep, &at("row segments"))?,
-                seg_ids: segment_ids(name, ids.as_ref(), count)?,
+                row_offsets: index_values(row_offsets, keep, &at("row offsets"))?,
+                row_segments: index_values(row_segments, keep, &at("row segments"))?,
+                seg_ids: segment_ids(name, ids, count)?,
             }
         }
         other => {
@@ -121,6 +99,17 @@ fn field_input<'a>(
             )))
         }
     })
+}
+
+/// The items of a tuple of `min` or `min + 1` items (an input's tables, then optional segment
+/// ids); anything else gives no items, refused by the caller by name.
+fn tuple_parts<'py>(value: &Bound<'py, PyAny>, min: usize) -> Vec<Bound<'py, PyAny>> {
+    value
+        .cast::<pyo3::types::PyTuple>()
+        .ok()
+        .filter(|t| t.len() == min || t.len() == min + 1)
+        .map(|t| t.iter().collect())
+        .unwrap_or_default()
 }
 
 /// A batch as the codec sees it; its views borrow the arena `prepare` was given.

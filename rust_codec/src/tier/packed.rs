@@ -115,6 +115,9 @@ fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()>
     Ok(())
 }
 
+/// A packed field's segment references, row offsets and (when it has them) references' ids.
+type RowsOf<'r, 'a> = (&'r [TensorRef<'a>], &'r [u64], Option<&'r [SegId]>);
+
 /// A packed field's rows of segments, from its CSR form (`resolved`) or its segment lists, with
 /// each reference's identity when the input has them; the row offsets must run from 0 to the
 /// segment count.
@@ -122,7 +125,7 @@ fn packed_rows<'r, 'a>(
     spec: &FieldSpec,
     resolved: &'r Option<ResolvedRows<'a>>,
     input: &'r FieldInput<'a>,
-) -> Result<(&'r [TensorRef<'a>], &'r [u64], Option<&'r [SegId]>)> {
+) -> Result<RowsOf<'r, 'a>> {
     let (segments, row_offsets, ids) = match (resolved, input) {
         (Some((segments, row_offsets, ids)), _) => (segments, row_offsets, ids),
         (
