@@ -14,6 +14,13 @@ trained row length within 2 % of generated, peak stored bytes under the budget, 
 plane (encode + put on the producers, take + concat + decode on the trainer; admission waits
 excluded, reported apart) at least 5x faster than verl's MQ path on the same workload.
 
+``--paths verl-queue`` runs verl 0.9.1's own ``MessageQueue`` (its class and its
+``MessageQueueClient``, not a copy) beside ``py_wire.streaming.verl.VerlQueueClient`` on a
+``RayBuffer``, in one run, driven as verl's rollouter and trainer drive them (each sample
+``ray.cloudpickle``-d by the rollouter and loaded by the trainer), samples of verl's default
+shapes (4 trajectories of 512 + 512 tokens): the data plane of each, and, at verl's own queue
+size with a trainer slower than the rollouters, the samples each loses.
+
     .venv/bin/python benchmarks/async_rl.py            # 240 groups of 8 samples
     .venv/bin/python benchmarks/async_rl.py --quick    # < 1 min; CI runs it
 """
@@ -304,6 +311,207 @@ class Producer:
         }
 
 
+# verl's own defaults (verl 0.9.1: data.max_prompt_length, data.max_response_length, the
+# fully-async config's rollout.n, staleness_threshold, trigger_parameter_sync_step).
+VERL_PROMPT, VERL_RESPONSE, VERL_N = 512, 512, 4
+VERL_STALENESS, VERL_SYNC = 0.1, 4
+
+
+def verl_config(required: int) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create(
+        {
+            "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": required}},
+            "async_training": {
+                "require_batches": 1,
+                "trigger_parameter_sync_step": VERL_SYNC,
+                "staleness_threshold": VERL_STALENESS,
+            },
+        }
+    )
+
+
+def verl_sample(seed: int, version: int) -> Any:
+    """A RolloutSample as verl's rollouter holds it after the agent loop (verl's default
+    shapes: ``n`` trajectories of a prompt, left-padded to 512 + right-padded to 512)."""
+    from verl.experimental.fully_async_policy.detach_utils import RolloutSample
+    from verl.protocol import DataProto
+
+    g = torch.Generator().manual_seed(seed)
+    n, p, r = VERL_N, VERL_PROMPT, VERL_RESPONSE
+    plen = torch.randint(64, p + 1, (n,), generator=g)
+    rlen = torch.randint(32, r + 1, (n,), generator=g)
+    cols = torch.arange(p + r)
+    mask = ((cols >= p - plen[:, None]) & (cols < p + rlen[:, None])).long()
+    ids = torch.where(mask.bool(), torch.randint(0, 150000, (n, p + r), generator=g), 151643)
+    resp_mask = mask[:, p:]
+    batch = {
+        "prompts": ids[:, :p],
+        "responses": ids[:, p:],
+        "response_mask": resp_mask,
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": torch.clamp(torch.cumsum(mask, 1) - 1, min=0),
+        "rollout_log_probs": -torch.rand(n, r, generator=g) * resp_mask,
+        "rm_scores": torch.zeros(n, r),
+    }
+    non_tensor = {
+        "uid": np.array([f"uid_sample_0_{seed}"] * n, dtype=object),
+        "data_source": np.array(["gsm8k"] * n, dtype=object),
+        "min_global_steps": np.array([version] * n, dtype=object),
+        "max_global_steps": np.array([version] * n, dtype=object),
+        "__num_turns__": np.full(n, 2, dtype=np.int32),
+    }
+    meta = {"metrics": [{"generate_sequences": 0.1, "tool_calls": 0.0}] * n}
+    data = DataProto.from_dict(tensors=batch, non_tensors=non_tensor, meta_info=meta)
+    status = {"count/total_generated_samples": seed, "static/staleness_threshold": 0.1}
+    return RolloutSample(
+        full_batch=data, sample_id=f"sample_0_{seed}", epoch=0, rollout_status=status
+    )
+
+
+@ray.remote(num_cpus=0)
+class VerlRollouter:
+    """verl's rollouter's put path: each finished sample ``ray.cloudpickle.dumps``-ed (its
+    line 1008) into ``await client.put_sample``; timed per sample (dumps and put)."""
+
+    def run(self, client: Any, seeds: list[int], version: int) -> dict[str, Any]:
+        import asyncio
+
+        async def put_all() -> dict[str, Any]:
+            data_s, refused = 0.0, 0
+            for seed in seeds:
+                sample = verl_sample(seed, version)
+                t0 = time.perf_counter()
+                if getattr(client, "pickled", True):
+                    ok = await client.put_sample(sample=ray.cloudpickle.dumps(sample))
+                else:  # a rollouter whose line 1008 hands over the sample unpickled
+                    ok = await client.put_sample(sample=sample)
+                data_s += time.perf_counter() - t0
+                refused += not ok
+            return {"data_s": data_s, "refused": refused}
+
+        return asyncio.run(put_all())
+
+
+def verl_queue(args: argparse.Namespace) -> list[str]:
+    """verl's real ``MessageQueue`` (and its ``MessageQueueClient``) beside py_wire's
+    ``VerlQueueClient`` on a ``RayBuffer``, driven the way verl's rollouter and trainer drive
+    them, samples of verl's default shapes. Two rounds per queue: (1) room for every sample,
+    producers first, then the trainer: the data plane (the rollouter's dumps + put_sample, the
+    trainer's get_sample + loads + verl's DataProto.concat), no waits in it; (2) verl's own
+    queue size for ``--verl-required`` samples a step, producers and a slower trainer at once:
+    what each queue loses."""
+    import asyncio
+
+    from verl.experimental.fully_async_policy.message_queue import (
+        MessageQueue,
+        MessageQueueClient,
+    )
+    from verl.protocol import DataProto
+
+    from py_wire.streaming.verl import VerlQueueClient, verl_stream_config
+
+    required, total = args.verl_required, args.verl_samples
+    fails: list[str] = []
+    rollouters = [VerlRollouter.remote() for _ in range(args.producers)]
+    ray.get([r.__ray_ready__.remote() for r in rollouters])
+    config = verl_config(required)
+    verl_max = int(required * (VERL_STALENESS + 1) * VERL_SYNC)  # verl's max_queue_size
+    seeds = list(range(total))
+
+    def build(kind: str, roomy: bool) -> tuple[Any, Any]:
+        if kind == "verl":
+            queue = MessageQueue.remote(config, total if roomy else verl_max)
+            verls = MessageQueueClient(queue)
+            verls.get_statistics_sync()
+            return verls, queue
+        # Room for every sample: a bound wide enough that the window holds them all.
+        k = -(-total // required) if roomy else math.ceil(VERL_STALENESS)
+        stream = RayBuffer(verl_stream_config(config, max_staleness=k))
+        client = VerlQueueClient(stream, config, pickled=kind == "py_wire")
+        client.get_statistics_sync()  # its actors are up before anything is timed
+        return client, stream
+
+    def train(client: Any, steps: int, train_s: float) -> tuple[float, list[str]]:
+        async def loop() -> tuple[float, list[str]]:
+            data_s, got = 0.0, []
+            for _ in range(steps):
+                samples = []
+                while len(samples) < required:
+                    t0 = time.perf_counter()
+                    sample, _ = await client.get_sample()
+                    if getattr(client, "pickled", True):
+                        sample = ray.cloudpickle.loads(sample)  # verl's trainer, line 439
+                    samples.append(sample)
+                    data_s += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                DataProto.concat([s.full_batch for s in samples])
+                data_s += time.perf_counter() - t0
+                got += [s.sample_id for s in samples]
+                time.sleep(train_s)
+            return data_s, got
+
+        return asyncio.run(loop())
+
+    def close(handle: Any) -> None:
+        if isinstance(handle, RayBuffer):
+            handle.close()
+        else:
+            ray.kill(handle)
+
+    data: dict[str, float] = {}
+    # py_wire-objects: verl's two pickle lines (rollouter 1008, trainer 439) dropped, the
+    # client given and giving RolloutSample objects (pickled=False).
+    for kind in ("verl", "py_wire", "py_wire-objects"):
+        client, handle = build(kind, roomy=True)
+        made = ray.get(
+            [r.run.remote(client, seeds[i :: args.producers], 0) for i, r in enumerate(rollouters)]
+        )
+        train_s, got = train(client, total // required, 0.0)
+        put_s = sum(m["data_s"] for m in made)
+        data[kind] = put_s + train_s
+        print(
+            f"verl-queue {kind:15s} {total} samples of {VERL_N} x {VERL_PROMPT}+{VERL_RESPONSE} "
+            f"tokens: data plane {data[kind] * 1e3:.1f} ms (rollouter dumps + put_sample "
+            f"{put_s * 1e3:.1f}, trainer get_sample + loads + concat {train_s * 1e3:.1f}); "
+            f"{len(got)} trained"
+        )
+        if sorted(got) != sorted(f"sample_0_{i}" for i in seeds):
+            fails.append(f"verl-queue {kind}: trained {len(got)} of {total} samples")
+        close(handle)
+    for kind in ("py_wire", "py_wire-objects"):
+        ratio = data["verl"] / data[kind]
+        print(f"verl-queue {kind}: data plane {ratio:.2f}x lower than verl's MessageQueue")
+        if ratio < 5 and not args.no_speed_check:
+            fails.append(f"verl-queue {kind}: data plane only {ratio:.2f}x lower (want 5x)")
+    for kind in ("verl", "py_wire"):
+        # verl's queue size; producers all at once, the trainer slower than them.
+        client, handle = build(kind, roomy=False)
+        jobs = [
+            r.run.remote(client, seeds[i :: args.producers], 0) for i, r in enumerate(rollouters)
+        ]
+        steps = total // required
+        if kind == "verl":
+            ray.get(jobs)  # verl's puts never wait: the queue drops its oldest instead
+            stats = client.get_statistics_sync()
+            steps = min(steps, stats["queue_size"] // required)
+        _, got = train(client, steps, args.train_s)
+        ray.get(jobs)
+        stats = client.get_statistics_sync()
+        lost = total - len(got) - stats["queue_size"]
+        print(
+            f"verl-queue {kind:15s} max_queue_size {stats['max_queue_size']}: "
+            f"{stats['dropped_samples']} samples dropped, {len(got)} trained, "
+            f"{stats['queue_size']} still queued, {lost} lost"
+        )
+        if kind == "py_wire" and (lost or stats["dropped_samples"]):
+            fails.append(f"verl-queue py_wire: {lost} samples lost")
+        close(handle)
+    return fails
+
+
 def trainer(path: str, handle: Any, config: StreamConfig, steps: int, train_s: float) -> dict:
     """Steps of ``B`` groups, a weight update after each. Returns what it trained."""
     data_s = idle_s = 0.0
@@ -454,10 +662,15 @@ def main() -> int:
     ap.add_argument("--train-s", type=float, default=0.05)
     ap.add_argument("--max-mb", type=float, default=64.0)
     ap.add_argument(
+        "--verl-required", type=int, default=32, help="verl-queue: samples per trainer step"
+    )
+    ap.add_argument("--verl-samples", type=int, default=256, help="verl-queue: samples in all")
+    ap.add_argument(
         "--paths",
         default="ray,tq,verl",
         help="ray, tq, verl, and ray-samples, tq-samples (each sample put apart, a prompt's "
-        "images stored once)",
+        "images stored once), verl-queue (verl's own MessageQueue beside "
+        "py_wire.streaming.verl.VerlQueueClient, driven as verl's rollouter and trainer do)",
     )
     args = ap.parse_args()
     if args.quick:
@@ -488,6 +701,9 @@ def main() -> int:
     ray.get([p.__ray_ready__.remote() for p in producers])
     results: dict[str, dict[str, Any]] = {}
     fails: list[str] = []
+    if "verl-queue" in paths:
+        paths.remove("verl-queue")
+        fails += verl_queue(args)
     for path in paths:
         t0 = time.perf_counter()
         results[path] = r = run_path(path, args, config, producers)

@@ -119,6 +119,10 @@ check_wheel() {
   show=$("$PY" -m auditwheel show "$whl")
   echo "$show"
   grep -q "$arch" <<< "$show" || { echo "auditwheel does not see $arch in $whl" >&2; exit 1; }
+  # The license text travels in the wheel's metadata, beside the license it declares.
+  "$PY" -c 'import sys, zipfile; names = zipfile.ZipFile(sys.argv[1]).namelist()
+sys.exit(not any(".dist-info/" in n and n.endswith("LICENSE") for n in names))' "$whl" ||
+    { echo "$whl carries no LICENSE in its .dist-info" >&2; exit 1; }
   minor=$(grep -oE 'manylinux_2_[0-9]+' <<< "$show" | head -1 | cut -d_ -f3)
   if [ -z "$minor" ] || [ "$minor" -gt "$MAX_GLIBC_MINOR" ]; then
     echo "$whl needs a newer glibc than manylinux_2_$MAX_GLIBC_MINOR" >&2; exit 1
@@ -130,7 +134,7 @@ check_wheel() {
 check_sdist() {
   local listing want
   listing=$(tar -tzf "$1")
-  for want in pyproject.toml README.md Cargo.lock rust_codec/Cargo.toml rust_codec/src/lib.rs \
+  for want in pyproject.toml README.md LICENSE Cargo.lock rust_codec/Cargo.toml rust_codec/src/lib.rs \
     py_wire/__init__.py py_wire/_native.pyi py_wire/py.typed py_wire/schemas/qwen2_5_vl.toml; do
     grep -q "^py_wire-[^/]*/$want\$" <<< "$listing" || { echo "$1 lacks $want" >&2; exit 1; }
   done

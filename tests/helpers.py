@@ -107,3 +107,10 @@ def local_ray(object_store_mb: int) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+
+
+def with_metadata(frame: py_wire.Frame, **extra: str) -> py_wire.Frame:
+    """``frame`` re-encoded with its caller metadata, ``extra`` written over it (a frame whose
+    recorded facts a hostile writer chose)."""
+    caller = {k: v for k, v in frame.metadata.items() if not k.startswith("py_wire.")}
+    return py_wire.encode(py_wire.decode(frame), frame.schema, metadata={**caller, **extra})

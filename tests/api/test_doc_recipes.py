@@ -547,3 +547,40 @@ def test_tq_stream_step() -> None:
         assert_same(without_versions(sent), without_versions(ns["frame"]))
     finally:
         tq.close()
+
+
+VERL_CLIENT = "docs/streaming.md § verl's fully-async trainer on the stream (Ray)"
+
+
+@runs(VERL_CLIENT)
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.usefixtures("ray_session")
+def test_verl_queue_client() -> None:
+    """The page's client, as verl's rollouter and trainer use it: a sample in, the same
+    RolloutSample out (its DataProto equal on every cell and value)."""
+    import ray
+    from omegaconf import OmegaConf
+
+    from tests.streaming.test_verl import assert_same as same_batch
+    from tests.streaming.test_verl import generated, prompt
+
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 1}},
+            "async_training": {"require_batches": 1, "trigger_parameter_sync_step": 1},
+        }
+    )
+    sent = prompt(0)
+    sent.full_batch = generated(0, 0)
+    ns = run(VERL_CLIENT, config=config, rollout_sample=sent, ray=ray)
+    trained, queued = ns["trained"], ns["queued"]
+    assert (trained.sample_id, trained.epoch, trained.rollout_status, queued) == (
+        sent.sample_id,
+        sent.epoch,
+        sent.rollout_status,
+        0,
+    )
+    same_batch(trained.full_batch, sent.full_batch)
+    assert trained.full_batch.meta_info == sent.full_batch.meta_info
+    ns["client"].stream.close()

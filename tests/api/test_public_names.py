@@ -113,6 +113,7 @@ CONTRACT_MODULES = [
     "py_wire.interop.transfer_queue",
     "py_wire.streaming",
     "py_wire.streaming.tq",
+    "py_wire.streaming.verl",
 ]
 
 

@@ -3,9 +3,12 @@ frame operations, refused when reserved, oversized or not str to str."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import py_wire
+from py_wire import WireError
 from tests.helpers import small_text_batch
 
 BATCH = small_text_batch((3, 4, 5, 6))
@@ -37,3 +40,38 @@ def test_entries_travel_with_the_frame_and_its_operations() -> None:
 def test_bad_metadata_is_refused_by_name(metadata: object, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         py_wire.encode(BATCH, "text_grpo", metadata=metadata)  # type: ignore[arg-type]
+
+
+# -- reserved keys: py_wire.* is the codec's; a damaged one is refused --------------------------
+
+
+def _flip(data: bytes, old: bytes, new: bytes) -> bytearray:
+    assert data.count(old) == 1
+    return bytearray(data.replace(old, new))
+
+
+@pytest.mark.parametrize(
+    "renamed",
+    [b'"py_wire.checksul"', b'"py_wird.checksum"', b'"qy_wire.checksum"', b'"py_wire/checksum"'],
+)
+def test_a_damaged_reserved_key_is_a_frame_error(renamed: bytes, tmp_path: Path) -> None:
+    frame = py_wire.encode(small_text_batch(), "text_grpo", checksum=True)
+    data = _flip(bytes(frame), b'"py_wire.checksum"', renamed)
+    data[-1] ^= 1  # and a payload byte: verification must not be off
+    path = tmp_path / "frame"
+    path.write_bytes(data)
+    with pytest.raises(py_wire.FrameError, match="reserved"):
+        py_wire.load(path)
+    with pytest.raises(py_wire.FrameError, match="reserved"):
+        py_wire.decode(bytes(data))
+
+
+@pytest.mark.parametrize("key", ["py_wire.extra", "py_wird.x", "qy_wire.thing", "py_wirE.x"])
+def test_encode_refuses_reserved_keys(key: str) -> None:
+    with pytest.raises(WireError, match="metadata key"):
+        py_wire.encode(small_text_batch(), "text_grpo", metadata={key: "1"})
+
+
+def test_keys_two_bits_away_are_the_callers() -> None:
+    frame = py_wire.encode(small_text_batch(), "text_grpo", metadata={"py_wirf.x": "1"})
+    assert py_wire.decode(bytes(frame))["reward"].shape == (3,)

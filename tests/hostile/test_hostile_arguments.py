@@ -29,15 +29,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import py_wire
-from py_wire import distributed, trainer
+from py_wire import PackedTensor, WireError, distributed, trainer
+from py_wire.interop import nemo_rl
 from py_wire.interop import verl as pw_verl
-from tests.helpers import small_text_batch, small_vlm_batch
+from tests.helpers import HugeLen, small_text_batch, small_vlm_batch
 
 TEXT = small_text_batch((3, 4, 5, 6))
 VLM = small_vlm_batch()
 FRAME = py_wire.encode(TEXT, "text_grpo")
 VLM_FRAME = py_wire.encode(VLM, "qwen2_5_vl")
 DECODED = py_wire.decode(FRAME)
+TEN = py_wire.encode(small_text_batch(tuple(range(1, 11))), "text_grpo")
 TMP = Path(tempfile.mkdtemp(prefix="py_wire_hostile_args_"))
 SAVED = TMP / "frame"
 # Removed when the interpreter exits, not at this module's teardown: test_hostile_sweep imports
@@ -284,3 +286,27 @@ def teardown_module() -> None:
         for (name, kind), n in sorted(OUTCOMES.items()):
             lines.append(f"{name:28} {kind:10} {n}")
         Path(report).write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "names"),
+    [
+        (lambda: py_wire.decode(TEN, layout=np.zeros(2)), WireError, "layout"),
+        (lambda: py_wire.encode([1, 2], "text_grpo"), TypeError, "batch"),
+        (lambda: py_wire.encoded_nbytes(3, "text_grpo"), TypeError, "batch"),
+        (lambda: PackedTensor([torch.ones(1)])[torch.tensor([[0]]) * 1.5], TypeError, "indices"),
+        (lambda: PackedTensor([torch.ones(1)])[::0], WireError, "indices"),
+        (lambda: PackedTensor([torch.ones(1)])[np.float32(0.0)], TypeError, "index"),
+        (lambda: PackedTensor(HugeLen()), WireError, "rows"),
+        (lambda: py_wire.placeholder_runs(HugeLen(), 3), WireError, "input_ids"),
+        (lambda: nemo_rl.to_frame("text", "nemo_rl/qwen2_5_vl"), TypeError, "batched_data_dict"),
+        (lambda: py_wire.load_schema("a" * 300), py_wire.SchemaError, "schema"),
+        (lambda: py_wire.load(1), TypeError, "path"),
+        (lambda: py_wire.save(TEN, 1), TypeError, "path"),
+        (lambda: py_wire.concat(1), TypeError, "frames"),
+        (lambda: PackedTensor(1), TypeError, "rows"),
+    ],
+)
+def test_the_sweep_escapes(call: Any, error: type[Exception], names: str) -> None:
+    with pytest.raises(error, match=names):
+        call()

@@ -16,6 +16,7 @@ from py_wire import _micro, _native
 from py_wire.interop import nemo_rl
 from py_wire.synth.registry import generate
 from tests import nemo_rl_model
+from tests.helpers import small_text_batch, with_metadata
 from tests.nemo_rl_model import PackedTensor as Nemo
 
 #: Every bundled NeMo-RL schema: each goes through the round trip below.
@@ -479,3 +480,13 @@ def test_provenance_round_trips_and_a_foreign_one_is_refused(with_nemo_rl: None)
     bad = Nemo(pv.tensors, pv.dim_to_pack, False, pv._row_offsets, pv._segment_indices, short)
     with pytest.raises(py_wire.BatchError, match=r"_segment_provenance\[0\] is 5 bytes"):
         nemo_rl.to_frame({**batch, "pixel_values": bad}, name)
+
+
+def test_nemo_rl_recorded_width_is_bounded_by_the_frame() -> None:
+    rows = py_wire.encode(small_text_batch((3,) * 64), "text_grpo")
+    frame = with_metadata(rows, **{nemo_rl.PADDED_WIDTH_KEY: str(2**20)})
+    with pytest.raises(py_wire.FrameError, match=r"nemo_rl\.padded_width") as info:
+        nemo_rl.from_frame(frame)
+    assert info.value.field == nemo_rl.PADDED_WIDTH_KEY
+    honest = with_metadata(rows, **{nemo_rl.PADDED_WIDTH_KEY: "16"})
+    assert tuple(nemo_rl.from_frame(honest)["input_ids"].shape) == (64, 16)

@@ -7,12 +7,14 @@ what it must do to the rows, for values built in memory and for values decoded f
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
 import py_wire
-from py_wire import PackedTensor
+from py_wire import PackedTensor, RowIndexError, WireError
 
 A, B0, B1 = torch.randn(4, 6), torch.randn(2, 6), torch.randn(3, 6)
 
@@ -257,3 +259,34 @@ def test_one_id_on_two_shapes_is_a_batch_error_naming_the_row() -> None:
     with pytest.raises(py_wire.BatchError, match="one id names one segment") as err:
         py_wire.encode({"pv": value}, SCHEMA)
     assert (err.value.field, err.value.row) == ("pv", 1)
+
+
+def test_as_tensor_pad_to_max_shape_is_bounded() -> None:
+    pt = PackedTensor([torch.empty(2**40, 0), torch.empty(0, 2**40)])
+    with pytest.raises(WireError, match="pad_to_max_shape"):
+        pt.as_tensor(pad_to_max_shape=True)
+    small = PackedTensor([torch.ones(1, 2), torch.ones(2, 3)])
+    assert tuple(small.as_tensor(pad_to_max_shape=True).shape) == (3, 3)
+
+
+@pytest.mark.parametrize(
+    ("device", "error"),
+    [("bogus", WireError), (-1, WireError), (2**63, WireError), (1.5, TypeError)],
+)
+def test_as_tensor_device_is_checked(device: Any, error: type[Exception]) -> None:
+    pt = PackedTensor([torch.ones(2, 3)])
+    with pytest.raises(error, match="device"):
+        pt.as_tensor(device=device)
+    with pytest.raises(error, match="device"):
+        pt.to(device)
+
+
+def test_packed_tensor_indexing_by_tensors_and_arrays() -> None:
+    pt = PackedTensor([torch.zeros(2, 3), None, torch.ones(1, 3)])
+    assert pt[torch.tensor(2)][0].shape == (1, 3)
+    assert len(pt[torch.tensor([0, 1])]) == 2
+    assert len(pt[np.array([2, 0])]) == 2
+    with pytest.raises(IndexError, match="index: PackedTensor row 3 is out of range for 3 rows"):
+        pt[3]
+    with pytest.raises(RowIndexError):
+        pt.slice([0, 5])

@@ -29,6 +29,7 @@ from verl.utils.torch_functional import pad_2d_list_to_length, pad_sequence_to_l
 
 import py_wire
 from py_wire.interop import verl as pw_verl
+from tests.helpers import with_metadata
 
 PAD = 151643  # Qwen2.5 <|endoftext|>, verl's tokenizer.pad_token_id
 VISION_START, IMAGE_PAD, VISION_END = 151652, 151655, 151653
@@ -556,3 +557,41 @@ def test_from_frame_arguments_name_themselves(argument: str, value: Any, error: 
     frame = pw_verl.to_frame(verl_batch(False), "verl/text")
     with pytest.raises(error, match=argument):
         pw_verl.from_frame(frame, **{argument: value})
+
+
+# -- recorded facts are hostile: bounded by the frame -----------------------------------------
+
+
+def _verl_frame(rows: int) -> py_wire.Frame:
+    return pw_verl.to_frame(
+        {
+            "input_ids": torch.tensor([[5, 6, 7, 8]] * rows),
+            "attention_mask": torch.ones(rows, 4, dtype=torch.int64),
+            "position_ids": torch.tensor([[0, 1, 2, 3]] * rows),
+            "responses": torch.tensor([[7, 8]] * rows),
+            "prompts": torch.tensor([[5, 6]] * rows),
+            "response_mask": torch.ones(rows, 2, dtype=torch.int64),
+            "old_log_probs": torch.full((rows, 2), -0.5),
+            "advantages": torch.full((rows, 2), 0.5),
+            "uid": np.array(["a"] * rows, dtype=object),
+        },
+        "verl/text",
+    )
+
+
+def test_verl_recorded_prompt_length_is_bounded_by_the_frame() -> None:
+    frame = with_metadata(_verl_frame(64), **{"verl.prompt_length": str(2**24)})
+    assert len(frame) < 64 * 1024
+    with pytest.raises(py_wire.FrameError, match=r"verl\.prompt_length") as info:
+        pw_verl.from_frame(frame)
+    assert info.value.field == "verl.prompt_length"
+    # The record of an honest frame still rebuilds the source's widths.
+    out = pw_verl.from_frame(with_metadata(_verl_frame(64), **{"verl.prompt_length": "100"}))
+    batch = out["batch"] if isinstance(out, dict) else out.batch
+    assert tuple(batch["input_ids"].shape) == (64, 102)
+
+
+def test_verl_recorded_pad_value_out_of_range_is_a_frame_error() -> None:
+    frame = with_metadata(_verl_frame(2), **{"verl.pad_values": '{"advantages":1e39}'})
+    with pytest.raises(py_wire.FrameError, match=r"verl\.pad_values"):
+        pw_verl.from_frame(frame)

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import py_wire
-from py_wire.streaming import StreamConfig, StreamError
+from py_wire.streaming import RayBuffer, StreamConfig, StreamError
 from py_wire.streaming._checks import MAX_RANKS
 from py_wire.streaming.ray_buffer import _Buffer
 from py_wire.streaming.tq import TQStream
 from tests.helpers import small_text_batch
-from tests.streaming.offline import offline, offline_ray_buffer
+from tests.streaming.offline import ReachedBackend, offline, offline_ray_buffer
 
 CONFIG = StreamConfig(max_staleness=1, batch_groups=1)
 
@@ -155,3 +155,36 @@ def test_refused_before_ray_or_transfer_queue(
     stream = BACKENDS[backend](CONFIG)
     with pytest.raises(error, match=match):
         getattr(stream, method)(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("placement", "error"),
+    [
+        ({"num_cpus": -1}, StreamError),
+        ({"num_cpus": "1"}, TypeError),
+        ({"resources": {"CPU": 1}}, StreamError),
+        ({"resources": {"head": float("nan")}}, StreamError),
+        ({"resources": ["head"]}, TypeError),
+        ({"scheduling_strategy": "NEAREST"}, StreamError),
+        ({"scheduling_strategy": object()}, TypeError),
+    ],
+)
+def test_a_placement_ray_would_refuse_is_refused_before_ray_naming_it(
+    placement: dict[str, Any], error: type[Exception]
+) -> None:
+    argument = next(iter(placement))
+    with pytest.raises(error, match=argument):
+        RayBuffer(StreamConfig(max_staleness=1, batch_groups=1), **placement)
+
+
+def test_a_valid_placement_reaches_ray() -> None:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    strategy = NodeAffinitySchedulingStrategy("ab" * 28, soft=False)
+    with pytest.raises(ReachedBackend):
+        RayBuffer(
+            StreamConfig(max_staleness=1, batch_groups=1),
+            num_cpus=0.5,
+            resources={"head": 0.01},
+            scheduling_strategy=strategy,
+        )

@@ -22,7 +22,7 @@ from py_wire.streaming.tq import SCHEMA_KEY, TQStream, versions_of
 from py_wire.synth.registry import generate
 from tests.helpers import END, PAD, START, small_text_batch
 from tests.streaming.conftest import tq_running
-from tests.streaming.test_hardening_round4 import text_group
+from tests.streaming.test_policy import text_group
 
 # Ray start-up (and the benchmark) on a loaded 2-core machine can take minutes.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]  # spawned processes: see markers
