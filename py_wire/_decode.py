@@ -584,6 +584,8 @@ class _FieldDecoder:
 
     def _packed(self, f: FieldLayout, values: torch.Tensor, cast: torch.dtype | None) -> Any:
         tables = {k: self.views.view(getattr(f, k)) for k in _CSR}
+        if f.seg_ids is not None:
+            tables["seg_ids"] = self.views.view(f.seg_ids)
         in_order = f.in_order
         if self.window is not None:
             values, tables, in_order = self.window.packed(values, tables, in_order)
