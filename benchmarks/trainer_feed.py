@@ -347,6 +347,185 @@ def floor_section(reps: int, micro: int) -> None:
         multiarray._set_madvise_hugepage(with_hugepages)  # type: ignore[attr-defined]
 
 
+TEXT_SCHEMA = "nemo_rl/text"
+
+
+def text_batch(rows: int, longest: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """NeMo-RL's padded GRPO train data for text (``nemo_rl/text``'s fields, its dtypes): rows of
+    ``longest // 4`` to ``longest`` tokens padded to the longest, int32 lengths, advantages
+    ``expand``ed over ``[B, L]`` as its estimators return them."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(longest // 4, longest + 1, (rows,), generator=gen)
+    width = int(lengths.max())
+    mask = torch.arange(width) < lengths[:, None]
+    per_sample = torch.randn(rows, generator=gen)
+
+    def padded(values: torch.Tensor) -> torch.Tensor:  # pad value 0 (+0.0), as NeMo-RL pads
+        return torch.where(mask, values, torch.zeros((), dtype=values.dtype))
+
+    return {
+        "input_ids": padded(torch.randint(1, 150_000, (rows, width), generator=gen)),
+        "input_lengths": lengths.to(torch.int32),
+        "token_mask": mask.to(torch.int64),
+        "sample_mask": torch.ones(rows),
+        "advantages": per_sample.unsqueeze(-1).expand(rows, width),
+        "generation_logprobs": padded(torch.randn(rows, width, generator=gen)),
+        "prev_logprobs": padded(torch.randn(rows, width, generator=gen)),
+    }
+
+
+def _touch(batches: Any) -> int:
+    """Iterate micro-batches as a trainer loop does, touching each value once."""
+    n = 0
+    for mb in batches:
+        for _ in mb.values():
+            n += 1
+    return n
+
+
+def ray_section(
+    checkout: Path, reps: int, micro: int, rows: int = 1024, longest: int = 1024
+) -> None:
+    """Issue 48: the whole path on one node. NeMo-RL: the rollout actor returns its padded
+    ``BatchedDataDict`` (a Ray object), the trainer actor fetches it and runs
+    ``make_microbatch_iterator``. py_wire: the rollout returns the frame of that batch, the
+    trainer fetches it and runs ``nemo_rl.iter_micro_batches``. Timed at the driver from the
+    rollout call to the trainer's return; the bytes each object takes in the object store are
+    Ray's own count (its serializer's ``total_bytes``)."""
+    import ray
+
+    here = str(Path(__file__).resolve().parent)
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.pathsep.join([here, root, str(checkout), os.environ.get("PYTHONPATH", "")])
+    env = {"PYTHONPATH": path, "PY_WIRE_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+    @ray.remote
+    class Rollout:
+        def __init__(self) -> None:
+            import_batched_data_dict(checkout)
+            from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+            torch.set_num_threads(1)
+            self.batch = BatchedDataDict(text_batch(rows, longest))
+            self.frame = nemo_interop.to_frame(self.batch, TEXT_SCHEMA)
+
+        def nemo(self) -> Any:
+            return self.batch
+
+        def frame_of(self) -> py_wire.Frame:
+            return self.frame
+
+        def encoded(self) -> py_wire.Frame:
+            return nemo_interop.to_frame(self.batch, TEXT_SCHEMA)
+
+        def store_bytes(self) -> tuple[int, int]:
+            from ray._private.worker import global_worker
+
+            context = global_worker.get_serialization_context()
+            return (
+                context.serialize(self.batch).total_bytes,
+                context.serialize(self.frame).total_bytes,
+            )
+
+    @ray.remote
+    class Trainer:
+        def __init__(self) -> None:
+            import_batched_data_dict(checkout)
+            torch.set_num_threads(1)
+
+        def nemo(self, refs: list[Any]) -> int:
+            return _touch(ray.get(refs[0]).make_microbatch_iterator(micro))
+
+        def wire(self, refs: list[Any]) -> int:
+            return _touch(nemo_interop.iter_micro_batches(ray.get(refs[0]), micro))
+
+        def equal(self, refs: list[Any]) -> bool:
+            nemo, frame = ray.get(refs)
+            ours = nemo_interop.iter_micro_batches(frame, micro)
+            for a, b in zip(nemo.make_microbatch_iterator(micro), ours, strict=True):
+                for k, v in a.items():
+                    w = b[k]
+                    if not torch.equal(v.contiguous().view(torch.uint8), w.view(torch.uint8)):
+                        return False
+            return True
+
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"env_vars": env},
+    )
+    try:
+        rollout, trainer = Rollout.remote(), Trainer.remote()  # type: ignore[attr-defined]
+        nemo_bytes, frame_bytes = ray.get(rollout.store_bytes.remote())
+        same = ray.get(trainer.equal.remote([rollout.nemo.remote(), rollout.frame_of.remote()]))
+        t = medians_ms_interleaved(
+            {
+                "nemo": lambda: ray.get(trainer.nemo.remote([rollout.nemo.remote()])),
+                "wire": lambda: ray.get(trainer.wire.remote([rollout.frame_of.remote()])),
+                "wire+encode": lambda: ray.get(trainer.wire.remote([rollout.encoded.remote()])),
+            },
+            reps,
+        )
+    finally:
+        ray.shutdown()
+    print(
+        f"\n7. the whole path on one node, two Ray actors ({rows} rows of {longest // 4}-{longest} "
+        f"tokens, {TEXT_SCHEMA}, micro-batches of {micro}; issue 48: py_wire no slower)"
+    )
+    print(
+        f"   NeMo-RL: padded BatchedDataDict as a Ray object -> fetch -> make_microbatch_iterator: "
+        f"{t['nemo']:8.2f} ms, {nemo_bytes / 1e6:6.2f} MB through the object store"
+    )
+    print(
+        f"   py_wire: frame as a Ray object -> fetch -> nemo_rl.iter_micro_batches:            "
+        f"{t['wire']:8.2f} ms, {frame_bytes / 1e6:6.2f} MB ({t['wire'] / t['nemo']:.2f}x the time)"
+    )
+    print(
+        f"   py_wire, the rollout's to_frame included:                                       "
+        f"{t['wire+encode']:8.2f} ms ({t['wire+encode'] / t['nemo']:.2f}x)"
+    )
+    print(f"   every micro-batch bit for bit NeMo-RL's: {same}")
+
+
+def device_section(reps: int, micro: int, rows: int = 1024, longest: int = 1024) -> None:
+    """Issue 48 item 5: micro-batches padded on the device from the jagged bytes copied once
+    (``pad_on_device=True``) against the H2D copy of those bytes alone (pinned, one copy), and
+    the bytes NeMo-RL's padded batch would move instead."""
+    print(
+        f"\n8. padded on the device: {rows} rows of {longest // 4}-{longest} tokens "
+        f"({TEXT_SCHEMA}), micro-batches of {micro} (issue 48: within 1.2x of the H2D copy)"
+    )
+    if not torch.cuda.is_available():
+        print("   no CUDA device: not measured (tests/trainer/test_micro.py runs the path on CPU)")
+        return
+    batch = text_batch(rows, longest)
+    frame = nemo_interop.to_frame(batch, TEXT_SCHEMA)
+    host = torch.frombuffer(frame, dtype=torch.uint8).pin_memory()
+    padded = sum(v.nbytes for v in batch.values() if v.dim() == 2 and v.stride(-1) == 1)
+
+    def h2d() -> None:
+        host.to("cuda", non_blocking=True)
+        torch.cuda.synchronize()
+
+    def on_device() -> None:
+        for mb in py_wire.trainer.iter_micro_batches(
+            frame, micro, layout="padded", device="cuda", pin_memory=True, pad_on_device=True
+        ):
+            for _ in mb.values():
+                pass
+        torch.cuda.synchronize()
+
+    t = medians_ms_interleaved({"h2d": h2d, "ours": on_device}, reps)
+    print(
+        f"   H2D of the jagged bytes ({frame.nbytes / 1e6:.2f} MB; NeMo-RL's padded batch: "
+        f"{padded / 1e6:.2f} MB): {t['h2d']:.3f} ms; padded micro-batches on the device: "
+        f"{t['ours']:.3f} ms ({t['ours'] / t['h2d']:.2f}x, goal <= 1.2x); "
+        f"{torch.cuda.get_device_name()}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nemo-rl", type=Path, required=True, help="a NeMo-RL checkout")
@@ -356,7 +535,9 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=1)
     parser.add_argument("--micro", type=int, default=8)
     parser.add_argument(
-        "--floor-only", action="store_true", help="only section 6 (issue 48's floor figures)"
+        "--floor-only",
+        action="store_true",
+        help="only sections 6-8 (issue 48's figures: the floor, the Ray whole path, the device)",
     )
     args = parser.parse_args()
     # One thread, as the other side-by-side scripts: on a loaded machine torch's intra-op pool
@@ -366,6 +547,8 @@ def main() -> None:
     if args.floor_only:
         print(machine.describe())
         floor_section(args.reps, args.micro)
+        ray_section(args.nemo_rl, args.reps, args.micro)
+        device_section(args.reps, args.micro)
         return
     bdd_class = import_batched_data_dict(args.nemo_rl)
     # The checkout's own commit: not that of a repository it merely sits inside.
@@ -392,6 +575,8 @@ def main() -> None:
     pickle_section(frame, args.micro)
     small_section(args.reps)
     floor_section(args.reps, args.micro)
+    ray_section(args.nemo_rl, args.reps, args.micro)
+    device_section(args.reps, args.micro)
     try:
         from second_hop import cold_section  # imports Ray: here, so stage_overlap.py runs without
     except ImportError as e:

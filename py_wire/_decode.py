@@ -44,7 +44,7 @@ from py_wire._rows import RowWindow
 from py_wire._rowvalues import decode_rows
 from py_wire._schema import Schema, hold_schema, load_schema
 from py_wire._source import as_frame
-from py_wire._storage import StorageSlicer
+from py_wire._storage import _NUMPY_NATIVE, StorageSlicer
 
 Layout = Literal["nested", "padded", "list"]
 Writable = Literal["auto", "view", "copy"]
@@ -128,6 +128,11 @@ def _exact(array: np.ndarray, loc: TensorLoc) -> torch.Tensor:
     dtype, shape = DTYPES[loc.dtype], loc.shape
     if loc.nbytes == 0:
         return torch.empty(shape, dtype=dtype)
+    host = _HOST_DTYPES.get(dtype)
+    if host is not None:  # numpy shapes it: one torch call
+        return torch.from_numpy(
+            array[loc.offset : loc.offset + loc.nbytes].view(host).reshape(shape)
+        )
     t = torch.from_numpy(array[loc.offset : loc.offset + loc.nbytes])
     if dtype is not torch.uint8:
         t = t.view(dtype)
@@ -278,19 +283,27 @@ def decode_fields(
     pad_to_multiple_of: int | None = None,
     pad_values: Mapping[str, float | int | bool] | None = None,
     attention_mask: bool = False,
+    torch_padding: bool = False,
 ) -> dict[str, Any]:
     """``decode``'s body, on a frame already chosen by the ``writable`` policy: the fields in
-    ``keep`` (None: all) of ``frame``. ``fill_missing``: a packed field of ``keep`` that the
-    frame lacks comes back as rows without segments (never for rows whose tokens hold that
-    field's placeholder runs: a :class:`ContractError` instead); otherwise it is left out (a
-    reader that merges several frames of one batch fills after merging)."""
+    ``keep`` (None: all) of ``frame`` (its values over ``payload`` where given: a copy of the
+    frame's bytes on a device). ``torch_padding``: ``layout="padded"`` pads with torch ops where
+    the values lie (:func:`padded_by_scatter`), as it does for a device payload, also on the
+    host: the device path, run and checked on a CPU-only machine. ``fill_missing``: a packed
+    field of ``keep`` that the frame lacks comes back as rows without segments (never for rows
+    whose tokens hold that field's placeholder runs: a :class:`ContractError` instead);
+    otherwise it is left out (a reader that merges several frames of one batch fills after
+    merging)."""
     pad_multiple, pads = _check_trainer_options(
         frame_schema, layout, pad_to_multiple_of, pad_values, attention_mask, source_dtype
     )
-    options = _Options(layout, source_dtype, pad_multiple, pads, clone)
+    options = _Options(layout, source_dtype, pad_multiple, pads, clone, torch_padding)
     views = FrameViews(frame, payload, private=clone)
     selection = _Selection.of(views, keep, rows)
     fields = _FieldDecoder(views, frame_schema, selection, options)
+    host = views.payload is views.base and not torch_padding
+    if layout == "padded" and selection.window is None and host:
+        fields.pad_all([n for n, f in views.fields.items() if selection.keeps(n)])
     out = {name: fields.value(f) for name, f in views.fields.items() if selection.keeps(name)}
     if selection.keep is not None and fill_missing:
         tokens = _sequence_tokens(views, frame_schema, selection)
@@ -461,6 +474,8 @@ class _Options:
     pad_to_multiple_of: int | None
     pad_values: dict[str, Any]
     clone: bool
+    #: Pad with torch ops where the values lie (as for a device frame) even on the host.
+    torch_padding: bool = False
 
 
 @dataclass(frozen=True)
@@ -504,14 +519,52 @@ class _FieldDecoder:
         # (FrameViews.values), as are casts and copies: only a row window's slices need cutting.
         self.own = views.own if self.window is not None else _as_is
         self.jagged_offsets: torch.Tensor | None = None
+        #: Per-token fields padded by :meth:`pad_all`, by name.
+        self.padded: dict[str, torch.Tensor] = {}
+        #: Each token's cell in the padded layout, where the values lie (torch padding).
+        self.cells: torch.Tensor | None = None
+
+    def pad_all(self, names: list[str]) -> None:
+        """The per-token fields among ``names`` (those decoded as stored) padded in one codec
+        call, into one new buffer: one pass over the frame's tokens with the GIL released, each
+        field then a tensor over exactly its own block, and the rows' lengths from it too."""
+        fields = self.views.fields
+        pads = self.options.pad_values
+        # repr and type tell -0.0 from 0.0 and True from 1 (equal, and so one key, otherwise).
+        key = (
+            self.schema.fingerprint,
+            tuple(names),
+            tuple((k, repr(v), type(v)) for k, v in pads.items()),
+        )
+        plan = _PAD_PLANS.get(key)
+        if plan is None:
+            plan = _pad_plan(self.schema, fields, names, pads, self.options.source_dtype)
+            if len(_PAD_PLANS) < 1024:
+                _PAD_PLANS[key] = plan
+        if not plan[0]:
+            return
+        buf, width, lengths_at, blocks = _native.pad_fields(
+            self.views.frame, plan[0], self.options.pad_to_multiple_of
+        )
+        array = np.frombuffer(memoryview(buf), np.uint8)
+        rows = self.views.frame.num_rows
+        self.seq_lengths = _block(array, lengths_at, (rows,), _LENGTHS)
+        self.width = width
+        padded = self.padded
+        for (name, dtype, token_shape), at in zip(plan[1], blocks, strict=True):
+            padded[name] = _block(array, at, (rows, width, *token_shape), dtype)
 
     def value(self, f: FieldLayout) -> Any:
+        padded = self.padded.get(f.name)
+        if padded is not None:
+            return padded
         cast = DTYPES[f.dtype] if self.options.source_dtype and f.stored_dtype != f.dtype else None
         if (
             f.tier == "per_token"
             and self.options.layout == "padded"
             and cast is None
             and self.window is None
+            and not self.options.torch_padding
         ):
             # The padding copy reads the frame's bytes directly: no tensor over them first.
             tokens = self.views.host_tokens(f.values)
@@ -528,6 +581,8 @@ class _FieldDecoder:
 
     def _packed(self, f: FieldLayout, values: torch.Tensor, cast: torch.dtype | None) -> Any:
         tables = {k: self.views.view(getattr(f, k)) for k in _CSR}
+        if f.seg_ids is not None:
+            tables["seg_ids"] = self.views.view(f.seg_ids)
         in_order = f.in_order
         if self.window is not None:
             values, tables, in_order = self.window.packed(values, tables, in_order)
@@ -573,6 +628,12 @@ class _FieldDecoder:
             self.seq_lengths = torch.diff(offsets)
             self.width = padded_width(self.seq_lengths, self.options.pad_to_multiple_of)
         pad = self.options.pad_values.get(name, self.schema.fields[name].pad_value)
+        if isinstance(values, torch.Tensor) and (
+            values.device.type != "cpu" or self.options.torch_padding
+        ):
+            if self.cells is None or self.cells.device != values.device:
+                self.cells = padded_cells(offsets.to(values.device), self.width)
+            return padded_by_scatter(values, self.cells, len(self.seq_lengths), self.width, pad)
         if isinstance(values, torch.Tensor):
             return _padded(values, offsets, self.seq_lengths, pad, self.width)
         out = _new_host_tensor((self.seq_lengths.shape[0], self.width, *token_shape), dtype)
@@ -757,16 +818,87 @@ def _owned(values: torch.Tensor, cast: torch.dtype | None, clone: bool) -> torch
     return values.clone() if clone else values
 
 
+def padded_cells(offsets: torch.Tensor, width: int) -> torch.Tensor:
+    """Each token's cell in a ``[rows, width]`` padded layout (``offsets``: the rows' int64
+    token offsets, on the device the cells are wanted on): token ``t`` of row ``r`` goes to
+    ``r * width + (t - offsets[r])``. Torch ops on that device, no host sync (the token count
+    is read from ``offsets`` once, before)."""
+    rows = offsets.shape[0] - 1
+    lengths = offsets[1:] - offsets[:-1]
+    shift = torch.arange(rows, device=offsets.device) * width - offsets[:-1]
+    tokens = int(offsets[-1]) if rows else 0
+    per_token = torch.repeat_interleave(shift, lengths, output_size=tokens)
+    return torch.arange(tokens, device=offsets.device) + per_token
+
+
+def padded_by_scatter(
+    values: torch.Tensor, cells: torch.Tensor, rows: int, width: int, pad: float | int | bool
+) -> torch.Tensor:
+    """What the codec's ``pad_rows`` writes, by torch where ``values`` lie: a ``[rows, width,
+    ...]`` tensor filled with ``pad`` (the element ``_pad_bytes`` gives, bit for bit), then
+    every token copied to its cell (:func:`padded_cells`) in one ``index_copy_``."""
+    token_shape = values.shape[1:]
+    out = torch.empty((rows * width, *token_shape), dtype=values.dtype, device=values.device)
+    out.fill_(_pad_element(pad, values.dtype, values.device))
+    out.index_copy_(0, cells, values)
+    return out.view(rows, width, *token_shape)
+
+
 def _padded_by_torch(
     values: torch.Tensor, lengths: torch.Tensor, pad: float | int | bool, width: int
 ) -> torch.Tensor:
-    """What the codec's ``pad_rows`` writes, by torch on ``values``' device: each row's tokens
-    where the attention mask is True, ``pad`` elsewhere."""
-    out = torch.full(
-        (lengths.shape[0], width, *values.shape[1:]), pad, dtype=values.dtype, device=values.device
-    )
-    out[make_attention_mask(lengths, width).to(values.device)] = values
-    return out
+    """:func:`padded_by_scatter` of rows of ``lengths`` tokens."""
+    offsets = torch.zeros(lengths.shape[0] + 1, dtype=torch.int64, device=values.device)
+    torch.cumsum(lengths.to(values.device), 0, out=offsets[1:])
+    return padded_by_scatter(values, padded_cells(offsets, width), lengths.shape[0], width, pad)
+
+
+def _pad_element(pad: float | int | bool, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``pad`` as a 0-d tensor of ``dtype`` on ``device``, the bytes :func:`_pad_bytes` gives."""
+    element = torch.frombuffer(bytearray(_pad_bytes(pad, dtype)), dtype=torch.uint8)
+    return element.view(dtype).reshape(()).to(device)
+
+
+#: What :meth:`_FieldDecoder.pad_all` asks of the codec and builds, per schema, fields and pad
+#: values: ``([(name, pad bytes)], [(name, (dtype, numpy dtype or None), token shape)])``.
+_PAD_PLANS: dict[tuple[Any, ...], tuple[list[tuple[str, bytes]], list[Any]]] = {}
+_LENGTHS = (torch.int64, np.dtype(np.int64))
+#: numpy's dtype for each torch dtype numpy holds as it is.
+_HOST_DTYPES = {d: torch.empty(0, dtype=d).numpy().dtype for d in _NUMPY_NATIVE}
+
+
+def _pad_plan(
+    schema: Schema,
+    fields: dict[str, FieldLayout],
+    names: list[str],
+    pads: dict[str, Any],
+    source_dtype: bool,
+) -> tuple[list[tuple[str, bytes]], list[Any]]:
+    asks: list[tuple[str, bytes]] = []
+    builds: list[Any] = []
+    for name in names:
+        f = fields[name]
+        if f.tier != "per_token" or (source_dtype and f.stored_dtype != f.dtype):
+            continue
+        dtype = DTYPES[f.values.dtype]
+        asks.append((name, _pad_bytes(pads.get(name, schema.fields[name].pad_value), dtype)))
+        builds.append((name, (dtype, _HOST_DTYPES.get(dtype)), tuple(f.values.shape[1:])))
+    return asks, builds
+
+
+def _block(
+    array: np.ndarray, at: int, shape: tuple[int, ...], dtype: tuple[torch.dtype, np.dtype | None]
+) -> torch.Tensor:
+    """``shape`` of ``dtype`` (torch's, and numpy's where it has one) at byte ``at`` of
+    ``array``, over exactly those bytes."""
+    torch_dtype, host = dtype
+    nbytes = math.prod(shape) * torch_dtype.itemsize
+    if nbytes == 0:
+        return torch.empty(shape, dtype=torch_dtype)
+    part = array[at : at + nbytes]
+    if host is not None:  # numpy shapes it: one torch call
+        return torch.from_numpy(part.view(host).reshape(shape))
+    return torch.from_numpy(part).view(torch_dtype).view(shape)
 
 
 def _as_is(t: torch.Tensor) -> torch.Tensor:

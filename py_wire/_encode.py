@@ -219,10 +219,11 @@ def _classify(name: str, field: FieldDef, value: Any, lengths: Any) -> tuple[str
         if isinstance(value, PackedTensor):
             _check_pack_dim(name, field, value.dim_to_pack)
             csr = value._csr()
+            ids = value._segment_id_bytes()
             if csr is not None:  # decoded: hand over its tables, O(1) here
-                return "csr", csr[0], csr[1:]
+                return "csr", csr[0], (*csr[1:], ids)
             segments, offsets, refs = value.csr()
-            return "shared", segments, (offsets, refs, len(value))
+            return "shared", segments, (offsets, refs, len(value), ids)
         if isinstance(value, list | tuple):
             return "rows", list(value), None
         if hasattr(value, "tensors") and hasattr(value, "dim_to_pack"):

@@ -4,6 +4,7 @@ storage of exactly its own bytes."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -11,15 +12,15 @@ import numpy as np
 import torch
 
 from py_wire._args import flag
-from py_wire._decode import checked_schema, decode
+from py_wire._decode import checked_schema, decode, decode_fields
 from py_wire._jagged import jagged, jagged_values
-from py_wire._native import WireError
+from py_wire._native import Frame, WireError
 from py_wire._ops import take_rows
 from py_wire._packed import PackedTensor
 from py_wire._padding import ATTENTION_MASK, round_up
 from py_wire._rows import row_index_error, row_range
 from py_wire._source import as_frame
-from py_wire._staging import Stager, staged
+from py_wire._staging import Stager, checked_device, checked_pin_memory, staged
 from py_wire._storage import RowCutter
 
 Groups = int | Sequence[range | Sequence[int] | Any]
@@ -36,6 +37,7 @@ def iter_micro_batches(
     *,
     device: str | torch.device | None = None,
     pin_memory: bool = False,
+    pad_on_device: bool = False,
     **decode_options: Any,
 ) -> MicroBatches:
     """Micro-batches of the frame ``data``, each a dict like :func:`py_wire.decode`'s.
@@ -62,8 +64,22 @@ def iter_micro_batches(
     stream, and its tensors are views of one device buffer; the next micro-batch's copy is
     issued before the current one is handed out, and the consumer's stream waits on the copy's
     event, never the host (see :mod:`py_wire._staging`).
+
+    ``pad_on_device=True`` (with ``device=`` and ``layout="padded"``) moves the jagged bytes
+    instead: the frame is copied to ``device`` once (page-locked first with ``pin_memory=True``;
+    fewer bytes than the padded batch whenever rows differ in length) and its per-token fields
+    are padded there, by torch (one fill and one ``index_copy_`` a field, bit for bit what the
+    host's padding writes); micro-batches are then views of those device tensors.
+    ``device="cpu"`` runs the same torch ops on the host.
     """
-    return MicroBatches(data, groups, decode_options, device=device, pin_memory=pin_memory)
+    return MicroBatches(
+        data,
+        groups,
+        decode_options,
+        device=device,
+        pin_memory=pin_memory,
+        pad_on_device=pad_on_device,
+    )
 
 
 class MicroBatches:
@@ -87,6 +103,7 @@ class MicroBatches:
         device: str | torch.device | None = None,
         pin_memory: bool = False,
         packed_as: Callable[[PackedTensor], Any] | None = None,
+        pad_on_device: bool = False,
     ) -> None:
         """``packed_as`` (NeMo-RL's interop) converts each packed field of the whole batch once,
         to a value whose ``slice(list(range(a, b)))`` gives rows ``a..b`` (NeMo-RL's own
@@ -95,16 +112,25 @@ class MicroBatches:
         if "rows" in options:
             raise WireError("iter_micro_batches: pass row groups as `groups`, not rows=")
         self._stager: Stager | None = None
-        if device is not None:
+        self._on_device: tuple[torch.device, bool] | None = None
+        if flag("pad_on_device", pad_on_device):
+            if device is None or options.get("layout") != "padded":
+                raise WireError(
+                    "pad_on_device=True pads on a device: pass device= and layout='padded'"
+                )
+            self._on_device = (checked_device(device), checked_pin_memory(pin_memory))
+        elif device is not None:
             self._stager = Stager(device, pin_memory)
         elif flag("pin_memory", pin_memory):
             raise WireError("pin_memory=True stages micro-batches for a device: pass device=")
         frame = as_frame(data)
         self._plan = _plan(groups, frame.num_rows)
-        #: The whole batch, decoded once with the given options.
-        self.decoded: dict[str, Any] = decode(frame, **options)
+        #: Fixed-size row groups from row 0 (``groups=n``): cut in one pass per field.
+        self._size = groups if isinstance(groups, int) else None
         self._frame = frame
         self._options = options
+        #: The whole batch, decoded once with the given options.
+        self.decoded: dict[str, Any] = self._decode(frame)
         schema = checked_schema(frame)
         self._padded = options.get("layout") == "padded"
         # Each micro-batch's width: its longest row rounded up to this multiple (the batch's own
@@ -146,6 +172,11 @@ class MicroBatches:
             if kind == "packed" and value._frame is not None:
                 value._frame._tables()  # Python tables once, shared by every row range
 
+    def _decode(self, frame: Frame) -> dict[str, Any]:
+        if self._on_device is None:
+            return decode(frame, **self._options)
+        return padded_on_device(frame, *self._on_device, self._options)
+
     def __len__(self) -> int:
         return len(self._plan)
 
@@ -155,13 +186,61 @@ class MicroBatches:
         return staged(self._host_batches(), self._stager)
 
     def _host_batches(self) -> Iterator[dict[str, Any]]:
-        for group in self._plan:
+        columns = self._columns()
+        names = [name for name, _, _ in self._fields]
+        if len(columns) == len(names):  # every field cut in one pass: no Python loop per cell
+            for values in zip(*(columns[name] for name in names), strict=True):
+                yield dict(zip(names, values, strict=True))
+            return
+        for i, group in enumerate(self._plan):
             if isinstance(group, list):
-                yield decode(take_rows(self._frame, group), **self._options)
+                yield self._decode(take_rows(self._frame, group))
             else:
-                yield self._window(group.start, group.stop)
+                yield self._window(group.start, group.stop, i, columns)
 
-    def _window(self, a: int, b: int) -> dict[str, Any]:
+    def _widths(self) -> list[int] | None:
+        """Each row range's narrowed width (its longest row, rounded up), None when micro-batches
+        keep the batch's width; a list-of-rows group gets 0 (it is decoded on its own)."""
+        lengths = self._lengths
+        if lengths is None or not self._narrow:
+            return None
+        if not (self._padded or ATTENTION_MASK in self.decoded):
+            return None
+        return [
+            round_up(max(lengths[g.start : g.stop], default=0), self._multiple)
+            if isinstance(g, range)
+            else 0
+            for g in self._plan
+        ]
+
+    def _columns(self) -> dict[str, list[Any]]:
+        """Each field's value in every micro-batch, for the fields that can be cut for all row
+        ranges in one pass (every group a row range): dense rows (and padded fields no
+        micro-batch narrows) through :meth:`RowCutter.ranges`, lists and whole values. Jagged,
+        packed and narrowed fields are left to :meth:`_window`."""
+        plan = self._plan
+        if not plan or any(isinstance(g, list) for g in plan):
+            return {}
+        bounds = [(g.start, g.stop) for g in plan if isinstance(g, range)]
+        widths = self._widths()
+        columns: dict[str, list[Any]] = {}
+        for name, kind, value in self._fields:
+            if kind == "narrowed":
+                tensor, cutter = value
+                if widths is not None and min(widths) < tensor.shape[1]:
+                    continue
+                columns[name] = cutter.ranges(bounds, self._size)
+            elif kind == "rows":
+                columns[name] = value[1].ranges(bounds, self._size)
+            elif kind == "list":
+                columns[name] = [value[a:b] for a, b in bounds]
+            elif kind == "whole":
+                columns[name] = [value] * len(bounds)
+        return columns
+
+    def _window(
+        self, a: int, b: int, index: int = -1, columns: dict[str, list[Any]] | None = None
+    ) -> dict[str, Any]:
         width = None
         lengths = self._lengths
         if (
@@ -174,7 +253,10 @@ class MicroBatches:
         t0 = t1 = 0
         out: dict[str, Any] = {}
         for name, kind, value in self._fields:
-            if kind == "rows":
+            column = columns.get(name) if columns else None
+            if column is not None:
+                out[name] = column[index]
+            elif kind == "rows":
                 out[name] = value[1](a, b)
             elif kind == "nested":
                 if jagged_offsets is None:
@@ -195,8 +277,9 @@ class MicroBatches:
                 elif width * NARROW_VIEW >= tensor.shape[1]:
                     # A view of the rows' own bytes: at most NARROW_VIEW x its cells
                     out[name] = cutter(a, b)[:, :width]
-                else:  # much narrower than the batch: a copy of exactly its cells
-                    out[name] = tensor[a:b, :width].contiguous()
+                else:  # much narrower than the batch: a copy of exactly its cells (not
+                    # contiguous(): a one-row slice already is, and would keep the whole field)
+                    out[name] = tensor[a:b, :width].clone(memory_format=torch.contiguous_format)
             elif kind == "packed":
                 out[name] = value.slice(slice(a, b))
             elif kind == "converted":
@@ -206,6 +289,55 @@ class MicroBatches:
             else:
                 out[name] = value
         return out
+
+
+def padded_on_device(
+    frame: Frame, device: torch.device, pin_memory: bool, options: dict[str, Any]
+) -> dict[str, Any]:
+    """``decode(frame, layout="padded", **options)`` with the padding done on ``device``: the
+    frame's bytes copied there once (from page-locked memory with ``pin_memory``), decoded as
+    views of that copy (validated on the host, where the frame is), each per-token field padded
+    by torch where it lies (:func:`py_wire._decode.padded_by_scatter`)."""
+    unknown = set(options) - _ON_DEVICE_OPTIONS
+    if unknown:
+        raise WireError(
+            f"pad_on_device=True takes the decode options {sorted(_ON_DEVICE_OPTIONS)}, "
+            f"not {sorted(unknown)}"
+        )
+    with warnings.catch_warnings():
+        # A read-only source is only read here: copied to the device.
+        warnings.simplefilter("ignore", UserWarning)
+        host = torch.frombuffer(frame, dtype=torch.uint8)
+    if pin_memory:
+        host = host.pin_memory()
+    payload = host.to(device, non_blocking=pin_memory)
+    schema = checked_schema(frame)
+    stage = options.get("stage")
+    keep = None if stage is None else set(schema.fields_for(stage))
+    opts = {k: v for k, v in options.items() if k != "stage"}
+    return decode_fields(
+        frame,
+        schema,
+        keep,
+        fill_missing=keep is not None,
+        clone=False,
+        payload=payload,
+        torch_padding=True,
+        **opts,
+    )
+
+
+#: The decode options :func:`padded_on_device` takes (``writable`` is moot: the device copy is
+#: its own).
+_ON_DEVICE_OPTIONS = {
+    "layout",
+    "stage",
+    "source_dtype",
+    "pad_to_multiple_of",
+    "pad_values",
+    "attention_mask",
+    "writable",
+}
 
 
 def _plan(groups: Groups, num_rows: int) -> list[range | list[int]]:

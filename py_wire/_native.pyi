@@ -50,6 +50,7 @@ __all__ = [
     "micro_batch_rows",
     "pack_into",
     "pack_rows",
+    "pad_fields",
     "pad_rows",
     "fill_padding_with_first_token",
     "placeholder_runs",
@@ -168,6 +169,8 @@ class FieldLayout:
     def row_offsets(self) -> TensorLoc | None: ...
     @property
     def row_segments(self) -> TensorLoc | None: ...
+    @property
+    def seg_ids(self) -> TensorLoc | None: ...
     @property
     def num_segments(self) -> int: ...
     @property
@@ -316,6 +319,9 @@ def pad_rows(
     out: torch.Tensor,
     pad: bytes,
 ) -> None: ...
+def pad_fields(
+    frame: Frame, fields: list[tuple[str, bytes]], multiple: int | None = None
+) -> tuple[ReceiveBuffer, int, int, list[int]]: ...
 def fill_padding_with_first_token(out: torch.Tensor, lengths: torch.Tensor) -> None: ...
 def gather(
     frames: Sequence[Frame],

@@ -26,6 +26,10 @@ from py_wire._storage import RowCutter, StorageSlicer
 
 Row = list[torch.Tensor] | None
 
+#: Bytes of a segment's identity; all zeros is no identity (docs/format.md, ``f.seg_ids``).
+ID_LEN = 16
+NO_ID = bytes(ID_LEN)
+
 
 class PackedRowIndexError(RowIndexError, IndexError):
     """A row of a :class:`PackedTensor` out of range: a :class:`RowIndexError` that is also an
@@ -54,11 +58,16 @@ class PackedTensor:
     :meth:`as_tensor` concatenates every segment; :meth:`concat` joins values. A value is not
     changed after it is built: :meth:`to` returns a new one.
 
+    Segments may carry an identity (:attr:`segment_ids`, 16 bytes each: NeMo-RL's segment
+    provenance, or what a frame stores): segments with one id are one segment wherever they
+    travel, so frames, shards and fetches of one prompt store its shared images once when they
+    are joined again (:meth:`concat`, frame ops, NeMo-RL's gather after ``to_nemo``).
+
     A decoded value is backed by its frame: rows are views, built on first use, and
     ``as_tensor()`` of rows stored in order is a view of the frame.
     """
 
-    __slots__ = ("_frame", "_row_offsets", "_row_segments", "_segments", "dim_to_pack")
+    __slots__ = ("_frame", "_ids", "_row_offsets", "_row_segments", "_segments", "dim_to_pack")
 
     def __init__(self, rows: Any, dim_to_pack: int = 0) -> None:
         if isinstance(rows, torch.Tensor | np.ndarray) or rows is None:
@@ -95,10 +104,13 @@ class PackedTensor:
         row_offsets: Sequence[int],
         row_segments: Sequence[int],
         dim_to_pack: int = 0,
+        segment_ids: Sequence[bytes | None] | None = None,
     ) -> PackedTensor:
         """Rows from CSR tables: row ``r`` holds ``segments[i]`` for each ``i`` in
         ``row_segments[row_offsets[r]:row_offsets[r + 1]]``. Offsets start at 0, never
-        decrease and end at ``len(row_segments)``; every index names a segment."""
+        decrease and end at ``len(row_segments)``; every index names a segment.
+        ``segment_ids`` (optional) gives each segment its identity: 16 bytes, or ``None``
+        for none."""
         segs = items_arg("segments", segments)
         for i, seg in enumerate(segs):
             if not isinstance(seg, torch.Tensor):
@@ -117,8 +129,9 @@ class PackedTensor:
         for i, s in enumerate(refs):
             if not 0 <= s < len(segs):
                 raise WireError(f"row_segments[{i}] is {s}: out of range for {len(segs)} segments")
+        ids = _id_list(segment_ids, len(segs))
         pt = cls.__new__(cls)
-        pt._set(None, segs, offsets, refs, integer("dim_to_pack", dim_to_pack))
+        pt._set(None, segs, offsets, refs, integer("dim_to_pack", dim_to_pack), ids)
         return pt
 
     def _set(
@@ -128,8 +141,10 @@ class PackedTensor:
         row_offsets: list[int] | None,
         row_segments: list[int] | None,
         dim_to_pack: int,
+        ids: list[bytes] | None = None,
     ) -> None:
         self._frame = frame
+        self._ids = ids
         self._segments = segments
         self._row_offsets = row_offsets
         self._row_segments = row_segments
@@ -169,6 +184,8 @@ class PackedTensor:
         physical = list(dict.fromkeys(refs))
         where = {p: i for i, p in enumerate(physical)}
         self._segments = [f._segment(p) for p in physical]
+        frame_ids = f.ids()
+        self._ids = None if frame_ids is None else [frame_ids[p] for p in physical]
         self._row_offsets = [o - base for o in row_offsets]
         self._row_segments = [where[p] for p in refs]
 
@@ -193,11 +210,33 @@ class PackedTensor:
         assert self._row_segments is not None
         return list(self._row_segments)
 
+    @property
+    def segment_ids(self) -> list[bytes | None] | None:
+        """Each of :attr:`segments`' identity (16 bytes, ``None`` for a segment without one);
+        ``None`` when no segment has one."""
+        self._materialize()
+        if self._ids is None:
+            return None
+        return [None if i == NO_ID else i for i in self._ids]
+
+    def _segment_id_bytes(self) -> bytes | None:
+        """The ids as the codec takes them: 16 bytes per segment of :meth:`_csr`'s tables
+        (decoded) or of :attr:`segments`, zeros for none; ``None`` without identity."""
+        f = self._frame
+        if f is not None and self._segments is None:
+            return f.id_bytes()
+        if self._ids is None:
+            return None
+        return b"".join(self._ids)
+
     def csr(self) -> tuple[list[torch.Tensor], list[int], list[int]]:
         """``(segments, row_offsets, row_segments)``: what :meth:`from_csr` takes."""
         return self.segments, self.row_offsets, self.row_segments
 
     def __reduce__(self) -> tuple[Any, ...]:
+        ids = self.segment_ids
+        if ids is not None:
+            return (_rebuild, (*self.csr(), self.dim_to_pack, ids))
         return (_rebuild, (*self.csr(), self.dim_to_pack))
 
     # -- rows ----------------------------------------------------------------------------------
@@ -300,7 +339,7 @@ class PackedTensor:
             return type(self)._from_frame(f.with_values(move(f.values)), self.dim_to_pack)
         segments, offsets, refs = self.csr()
         out = type(self).__new__(type(self))
-        out._set(None, [move(s) for s in segments], offsets, refs, self.dim_to_pack)
+        out._set(None, [move(s) for s in segments], offsets, refs, self.dim_to_pack, self._ids)
         return out
 
     def slice(self, indices: Any) -> PackedTensor:
@@ -338,14 +377,16 @@ class PackedTensor:
                     segments.append(self._segments[p])
                 refs.append(remap[p])
             offsets.append(len(refs))
+        ids = None if self._ids is None else [self._ids[p] for p in remap]
         out = type(self).__new__(type(self))
-        out._set(None, segments, offsets, refs, self.dim_to_pack)
+        out._set(None, segments, offsets, refs, self.dim_to_pack, ids)
         return out
 
     @classmethod
     def concat(cls, values: Sequence[PackedTensor]) -> PackedTensor:
-        """The rows of every value, in order. Segments that are the same tensor, or views of
-        the same bytes (two slices of one decoded value), are stored once."""
+        """The rows of every value, in order. Segments that are the same tensor, views of the
+        same bytes (two slices of one decoded value), or carry one identity (two decoded
+        frames of one prompt's media: :attr:`segment_ids`) are stored once."""
         items = items_arg("values", values)
         if not items:
             raise WireError("concat: values needs at least one PackedTensor")
@@ -356,24 +397,29 @@ class PackedTensor:
         if len(dims) != 1:
             raise WireError(f"concat: the values pack along different dims {sorted(dims)}")
         segments: list[torch.Tensor] = []
-        seen: dict[tuple[Any, ...], int] = {}
+        ids: list[bytes] = []
+        seen: dict[Any, int] = {}
         refs: list[int] = []
         offsets = [0]
+        identified = False
         for p in items:
             segs, ro, rs = p.csr()
+            p_ids = p._ids or [NO_ID] * len(segs)
+            identified |= p._ids is not None
             remap = []
-            for s in segs:
-                key = _location(s)
+            for s, i in zip(segs, p_ids, strict=True):
+                key: Any = _location(s) if i == NO_ID else i
                 k = seen.get(key)
                 if k is None:
                     k = seen[key] = len(segments)
                     segments.append(s)
+                    ids.append(i)
                 remap.append(k)
             base = len(refs)
             refs.extend(remap[i] for i in rs)
             offsets.extend(base + o for o in ro[1:])
         out = cls.__new__(cls)
-        out._set(None, segments, offsets, refs, dims.pop())
+        out._set(None, segments, offsets, refs, dims.pop(), ids if identified else None)
         return out
 
     def __repr__(self) -> str:
@@ -384,9 +430,34 @@ class PackedTensor:
 
 
 def _rebuild(
-    segments: list[torch.Tensor], row_offsets: list[int], row_segments: list[int], dim: int
+    segments: list[torch.Tensor],
+    row_offsets: list[int],
+    row_segments: list[int],
+    dim: int,
+    ids: list[bytes | None] | None = None,
 ) -> PackedTensor:
-    return PackedTensor.from_csr(segments, row_offsets, row_segments, dim)
+    return PackedTensor.from_csr(segments, row_offsets, row_segments, dim, ids)
+
+
+def _id_list(segment_ids: Any, count: int) -> list[bytes] | None:
+    """``segment_ids`` checked: one per segment, each 16 bytes or ``None`` (no identity)."""
+    if segment_ids is None:
+        return None
+    ids = items_arg("segment_ids", segment_ids)
+    if len(ids) != count:
+        raise BatchError(f"segment_ids has {len(ids)} entries for {count} segments")
+    out = []
+    for i, x in enumerate(ids):
+        if x is None:
+            out.append(NO_ID)
+            continue
+        if not isinstance(x, bytes | bytearray | memoryview):
+            raise TypeError(f"segment_ids[{i}] must be bytes or None, not {type(x).__name__}")
+        b = bytes(x)
+        if len(b) != ID_LEN:
+            raise BatchError(f"segment_ids[{i}] has {len(b)} bytes; a segment id has {ID_LEN}")
+        out.append(b)
+    return None if all(i == NO_ID for i in out) else out
 
 
 def _location(t: torch.Tensor) -> tuple[Any, ...]:
@@ -483,6 +554,7 @@ class _FrameRows:
         "num_rows",
         "row_offsets",
         "row_segments",
+        "seg_ids",
         "seg_offsets",
         "seg_shapes",
         "values",
@@ -495,6 +567,7 @@ class _FrameRows:
         self.seg_offsets: torch.Tensor = tables["seg_offsets"]
         self.row_offsets: torch.Tensor = tables["row_offsets"]
         self.row_segments: torch.Tensor = tables["row_segments"]
+        self.seg_ids: torch.Tensor | None = tables.get("seg_ids")
         self.num_rows: int = self.row_offsets.shape[0] - 1
         self.num_refs: int = self.row_segments.shape[0]
         self.in_order = in_order
@@ -514,6 +587,18 @@ class _FrameRows:
                 self.row_segments.tolist(),
             )
         return self._lists
+
+    def id_bytes(self) -> bytes | None:
+        """The segment id table's bytes (16 per segment), ``None`` when the frame has none."""
+        ids = self.seg_ids
+        return None if ids is None else ids.contiguous().numpy().tobytes()
+
+    def ids(self) -> list[bytes] | None:
+        """Each segment's id (zeros: none), ``None`` when the frame has no id table."""
+        raw = self.id_bytes()
+        if raw is None:
+            return None
+        return [raw[i : i + ID_LEN] for i in range(0, len(raw), ID_LEN)]
 
     def _segment(self, seg: int) -> torch.Tensor:
         shapes, offsets, _, _ = self._tables()
@@ -549,6 +634,8 @@ class _FrameRows:
             "row_offsets": self.row_offsets,
             "row_segments": self.row_segments,
         }
+        if self.seg_ids is not None:
+            tables["seg_ids"] = self.seg_ids
         out = _FrameRows(values, tables, self.in_order)
         out.num_rows, out._lists, out._value_range = self.num_rows, self._lists, self._value_range
         return out
@@ -561,6 +648,7 @@ class _FrameRows:
         sub.values, sub.flat, sub._own, sub._cut = self.values, self.flat, self._own, self._cut
         sub.seg_shapes, sub.seg_offsets = self.seg_shapes, self.seg_offsets
         sub.row_segments, sub.num_refs = self.row_segments, self.num_refs
+        sub.seg_ids = self.seg_ids
         sub.row_offsets = self.row_offsets[start : stop + 1]
         sub.num_rows = stop - start
         sub.in_order = self.in_order

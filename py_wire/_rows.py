@@ -122,6 +122,8 @@ class RowWindow:
             narrowed = values[i0 : i0 + int(seg_shapes[:, 0].sum())]
         else:
             narrowed = values[e0:e1]
+        if "seg_ids" in tables:
+            rows["seg_ids"] = tables["seg_ids"][first:last]
         rows.update(
             seg_offsets=seg_offsets - e0,
             seg_shapes=seg_shapes,

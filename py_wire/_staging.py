@@ -170,7 +170,9 @@ def _build(plan: Any, views: list[torch.Tensor]) -> Any:
     if kind == "packed":
         offsets, refs, source = plan[2]
         segments = [_build(t, views) for t in plan[1]]
-        return PackedTensor.from_csr(segments, offsets, refs, source.dim_to_pack)
+        return PackedTensor.from_csr(
+            segments, offsets, refs, source.dim_to_pack, source.segment_ids
+        )
     if kind == "dict":
         return {k: _build(v, views) for k, v in plan[1].items()}
     if kind == "list":

@@ -115,6 +115,25 @@ class RowCutter:
             return torch.empty((max(hi - lo, 0), *self._shape), dtype=self._dtype)
         return self._own(elements[lo:hi])
 
+    def ranges(self, bounds: list[tuple[int, int]], size: int | None = None) -> list[torch.Tensor]:
+        """``[self(lo, hi) for lo, hi in bounds]``, the same tensors, each over exactly its rows'
+        bytes. ``size``: the bounds are ``size`` rows each from row 0, in order (the last one
+        may be shorter), so all of them but the last come from one reshape and one C-level loop
+        (no Python frame per cut)."""
+        elements = self._elements
+        if elements is None or size is None or not bounds or any(b <= a for a, b in bounds):
+            return [self(a, b) for a, b in bounds]
+        full = len(elements) // size
+        if full == 0:  # one micro-batch, shorter than size (which may be any int)
+            return [self(a, b) for a, b in bounds]
+        whole = elements[: full * size].reshape(full, size, *self._shape)
+        cuts = list(map(torch.from_numpy, whole))
+        if not self._native:
+            cuts = [t.view(self._dtype) for t in cuts]
+        if len(bounds) > full:  # the shorter last micro-batch
+            cuts.append(self(full * size, len(elements)))
+        return cuts
+
     def shaped(self, lo: int, hi: int, shape: list[int]) -> torch.Tensor:
         """Elements ``[lo, hi)`` of a 1-D field as a tensor of ``shape`` (their count), over
         exactly their bytes: a packed segment. Raises ``ValueError`` (numpy's) or

@@ -84,6 +84,38 @@ class PackedTensor:
             None if prov is None else [prov[p] for p in physical],
         )
 
+    @classmethod
+    def concat(cls, values: Sequence[PackedTensor]) -> PackedTensor:
+        """What ``BatchedDataDict.from_batches`` does to a packed key (NeMo-RL's gather of
+        shards or fetches): with deduplication, rows of every value in order over physical
+        segments interned by provenance alone (a segment without provenance gets a new one,
+        so it is never merged); without, the legacy entries back to back."""
+        if not any(v._segment_provenance is not None or v._row_offsets is not None for v in values):
+            return cls([t for v in values for t in v.tensors], values[0].dim_to_pack)
+        tensors: list[torch.Tensor | None] = []
+        prov: list[bytes] = []
+        where: dict[bytes, int] = {}
+        offsets, refs = [0], []
+        for v in values:
+            ids = v._segment_provenance or [None] * len(v.tensors)
+            local = []
+            for t, p in zip(v.tensors, ids, strict=True):
+                if p is None or p not in where:
+                    p = os.urandom(16) if p is None else p
+                    where[p] = len(tensors)
+                    tensors.append(t)
+                    prov.append(p)
+                local.append(where[p])
+            if v._row_offsets is None:
+                rows = [[i] for i in range(len(v.tensors))]
+            else:
+                assert v._segment_indices is not None
+                rows = [v._segment_indices[a:b] for a, b in itertools.pairwise(v._row_offsets)]
+            for row in rows:
+                refs.extend(local[i] for i in row)
+                offsets.append(len(refs))
+        return cls(tensors, values[0].dim_to_pack, values[0].pad_to_max_shape, offsets, refs, prov)
+
     def iter_logical_segments(self) -> Iterator[torch.Tensor]:
         for row in self.logical_rows():
             yield from row

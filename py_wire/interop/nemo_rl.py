@@ -40,7 +40,7 @@ from py_wire._encode import encode
 from py_wire._errors import with_context
 from py_wire._micro import Groups, MicroBatches
 from py_wire._native import BatchError, Frame, FrameError, WireError, fill_padding_with_first_token
-from py_wire._packed import PackedTensor
+from py_wire._packed import ID_LEN, PackedTensor
 from py_wire._schema import Schema, load_schema
 from py_wire._source import as_frame
 from py_wire.interop import transfer_queue as ptq
@@ -451,20 +451,26 @@ def _as_nemo(value: PackedTensor, nemo: type) -> Any:
 def _nemo_state(value: PackedTensor) -> dict[str, Any]:
     """The constructor arguments of NeMo-RL's ``PackedTensor`` holding ``value``'s rows (views,
     no copy): its legacy form (one tensor or ``None`` per row) when every row has at most one
-    segment and none is shared, else its CSR form (``tensors`` the physical segments,
-    ``_row_offsets`` over ``_segment_indices``), with ``_segment_provenance`` (deduplication
-    on, one new id per segment) when rows share segments."""
+    segment, none is shared and none has an identity, else its CSR form (``tensors`` the
+    physical segments, ``_row_offsets`` over ``_segment_indices``). Segments with an identity
+    (``value.segment_ids``: what the frame stores, NeMo-RL's provenance when it was encoded)
+    keep it as their ``_segment_provenance``, so NeMo-RL's gather of two decoded shards or
+    fetches stores a shared segment once; rows that share segments without one get a new id
+    per segment (deduplication on)."""
     segments, offsets, refs = value.csr()
+    ids = value.segment_ids
     counts = [b - a for a, b in itertools.pairwise(offsets)]
     shared = len(segments) < len(refs)
     state: dict[str, Any] = {"dim_to_pack": value.dim_to_pack}
-    if not shared and all(c <= 1 for c in counts):
+    if ids is None and not shared and all(c <= 1 for c in counts):
         state["tensors"] = [
             segments[refs[a]] if b > a else None for a, b in itertools.pairwise(offsets)
         ]
         return state
     state.update(tensors=segments, _row_offsets=offsets, _segment_indices=refs)
-    if shared:
+    if ids is not None:
+        state["_segment_provenance"] = [uuid.uuid4().bytes if i is None else i for i in ids]
+    elif shared:
         state["_segment_provenance"] = [uuid.uuid4().bytes for _ in segments]
     return state
 
@@ -487,6 +493,7 @@ def from_nemo_packed(value: Any, name: str = "value") -> PackedTensor:
     tensors = items_arg(f"{name}.tensors", tensors)
     offsets = getattr(value, "_row_offsets", None)
     indices = getattr(value, "_segment_indices", None)
+    provenance = _provenance(value, len(tensors), name)
     if (offsets is None) != (indices is None):
         raise BatchError(
             f"{name}: has only one of _row_offsets and _segment_indices; both or neither"
@@ -501,7 +508,21 @@ def from_nemo_packed(value: Any, name: str = "value") -> PackedTensor:
                 raise BatchError(
                     f"{name}: len() is {rows} but it holds {len(tensors)} rows in .tensors"
                 )
-            return PackedTensor(tensors, value.dim_to_pack)
+            if provenance is None:
+                return PackedTensor(tensors, value.dim_to_pack)
+            present = [i for i, t in enumerate(tensors) if t is not None]
+            offs, refs, at = [0], [], 0
+            for t in tensors:
+                at += t is not None
+                refs.extend([] if t is None else [at - 1])
+                offs.append(len(refs))
+            return PackedTensor.from_csr(
+                [tensors[i] for i in present],
+                offs,
+                refs,
+                value.dim_to_pack,
+                [provenance[i] for i in present],
+            )
         if rows is None:
             raise BatchError(f"{name}: a packed value with _row_offsets must define len()")
         physical = [t for t in tensors if t is not None]
@@ -535,9 +556,32 @@ def from_nemo_packed(value: Any, name: str = "value") -> PackedTensor:
                 f"{name}: _row_offsets must run from 0 to the {len(idx)} segment indices, "
                 f"got {offs[0]}..{offs[-1]}"
             )
-        return PackedTensor.from_csr(physical, out_offsets, refs, value.dim_to_pack)
+        physical_ids = None
+        if provenance is not None:
+            physical_ids = [p for t, p in zip(tensors, provenance, strict=True) if t is not None]
+        return PackedTensor.from_csr(physical, out_offsets, refs, value.dim_to_pack, physical_ids)
     except WireError as e:
         raise BatchError(f"{name}: {e}") from None
+
+
+def _provenance(value: Any, count: int, name: str) -> list[bytes] | None:
+    """NeMo-RL's ``_segment_provenance`` (one id per entry of ``tensors``) as segment ids: each
+    must be 16 bytes (``uuid4().bytes``, what NeMo-RL mints), so it travels in the frame as it
+    is and comes back from ``to_nemo`` unchanged."""
+    provenance = getattr(value, "_segment_provenance", None)
+    if provenance is None:
+        return None
+    ids = items_arg(f"{name}._segment_provenance", provenance)
+    if len(ids) != count:
+        raise BatchError(f"{name}: _segment_provenance has {len(ids)} entries for {count} tensors")
+    for i, p in enumerate(ids):
+        if not isinstance(p, bytes) or len(p) != ID_LEN:
+            found = f"{len(p)} bytes" if isinstance(p, bytes) else type(p).__name__
+            raise BatchError(
+                f"{name}: _segment_provenance[{i}] is {found}; py_wire carries NeMo-RL's "
+                f"{ID_LEN}-byte provenance (uuid4().bytes)"
+            )
+    return list(ids)
 
 
 def from_nemo(batched_data_dict: Mapping[str, Any]) -> dict[str, Any]:

@@ -45,6 +45,7 @@ fn check(tokens: &[i64], patches: u64, with_grid: bool) -> Result<(), Error> {
                     &ids,
                 )?],
                 row_offsets: vec![0, 1],
+                ids: None,
             },
         },
         FieldData {
@@ -52,6 +53,7 @@ fn check(tokens: &[i64], patches: u64, with_grid: bool) -> Result<(), Error> {
             input: FieldInput::Segments {
                 segments: vec![TensorRef::contiguous(DType::F32, &[patches, 4], &pixels)?],
                 row_offsets: vec![0, 1],
+                ids: None,
             },
         },
     ];
@@ -61,6 +63,7 @@ fn check(tokens: &[i64], patches: u64, with_grid: bool) -> Result<(), Error> {
             input: FieldInput::Segments {
                 segments: vec![TensorRef::contiguous(DType::I64, &[1, 3], &grid)?],
                 row_offsets: vec![0, 1],
+                ids: None,
             },
         });
     }

@@ -184,7 +184,7 @@ proptest! {
         let request = EncodeRequest {
             fields: vec![FieldData {
                 spec: spec("x", Tier::Packed, dtype, vec![None, Some(width)]),
-                input: FieldInput::Segments { segments, row_offsets: row_offsets.clone() },
+                input: FieldInput::Segments { segments, row_offsets: row_offsets.clone(), ids: None },
             }],
             ..Default::default()
         };
@@ -242,6 +242,7 @@ proptest! {
         let by_rows = make(FieldInput::Segments {
             segments,
             row_offsets: (0..=lengths.len() as u64).collect(),
+            ids: None,
         });
         let by_jagged = make(FieldInput::Jagged {
             values: TensorRef::contiguous(DType::I64, &[total], &flat).unwrap(),
@@ -379,6 +380,7 @@ fn parts_concatenate_to_the_written_frame() {
                     TensorRef::contiguous(DType::U8, &[3], &payload[7..]).unwrap(),
                 ],
                 row_offsets: vec![0, 1, 2],
+                ids: None,
             },
         }],
         ..Default::default()

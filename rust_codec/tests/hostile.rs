@@ -88,6 +88,7 @@ fn zero_byte_segments(dim0: u64, count: usize) -> EncodeRequest<'static> {
                 input: FieldInput::Segments {
                     segments: vec![TensorRef::contiguous(DType::I64, &[2], ids).unwrap()],
                     row_offsets: vec![0, 1],
+                    ids: None,
                 },
             },
             FieldData {
@@ -95,6 +96,7 @@ fn zero_byte_segments(dim0: u64, count: usize) -> EncodeRequest<'static> {
                 input: FieldInput::Segments {
                     segments,
                     row_offsets: vec![0, count as u64],
+                    ids: None,
                 },
             },
         ],

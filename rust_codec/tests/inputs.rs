@@ -27,6 +27,7 @@ fn dedup_key_includes_dtype() {
             input: FieldInput::Segments {
                 segments: vec![as_f32.clone(), as_bf16, as_f32],
                 row_offsets: vec![0, 1, 2, 3],
+                ids: None,
             },
         }],
         ..Default::default()

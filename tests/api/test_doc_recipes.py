@@ -278,8 +278,8 @@ def test_verl_reward_extras(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 # -- Ray and TransferQueue ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def tq_started(request: pytest.FixtureRequest) -> Iterator[Any]:
+@pytest.fixture(scope="class")
+def one_tq(request: pytest.FixtureRequest) -> Iterator[Any]:
     """TransferQueue as ``transfer_queue.init()`` starts it (SimpleStorage), on a Ray of 4 CPUs
     (TQ's controller and each storage unit take one; fewer hangs ``transfer_queue.init()``)."""
     import transfer_queue as tq
@@ -291,6 +291,15 @@ def tq_started(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield tq
     finally:
         tq.close()
+
+
+@pytest.fixture
+def tq_started(one_tq: Any) -> Iterator[Any]:
+    """The class's TransferQueue, every key a test left in it cleared after the test."""
+    yield one_tq
+    for partition, keys in one_tq.kv_list().items():
+        if keys:
+            one_tq.kv_clear(list(keys), partition)
 
 
 def nemo_rollout(n: int, *later: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -305,105 +314,7 @@ def whole(full: dict[str, Any], rows: list[int] | None = None) -> py_wire.Frame:
     return frame if rows is None else py_wire.take_rows(frame, rows)
 
 
-@runs("docs/interop.md § NeMo-RL over TransferQueue: one line per side")
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-def test_nemo_rl_over_tq_one_line_per_side(tq_started: Any) -> None:
-    from types import SimpleNamespace
-
-    rollout, full = nemo_rollout(8, "prev_logprobs", "reference_policy_logprobs")
-    sample_ids = [f"side{i}" for i in range(8)]
-    width = int(full["input_lengths"].max()) + 4
-    # NeMo-RL's KVBatchMeta of one DP rank: its samples, in the order its sampler gave them
-    mine = [5, 0, 3, 6]
-    meta = SimpleNamespace(sample_ids=[sample_ids[i] for i in mine], partition_id="side")
-    mask = torch.tensor([1.0, 0.0] * 4)
-    ns = run(
-        "docs/interop.md § NeMo-RL over TransferQueue: one line per side",
-        batch=rollout,
-        sample_ids=sample_ids,
-        partition_id="side",
-        n=4,  # generations per prompt: two groups of four samples, a key each
-        tags=[{"step": 3}] * 8,
-        meta=meta,
-        pad_to_seqlen=width,
-        logprobs=full["prev_logprobs"][mine],  # what the rank computed, [B, W] padded
-        ids=sample_ids,
-        mask=mask,
-    )
-    assert tq_started.kv_list("side")["side"]["side0"]["step"] == 3
-    assert_same(
-        nemo_rl.from_frame(whole(full, mine), stage="logprob", pad_to_seqlen=width), ns["data"]
-    )
-    # what the trainer reads: the rollout, the rank's write-back, the driver's sample_mask
-    trained = {k: v for k, v in full.items() if k != "reference_policy_logprobs"}
-    trained["sample_mask"] = mask
-    want = nemo_rl.from_frame(whole(trained, mine), stage="train", pad_to_seqlen=width)
-    assert_same(want, ns["train"])
-    assert torch.equal(ns["train"]["sample_mask"], mask[mine])
-
-
-@runs("docs/interop.md § TransferQueue")
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-@pytest.mark.usefixtures("tq_started")
-def test_the_step_nemo_rl_runs() -> None:
-    from py_wire.interop import transfer_queue as ptq
-
-    n, groups = 2, 4
-    rollout, full = nemo_rollout(
-        n * groups, "prev_logprobs", "reference_policy_logprobs", "advantages"
-    )
-    keys = [f"step{g}" for g in range(groups)]
-    ref, lengths = full["reference_policy_logprobs"], full["input_lengths"].tolist()
-    ns = run(
-        "docs/interop.md § TransferQueue",
-        rollout=rollout,
-        keys=keys,
-        n=n,
-        logprobs=full["prev_logprobs"],  # [B, W] padded, as NeMo-RL's workers return them
-        ref=[row[:length] for row, length in zip(ref, lengths, strict=True)],  # per row
-        advantages=full["advantages"],
-    )
-    got = ns["got"]
-    assert_same(py_wire.decode(whole(full), stage="logprob"), dict(got))
-    order, _ = ptq.meta_keys(ns["meta"])
-    assert sorted(order) == keys
-    rows = [keys.index(k) * n + r for k in order for r in range(n)]
-    assert_same(py_wire.decode(whole(full, rows), stage="train"), dict(ns["train"]))
-
-
 PER_SAMPLE = "docs/interop.md § Per-sample keys through TQ's sampler"
-
-
-@runs(PER_SAMPLE)
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-@pytest.mark.usefixtures("tq_started")
-def test_per_sample_keys_through_tqs_sampler() -> None:
-    from py_wire.interop import transfer_queue as ptq
-
-    n, groups = 4, 2
-    later = ("prev_logprobs", "reference_policy_logprobs", "advantages")
-    rollout, full = nemo_rollout(n * groups, *later)
-    sample_ids = [f"ps{i}" for i in range(n * groups)]
-    ns = run(
-        PER_SAMPLE,
-        rollout=rollout,
-        sample_ids=sample_ids,
-        n=n,
-        logprobs=full["prev_logprobs"],
-        ref=full["reference_policy_logprobs"],
-        advantages=full["advantages"],
-    )
-    order, _ = ptq.meta_keys(ns["meta"])
-    assert len(order) == len(sample_ids) // 2  # get_meta handed out samples: it did not wait
-    rows = [sample_ids.index(k) for k in order]
-    width = ns["train"]["input_ids"].shape[1]  # materialize's: the longest row fetched
-    assert width == int(full["input_lengths"][rows].max())
-    want = nemo_rl.from_frame(whole(full, rows), stage="train", pad_to_seqlen=width)
-    assert_same(want, ns["train"])
-    assert_stored_once_a_group("step", sample_ids, n)
 
 
 def assert_stored_once_a_group(partition: str, sample_ids: list[str], n: int) -> None:
@@ -425,20 +336,118 @@ def assert_stored_once_a_group(partition: str, sample_ids: list[str], n: int) ->
 README_TQ = re.compile(r"^\| NeMo-RL over TransferQueue \| `(py_wire[^`]*put\([^`]*\))`", re.M)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-@pytest.mark.usefixtures("tq_started")
-def test_readme_tq_line_stores_images_once_a_group() -> None:
-    (call,) = README_TQ.findall((ROOT / "README.md").read_text())
-    n = 4
-    rollout, _ = nemo_rollout(2 * n, "reference_policy_logprobs")
-    sample_ids = [f"readme{i}" for i in range(2 * n)]
-    given = {"batch": rollout, "sample_ids": sample_ids, "partition_id": "readme", "n": n}
-    eval(compile(call, "<README.md>", "eval"), {"py_wire": py_wire, **given})
-    assert_stored_once_a_group("readme", sample_ids, n)
-    got = nemo_rl.get(sample_ids, "readme")
-    width = got["input_ids"].shape[1]
-    assert_same(nemo_rl.from_frame(whole(rollout), pad_to_seqlen=width), got)
+class TestOnOneTransferQueue:
+    """The recipes on one TransferQueue (its start costs seconds a test), cleared between."""
+
+    @runs("docs/interop.md § NeMo-RL over TransferQueue: one line per side")
+    @pytest.mark.slow
+    @pytest.mark.timeout(400)
+    def test_nemo_rl_over_tq_one_line_per_side(self, tq_started: Any) -> None:
+        from types import SimpleNamespace
+
+        rollout, full = nemo_rollout(8, "prev_logprobs", "reference_policy_logprobs")
+        sample_ids = [f"side{i}" for i in range(8)]
+        width = int(full["input_lengths"].max()) + 4
+        # NeMo-RL's KVBatchMeta of one DP rank: its samples, in the order its sampler gave them
+        mine = [5, 0, 3, 6]
+        meta = SimpleNamespace(sample_ids=[sample_ids[i] for i in mine], partition_id="side")
+        mask = torch.tensor([1.0, 0.0] * 4)
+        ns = run(
+            "docs/interop.md § NeMo-RL over TransferQueue: one line per side",
+            batch=rollout,
+            sample_ids=sample_ids,
+            partition_id="side",
+            n=4,  # generations per prompt: two groups of four samples, a key each
+            tags=[{"step": 3}] * 8,
+            meta=meta,
+            pad_to_seqlen=width,
+            logprobs=full["prev_logprobs"][mine],  # what the rank computed, [B, W] padded
+            ids=sample_ids,
+            mask=mask,
+        )
+        assert tq_started.kv_list("side")["side"]["side0"]["step"] == 3
+        assert_same(
+            nemo_rl.from_frame(whole(full, mine), stage="logprob", pad_to_seqlen=width), ns["data"]
+        )
+        # what the trainer reads: the rollout, the rank's write-back, the driver's sample_mask
+        trained = {k: v for k, v in full.items() if k != "reference_policy_logprobs"}
+        trained["sample_mask"] = mask
+        want = nemo_rl.from_frame(whole(trained, mine), stage="train", pad_to_seqlen=width)
+        assert_same(want, ns["train"])
+        assert torch.equal(ns["train"]["sample_mask"], mask[mine])
+
+    @runs("docs/interop.md § TransferQueue")
+    @pytest.mark.slow
+    @pytest.mark.timeout(400)
+    @pytest.mark.usefixtures("tq_started")
+    def test_the_step_nemo_rl_runs(self) -> None:
+        from py_wire.interop import transfer_queue as ptq
+
+        n, groups = 2, 4
+        rollout, full = nemo_rollout(
+            n * groups, "prev_logprobs", "reference_policy_logprobs", "advantages"
+        )
+        keys = [f"step{g}" for g in range(groups)]
+        ref, lengths = full["reference_policy_logprobs"], full["input_lengths"].tolist()
+        ns = run(
+            "docs/interop.md § TransferQueue",
+            rollout=rollout,
+            keys=keys,
+            n=n,
+            logprobs=full["prev_logprobs"],  # [B, W] padded, as NeMo-RL's workers return them
+            ref=[row[:length] for row, length in zip(ref, lengths, strict=True)],  # per row
+            advantages=full["advantages"],
+        )
+        got = ns["got"]
+        assert_same(py_wire.decode(whole(full), stage="logprob"), dict(got))
+        order, _ = ptq.meta_keys(ns["meta"])
+        assert sorted(order) == keys
+        rows = [keys.index(k) * n + r for k in order for r in range(n)]
+        assert_same(py_wire.decode(whole(full, rows), stage="train"), dict(ns["train"]))
+
+    @runs(PER_SAMPLE)
+    @pytest.mark.slow
+    @pytest.mark.timeout(400)
+    @pytest.mark.usefixtures("tq_started")
+    def test_per_sample_keys_through_tqs_sampler(self) -> None:
+        from py_wire.interop import transfer_queue as ptq
+
+        n, groups = 4, 2
+        later = ("prev_logprobs", "reference_policy_logprobs", "advantages")
+        rollout, full = nemo_rollout(n * groups, *later)
+        sample_ids = [f"ps{i}" for i in range(n * groups)]
+        ns = run(
+            PER_SAMPLE,
+            rollout=rollout,
+            sample_ids=sample_ids,
+            n=n,
+            logprobs=full["prev_logprobs"],
+            ref=full["reference_policy_logprobs"],
+            advantages=full["advantages"],
+        )
+        order, _ = ptq.meta_keys(ns["meta"])
+        assert len(order) == len(sample_ids) // 2  # get_meta handed out samples: it did not wait
+        rows = [sample_ids.index(k) for k in order]
+        width = ns["train"]["input_ids"].shape[1]  # materialize's: the longest row fetched
+        assert width == int(full["input_lengths"][rows].max())
+        want = nemo_rl.from_frame(whole(full, rows), stage="train", pad_to_seqlen=width)
+        assert_same(want, ns["train"])
+        assert_stored_once_a_group("step", sample_ids, n)
+
+    @pytest.mark.slow
+    @pytest.mark.timeout(400)
+    @pytest.mark.usefixtures("tq_started")
+    def test_readme_tq_line_stores_images_once_a_group(self) -> None:
+        (call,) = README_TQ.findall((ROOT / "README.md").read_text())
+        n = 4
+        rollout, _ = nemo_rollout(2 * n, "reference_policy_logprobs")
+        sample_ids = [f"readme{i}" for i in range(2 * n)]
+        given = {"batch": rollout, "sample_ids": sample_ids, "partition_id": "readme", "n": n}
+        eval(compile(call, "<README.md>", "eval"), {"py_wire": py_wire, **given})
+        assert_stored_once_a_group("readme", sample_ids, n)
+        got = nemo_rl.get(sample_ids, "readme")
+        width = got["input_ids"].shape[1]
+        assert_same(nemo_rl.from_frame(whole(rollout), pad_to_seqlen=width), got)
 
 
 def sections(name: str) -> dict[str, str]:

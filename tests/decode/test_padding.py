@@ -1,15 +1,20 @@
-"""Pad values at decode: a value the field's dtype cannot hold is refused naming the field; one
-it holds (infinities, nan, large floats) pads exactly as torch stores it."""
+"""Padding at decode: a pad value the field's dtype cannot hold is refused naming the field; one
+it holds (infinities, nan, large floats) pads exactly as torch stores it. Every per-token field
+padded in one codec call (``_native.pad_fields``) into one buffer, and the same cells by torch
+where the values lie (``padded_by_scatter``, the device path), bit for bit against each row's own
+values."""
 
 from __future__ import annotations
 
 import math
+import pickle
 
 import pytest
 import torch
 
 import py_wire
-from py_wire import WireError
+from py_wire import WireError, _decode, _native
+from py_wire.synth.registry import generate
 from tests.helpers import small_text_batch
 
 TEN = py_wire.encode(small_text_batch(tuple(range(1, 11))), "text_grpo")
@@ -28,3 +33,121 @@ def test_a_float32_pad_value_it_holds_pads(value: float) -> None:
     assert (math.isnan(got) and math.isnan(value)) or got == float(
         torch.tensor(float(value)).float()
     )
+
+
+SCHEMAS = ["text_grpo", "qwen2_5_vl", "nemotron_omni", "nemo_rl/text"]
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes: -0.0 and NaN payloads compare as what they are."""
+    return t.contiguous().view(-1).view(torch.uint8) if t.dtype != torch.bool else t
+
+
+def _expected(frame: py_wire.Frame, name: str, width: int, pad: object) -> torch.Tensor:
+    rows = py_wire.decode(frame, layout="list")[name]
+    dtype = rows[0].dtype if rows else torch.float32
+    element = torch.tensor(pad).to(dtype)
+    out = torch.empty((len(rows), width, *rows[0].shape[1:]), dtype=dtype)
+    out[:] = element
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+@pytest.mark.parametrize("multiple", [None, 8])
+def test_one_call_pads_every_field_as_each_row_says(name: str, multiple: int | None) -> None:
+    frame = py_wire.encode(generate(name, 7, seed=5), name)
+    schema = py_wire.load_schema(name)
+    out = py_wire.decode(frame, layout="padded", pad_to_multiple_of=multiple)
+    lengths = torch.tensor(
+        [len(r) for r in py_wire.decode(frame, layout="list")[schema.sequence_field]]
+    )  # type: ignore[index]
+    width = int(lengths.max())
+    if multiple:
+        width = -(-width // multiple) * multiple
+    per_token = [n for n, f in schema.fields.items() if f.tier == "per_token" and n in out]
+    assert per_token
+    for n in per_token:
+        want = _expected(frame, n, width, schema.fields[n].pad_value)
+        assert out[n].shape == want.shape and torch.equal(_bits(out[n]), _bits(want)), n
+        # Each field a tensor over exactly its own bytes: it pickles as itself, not the buffer.
+        assert out[n].untyped_storage().nbytes() == out[n].nbytes, n
+        assert len(pickle.dumps(out[n], protocol=5)) < out[n].nbytes + 2048, n
+
+
+def test_pad_values_that_compare_equal_keep_their_own_bits() -> None:
+    """-0.0 == 0.0 and True == 1: the padding plan cached per schema and pad values must not
+    hand one the other's bytes."""
+    frame = py_wire.encode(generate("text_grpo", 4, seed=1), "text_grpo")
+    for pad in (0.0, -0.0, 0.0):
+        out = py_wire.decode(frame, layout="padded", pad_values={"advantages": pad})
+        mask = torch.arange(out["advantages"].shape[1]) >= out["input_lengths"][:, None]
+        assert mask.any()
+        cells = out["advantages"][mask]
+        assert torch.equal(torch.signbit(cells), torch.full_like(cells, pad).signbit()), pad
+
+
+def test_padding_is_one_codec_call_for_every_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    frame = py_wire.encode(generate("text_grpo", 5, seed=2), "text_grpo")
+    want = py_wire.decode(frame, layout="padded")
+    calls = []
+    real = _native.pad_fields
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(args[1])
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a per-field padding call")
+
+    monkeypatch.setattr(_native, "pad_fields", counted)
+    monkeypatch.setattr(_native, "pad_rows", refused)
+    got = py_wire.decode(frame, layout="padded")
+    per_token = {
+        k for k, f in py_wire.load_schema("text_grpo").fields.items() if f.tier == "per_token"
+    }
+    assert len(calls) == 1 and {n for n, _ in calls[0]} == per_token & want.keys()
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_pad_fields_refuses_what_is_not_a_per_token_field() -> None:
+    frame = py_wire.encode(generate("text_grpo", 3, seed=2), "text_grpo")
+    with pytest.raises(py_wire.WireError, match='"reward" is not a per-token field'):
+        _native.pad_fields(frame, [("reward", b"\0" * 4)])
+    with pytest.raises(py_wire.WireError, match='does not tile a token of "input_ids"'):
+        _native.pad_fields(frame, [("input_ids", b"\0" * 3)])
+    with pytest.raises(py_wire.WireError, match="pad_to_multiple_of"):
+        _native.pad_fields(frame, [("input_ids", b"\0" * 8)], 0)
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_torch_padding_is_the_codec_s_bit_for_bit(name: str) -> None:
+    """The device path's padding (fill, then one index_copy_ a field) run on the host: the same
+    cells as the codec's, NaN payloads, -0.0 and bfloat16 included."""
+    batch = generate(name, 6, seed=4)
+    schema = py_wire.load_schema(name)
+    for n, f in schema.fields.items():
+        rows = batch.get(n)
+        if f.tier == "per_token" and rows is not None and torch.is_floating_point(rows[0]):
+            rows[0].view(-1)[:1] = -0.0
+            rows[-1].view(-1)[-1:] = float("nan")
+    frame = py_wire.encode(batch, name)
+    host = py_wire.decode(frame, layout="padded", pad_to_multiple_of=4)
+    payload = torch.frombuffer(bytearray(bytes(frame)), dtype=torch.uint8)
+    by_torch = _decode.decode_fields(
+        frame,
+        _decode.checked_schema(frame),
+        None,
+        fill_missing=False,
+        clone=False,
+        payload=payload,
+        layout="padded",
+        pad_to_multiple_of=4,
+        torch_padding=True,
+    )
+    assert host.keys() == by_torch.keys()
+    for k, v in host.items():
+        if isinstance(v, torch.Tensor):
+            assert v.shape == by_torch[k].shape and torch.equal(_bits(v), _bits(by_torch[k])), k

@@ -74,6 +74,18 @@ def _shrink_gemma3(batch: dict[str, object]) -> dict[str, object]:
     return batch
 
 
+def _identified(batch: dict[str, object]) -> dict[str, object]:
+    """``batch`` with its media's segments given ids (1, 2, ... as 16 bytes)."""
+    out = dict(batch)
+    for k in ("pixel_values", "image_grid_thw"):
+        v = py_wire.PackedTensor(batch[k])
+        if v.num_segments:
+            segments, offsets, refs = v.csr()
+            ids = [bytes([i + 1]) * 16 for i in range(len(segments))]
+            out[k] = py_wire.PackedTensor.from_csr(segments, offsets, refs, v.dim_to_pack, ids)
+    return out
+
+
 def build_seeds(rows: int = 3) -> list[Seed]:
     seeds: list[Seed] = []
     for name in py_wire.bundled_schemas():
@@ -112,6 +124,14 @@ def build_seeds(rows: int = 3) -> list[Seed]:
             seeds.append(Seed(f"{label}/compact", bundled, schema.stages, bytes(compact)))
             seeds.append(Seed(f"{label}/compact-select-rev", bundled, schema.stages,
                               bytes(py_wire.take_rows(compact, [n - 1, 0, 0]))))  # fmt: skip
+        if name == "qwen2_5_vl":
+            # segment identity: every packed field's id table (f.seg_ids), then shuffled
+            identified = _identified(batch)
+            frame = py_wire.encode(identified, schema)
+            seeds.append(Seed(f"{label}/segment-ids", bundled, schema.stages, bytes(frame)))
+            seeds.append(Seed(f"{label}/segment-ids-concat", bundled, schema.stages,
+                              bytes(py_wire.concat([py_wire.take_rows(frame, [n - 1, 0]),
+                                                    py_wire.take_rows(frame, [0])]))))  # fmt: skip
         if name in ("smolvlm", "text_grpo", "nemotron_omni"):
             seeds.append(Seed(f"{label}/concat", bundled, schema.stages,
                               bytes(py_wire.concat([frame, py_wire.chunk(frame, 2)[1]]))))  # fmt: skip  # noqa: E501

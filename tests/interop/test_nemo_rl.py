@@ -248,6 +248,37 @@ def test_micro_batches_are_nemo_rl_s(with_nemo_rl: None, name: str, dedup: bool)
     assert saved > 0
 
 
+@pytest.mark.parametrize("name", NEMO_RL)
+def test_micro_batches_are_bit_for_bit_nemo_rl_s_own_slices(with_nemo_rl: None, name: str) -> None:
+    """NeMo-RL's own path: its padded batch, sliced by ``make_microbatch_iterator``
+    (``BatchedDataDict.slice``); py_wire's: the frame of that batch through
+    ``iter_micro_batches``. Every tensor byte for byte (padding, broadcast advantages, -0.0
+    and NaN payloads in the valid cells), at 8-row micro-batches with a shorter last one."""
+    batch = nemo_batch(name, 19, False)
+    lengths = batch["input_lengths"]
+    for k, v in batch.items():
+        floats = isinstance(v, torch.Tensor) and v.dim() == 2 and v.is_floating_point()
+        if floats and k not in nemo_rl.BROADCAST_FIELDS:
+            v[0, 0] = -0.0
+            v[2, int(lengths[2]) - 1] = float("nan")
+    frame = nemo_rl.to_frame(batch, name)
+    mbs = list(nemo_rl.iter_micro_batches(frame, 8))
+    assert len(mbs) == 3
+    for a, mb in zip(range(0, 19, 8), mbs, strict=True):
+        want = _nemo_slice(batch, a, min(a + 8, 19))
+        assert mb.keys() == want.keys()
+        for k, v in want.items():
+            if isinstance(v, torch.Tensor):
+                got = mb[k]
+                assert got.shape == v.shape and got.dtype == v.dtype, k
+                assert torch.equal(_byte_view(got), _byte_view(v)), k
+
+
+def _byte_view(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes: -0.0 and NaN payloads compare as what they are."""
+    return t if t.dtype == torch.bool else t.contiguous().view(-1).view(torch.uint8)
+
+
 def _own_bytes(value: object) -> int:
     """The bytes of the tensors ``value`` holds, each once (a segment shared by rows: once)."""
     seen: dict[int, int] = {}
@@ -397,6 +428,89 @@ def test_json_columns_come_back_as_object_arrays() -> None:
     got = out["content"]
     assert isinstance(got, np.ndarray) and got.dtype == object and got.shape == (3,)
     assert list(got) == content
+
+
+def assert_same_nemo(got: Nemo, want: Nemo) -> None:
+    """Two of NeMo-RL's PackedTensors hold the same physical segments, bit for bit, with the
+    same provenance and the same rows over them."""
+    assert len(got.tensors) == len(want.tensors)
+    for a, b in zip(got.tensors, want.tensors, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None and b is not None:
+            assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    assert got._row_offsets == want._row_offsets
+    assert got._segment_indices == want._segment_indices
+    assert got._segment_provenance == want._segment_provenance
+
+
+def _two_shards(frame: py_wire.Frame, how: str) -> tuple[list[int], list[int], list[py_wire.Frame]]:
+    """Two shards of one GRPO batch (every prompt's rows in both) and the rows each holds."""
+    n = frame.num_rows
+    if how == "take_rows":
+        a, b = list(range(0, n, 2)), list(range(1, n, 2))
+        return a, b, [py_wire.take_rows(frame, a), py_wire.take_rows(frame, b)]
+    if how == "shard":
+        # two ranks, two mini-batches: each rank's rows interleave the prompts
+        a, b = [0, 1, 4, 5], [2, 3, 6, 7]
+        return a, b, [py_wire.shard(frame, r, 2, batch_size=4) for r in range(2)]
+    a, b = [0, 1, 2], list(range(3, n))
+    return a, b, py_wire.split(frame, [3, n - 3])
+
+
+@pytest.mark.parametrize("how", ["take_rows", "shard", "split"])
+def test_a_gather_of_decoded_shards_stores_a_shared_image_once(
+    with_nemo_rl: None, how: str
+) -> None:
+    """NeMo-RL's gather (BatchedDataDict.from_batches: PackedTensor.concat, interning by
+    provenance) of two shards decoded from their own frames stores each image the shards'
+    samples share once, bit for bit what its gather of the source shards gives: the
+    provenance travels in the frame (f.seg_ids)."""
+    name = "nemo_rl/qwen2_5_vl"
+    batch = nemo_batch(name, 8, True)
+    frame = nemo_rl.to_frame(batch, name)
+    rows_a, rows_b, shards = _two_shards(frame, how)
+    decoded = [nemo_rl.from_frame(bytes(s)) for s in shards]
+    for k, v in batch.items():
+        if not isinstance(v, Nemo):
+            continue
+        want = Nemo.concat([v.slice(rows_a), v.slice(rows_b)])
+        got = Nemo.concat([d[k] for d in decoded])
+        assert len(got.tensors) == len(v.tensors) < len(got._segment_indices), k
+        assert_same_nemo(got, want)
+        # and py_wire's own concat of the decoded values agrees
+        mine = py_wire.PackedTensor.concat([nemo_rl.from_nemo_packed(d[k]) for d in decoded])
+        assert len(mine.segments) == len(v.tensors)
+    # concat of the shard frames: each shared image stored once in the frame, as the source
+    joined = py_wire.concat(shards)
+    layouts = {f.name: f for f in joined.layout.fields}
+    whole = {f.name: f for f in frame.layout.fields}
+    out = nemo_rl.from_frame(joined)
+    for k, v in batch.items():
+        if isinstance(v, Nemo):
+            assert layouts[k].num_segments == whole[k].num_segments, k
+            assert_same_nemo(out[k], Nemo.concat([v.slice(rows_a + rows_b)]))
+
+
+def test_provenance_round_trips_and_a_foreign_one_is_refused(with_nemo_rl: None) -> None:
+    name = "nemo_rl/qwen2_5_vl"
+    batch = nemo_batch(name, 8, True)
+    out = nemo_rl.from_frame(nemo_rl.to_frame(batch, name))
+    assert_same_nemo(out["pixel_values"], batch["pixel_values"])
+    # decoding twice gives the same provenance (no fresh ids per decode)
+    frame = nemo_rl.to_frame(batch, name)
+    again = [nemo_rl.from_frame(bytes(frame))["pixel_values"] for _ in range(2)]
+    assert again[0]._segment_provenance == again[1]._segment_provenance
+    # a legacy value (one entry per row) with provenance keeps it too
+    pv = batch["pixel_values"]
+    rows = [*[t for r in pv.logical_rows() for t in r[:1]][:3], None]
+    legacy = Nemo(rows, pv.dim_to_pack, _segment_provenance=[bytes([i + 1]) * 16 for i in range(4)])
+    back = nemo_rl.from_nemo_packed(legacy)
+    assert back.segment_ids == [bytes([i + 1]) * 16 for i in range(3)]
+    # provenance py_wire cannot carry as it is: refused, naming the field and the entry
+    short = [b"short", *pv._segment_provenance[1:]]
+    bad = Nemo(pv.tensors, pv.dim_to_pack, False, pv._row_offsets, pv._segment_indices, short)
+    with pytest.raises(py_wire.BatchError, match=r"_segment_provenance\[0\] is 5 bytes"):
+        nemo_rl.to_frame({**batch, "pixel_values": bad}, name)
 
 
 def test_nemo_rl_recorded_width_is_bounded_by_the_frame() -> None:

@@ -211,6 +211,56 @@ def test_decoded_grpo_sharing_is_kept() -> None:
     assert again.csr()[1:] == ref.csr()[1:]
 
 
+IDS = [b"A" * 16, b"B" * 16, b"C" * 16]
+
+
+def test_segment_ids_travel_with_the_segments() -> None:
+    """Ids survive slice, to, pickle and encode/decode; concat interns by id (two decoded
+    frames of one group's media) as it interns views of the same bytes."""
+    ref = PackedTensor.from_csr([A, B0, B1], grpo().row_offsets, grpo().row_segments, 0, IDS)
+    assert ref.segment_ids == IDS and grpo().segment_ids is None
+    assert ref.slice([5, 0]).segment_ids == [IDS[1], IDS[2], IDS[0]]
+    assert ref.to("cpu").segment_ids == IDS
+    assert pickle.loads(pickle.dumps(ref)).segment_ids == IDS
+    halves = [py_wire.decode(py_wire.encode({"pv": ref[a:b]}, SCHEMA))["pv"] for a, b in
+              ((0, 4), (4, 6))]  # fmt: skip
+    joined = PackedTensor.concat(halves)
+    assert len(joined.segments) == 3 and joined.csr()[1:] == ref.csr()[1:]
+    assert joined.segment_ids == IDS
+    same_rows(rows_of(joined), rows_of(ref))
+    # a decoded value re-encodes its table; pickled, it keeps it
+    frame = py_wire.encode({"pv": halves[1]}, SCHEMA)
+    assert {f.name: f for f in frame.layout.fields}["pv"].seg_ids is not None
+    assert pickle.loads(pickle.dumps(halves[1])).segment_ids == IDS[1:]
+    # without ids, other memory stays apart (the bytes are never compared)
+    plain = [py_wire.decode(py_wire.encode({"pv": grpo()[a:b]}, SCHEMA))["pv"] for a, b in
+             ((0, 4), (4, 6))]  # fmt: skip
+    assert len(PackedTensor.concat(plain).segments) == 5  # B0, B1 in both halves
+    # a segment without an id beside ones with: None
+    mixed = PackedTensor.from_csr([A, B0], [0, 1, 2], [0, 1], 0, [None, IDS[1]])
+    assert mixed.segment_ids == [None, IDS[1]]
+
+
+@pytest.mark.parametrize(
+    ("ids", "error", "match"),
+    [
+        ([b"A" * 16], py_wire.BatchError, "1 entries for 3 segments"),
+        ([b"A" * 16, b"B" * 15, None], py_wire.BatchError, r"segment_ids\[1\] has 15 bytes"),
+        ([b"A" * 16, "B" * 16, None], TypeError, r"segment_ids\[1\] must be bytes"),
+    ],
+)
+def test_bad_segment_ids_are_refused_by_name(ids: list, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        PackedTensor.from_csr([A, B0, B1], [0, 3], [0, 1, 2], 0, ids)
+
+
+def test_one_id_on_two_shapes_is_a_batch_error_naming_the_row() -> None:
+    value = PackedTensor.from_csr([A, B0], [0, 1, 2], [0, 1], 0, [IDS[0], IDS[0]])
+    with pytest.raises(py_wire.BatchError, match="one id names one segment") as err:
+        py_wire.encode({"pv": value}, SCHEMA)
+    assert (err.value.field, err.value.row) == ("pv", 1)
+
+
 def test_as_tensor_pad_to_max_shape_is_bounded() -> None:
     pt = PackedTensor([torch.empty(2**40, 0), torch.empty(0, 2**40)])
     with pytest.raises(WireError, match="pad_to_max_shape"):

@@ -15,9 +15,12 @@ import py_wire
 from py_wire.interop import nemo_rl
 from py_wire.interop import transfer_queue as ptq
 from py_wire.synth.registry import generate
+from tests.interop.test_nemo_rl import assert_same_nemo, nemo_batch, with_nemo_rl
 from tests.interop.test_transfer_queue import SCHEMA, assert_same, backend, keys
+from tests.nemo_rl_model import PackedTensor as Nemo
 
-__all__ = ["backend"]  # the module fixture: Ray and TQ up, once per backend
+#: the module fixture (Ray and TQ up, once per backend) and NeMo-RL's PackedTensor importable
+__all__ = ["backend", "with_nemo_rl"]
 
 GROUP = 4
 
@@ -168,4 +171,29 @@ def test_nemo_rl_fetch_keeps_a_filter_of_some_samples() -> None:
     )
     for got, expected in fetched:
         assert torch.equal(got["sample_mask"], expected)
+    tq.kv_clear(keys=names, partition_id=part)
+
+
+@pytest.mark.parametrize("per_sample", [False, True], ids=["per-group", "per-sample"])
+def test_two_fetches_of_one_group_store_its_shared_image_once(
+    with_nemo_rl: None, per_sample: bool
+) -> None:
+    """NeMo-RL's gather of two fetches of one group (its samples in two fetches per-sample, the
+    group fetched twice per-group) stores each image the group shares once, bit for bit what
+    its gather of the source rows gives (the provenance travels in the media frame)."""
+    schema = "nemo_rl/qwen2_5_vl"
+    batch = nemo_batch(schema, 2 * GROUP, True)
+    part = f"identity-{per_sample}"
+    names = keys(part, 2 * GROUP if per_sample else 2)
+    nemo_rl.put(batch, schema, names, part, group_size=GROUP)
+    if per_sample:
+        fetches, rows = [names[:2], names[2:GROUP]], [[0, 1], [2, 3]]
+    else:
+        fetches, rows = [names[:1], names[:1]], [list(range(GROUP))] * 2
+    got = [nemo_rl.get(f, part) for f in fetches]
+    for k, v in batch.items():
+        if isinstance(v, Nemo):
+            joined = Nemo.concat([g[k] for g in got])
+            assert len(joined.tensors) == 1, k  # the group's one prompt image, stored once
+            assert_same_nemo(joined, Nemo.concat([v.slice(r) for r in rows]))
     tq.kv_clear(keys=names, partition_id=part)

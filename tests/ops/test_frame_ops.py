@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import safetensors.torch
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import py_wire
@@ -236,3 +238,68 @@ def test_index_arrays_take_what_the_same_list_takes(batch_and_frame, picks, dtyp
         rows = torch.from_numpy(rows)
     got = py_wire.take_rows(frame, rows)
     assert bytes(memoryview(got)) == bytes(memoryview(py_wire.take_rows(frame, picks)))
+
+
+#: One packed field, so the property below reads each row's segments and ids directly.
+MEDIA = py_wire.Schema.from_dict(
+    {"name": "media", "fields": {"img": {"tier": "packed", "dtype": "uint8", "shape": ["*", 4]}}}
+)
+
+
+def _identified_frame() -> tuple[py_wire.Frame, list[list[tuple[bytes, torch.Tensor]]]]:
+    """Four prompts of three rows each (GRPO): prompt p has p % 2 + 1 images, every row of a
+    prompt references them, each image with its own id; and each row's (id, image) list."""
+    segments, ids, offsets, refs = [], [], [0], []
+    for p in range(4):
+        mine = []
+        for j in range(p % 2 + 1):
+            mine.append(len(segments))
+            segments.append(torch.full((j + 1, 4), 16 * p + j, dtype=torch.uint8))
+            ids.append(bytes([p + 1, j + 1]) * 8)
+        for _ in range(3):
+            refs.extend(mine)
+            offsets.append(len(refs))
+    value = py_wire.PackedTensor.from_csr(segments, offsets, refs, 0, ids)
+    rows = [[(ids[s], segments[s]) for s in refs[a:b]] for a, b in itertools.pairwise(offsets)]
+    return py_wire.encode({"img": value}, MEDIA), rows
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_segment_identity_survives_any_sequence_of_take_rows_and_concat(data) -> None:
+    """Whatever take_rows and concat do to a frame's rows (repeats, reorders, frames of one
+    source joined), each row keeps its images' ids and bytes, and the frame stores each image
+    (each id) once."""
+    source, source_rows = _identified_frame()
+    pool = [(source, list(range(source.num_rows)))]
+    for _ in range(data.draw(st.integers(1, 5), label="ops")):
+        if data.draw(st.booleans(), label="concat") and len(pool) > 1:
+            picked = data.draw(
+                st.lists(st.sampled_from(range(len(pool))), min_size=2, max_size=3),
+                label="frames",
+            )
+            frame = py_wire.concat([pool[i][0] for i in picked])
+            rows = [r for i in picked for r in pool[i][1]]
+        else:
+            f, f_rows = pool[data.draw(st.sampled_from(range(len(pool))), label="frame")]
+            take = data.draw(
+                st.lists(st.integers(0, max(len(f_rows) - 1, 0)), max_size=8)
+                if f_rows
+                else st.just([]),
+                label="rows",
+            )
+            frame = py_wire.take_rows(f, take)
+            rows = [f_rows[i] for i in take]
+        pool.append((frame, rows))
+    frame, rows = pool[-1]
+    value = py_wire.decode(frame)["img"]
+    segments, offsets, refs = value.csr()
+    ids = value.segment_ids
+    for r, src in enumerate(rows):
+        mine = refs[offsets[r] : offsets[r + 1]]
+        want = source_rows[src]
+        assert ([] if ids is None else [ids[s] for s in mine]) == [i for i, _ in want]
+        for s, (_, image) in zip(mine, want, strict=True):
+            assert torch.equal(segments[s], image)
+    layout = {f.name: f for f in frame.layout.fields}["img"]
+    assert layout.num_segments == len({i for src in rows for i, _ in source_rows[src]})

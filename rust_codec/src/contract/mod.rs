@@ -525,10 +525,11 @@ fn request_input<'r>(request: &'r EncodeRequest<'r>) -> Result<ContractInput<'r>
                 FieldInput::Segments {
                     segments,
                     row_offsets,
+                    ..
                 },
                 _,
             ) => (std::borrow::Cow::Borrowed(&segments[..]), &row_offsets[..]),
-            (FieldInput::Csr { row_offsets, .. }, Some((segments, _))) => {
+            (FieldInput::Csr { row_offsets, .. }, Some((segments, _, _))) => {
                 (std::borrow::Cow::Owned(segments), &row_offsets[..])
             }
             _ => {

@@ -2,6 +2,7 @@
 //! row counts and per-row sequence lengths, checked once.
 
 use crate::error::Result;
+use crate::frame::identity::SegId;
 use crate::schema::spec::FieldSpec;
 use crate::tensor::TensorRef;
 use crate::{batch_err, internal_err, schema_err};
@@ -16,6 +17,9 @@ pub enum FieldInput<'a> {
         segments: Vec<TensorRef<'a>>,
         /// `[B+1]` offsets into `segments`, one run per row.
         row_offsets: Vec<u64>,
+        /// Packed fields: each segment's identity (`frame::identity`), one per entry of
+        /// `segments`; references with one id are one segment. `None`: none has one.
+        ids: Option<Vec<SegId>>,
     },
     /// A per-token field already packed: rows are `values[offsets[r]..offsets[r + 1]]`.
     Jagged {
@@ -57,6 +61,8 @@ pub enum FieldInput<'a> {
         row_offsets: Vec<u64>,
         /// `[R]`: the segment each of a row's items refers to, row after row.
         row_segments: Vec<u64>,
+        /// `[S]`: each segment's identity, when the value carries them.
+        seg_ids: Option<Vec<SegId>>,
     },
 }
 
@@ -206,17 +212,16 @@ impl RowSpans {
 }
 
 impl<'a> FieldInput<'a> {
-    /// Resolves a CSR input into rows of segment views (O(references), no payload work).
-    pub(crate) fn csr_segments(
-        &self,
-        spec: &FieldSpec,
-    ) -> Result<Option<(Vec<TensorRef<'a>>, Vec<u64>)>> {
+    /// Resolves a CSR input into rows of segment views, with each reference's identity when
+    /// the input carries them (O(references), no payload work).
+    pub(crate) fn csr_segments(&self, spec: &FieldSpec) -> Result<Option<ResolvedRows<'a>>> {
         let FieldInput::Csr {
             values,
             seg_shapes,
             seg_offsets,
             row_offsets,
             row_segments,
+            seg_ids,
         } = self
         else {
             return Ok(None);
@@ -234,6 +239,12 @@ impl<'a> FieldInput<'a> {
             return Err(batch_err!(
                 "field {name:?}: {} segment dims for {n_seg} segments of rank {rank}",
                 seg_shapes.len()
+            ));
+        }
+        if let Some(ids) = seg_ids.as_ref().filter(|ids| ids.len() != n_seg) {
+            return Err(batch_err!(
+                "field {name:?}: {} segment ids for {n_seg} segments",
+                ids.len()
             ));
         }
         let es = values.dtype.size() as u64;
@@ -258,9 +269,16 @@ impl<'a> FieldInput<'a> {
             })?;
             segments.push(seg.clone());
         }
-        Ok(Some((segments, row_offsets.clone())))
+        let ids = seg_ids
+            .as_ref()
+            .map(|ids| row_segments.iter().map(|&s| ids[s as usize]).collect());
+        Ok(Some((segments, row_offsets.clone(), ids)))
     }
 }
+
+/// A packed input's rows of segments: the references back to back, `[B+1]` row offsets into
+/// them, and each reference's identity when the input carries them.
+pub(crate) type ResolvedRows<'a> = (Vec<TensorRef<'a>>, Vec<u64>, Option<Vec<SegId>>);
 
 #[derive(Debug, Clone)]
 /// One field of an encode request: its spec and how its values are handed in.
@@ -277,6 +295,7 @@ pub(super) fn row_count(field: &FieldData<'_>) -> Result<u64> {
         FieldInput::Segments {
             segments,
             row_offsets,
+            ..
         } => {
             check_offsets(name, "row offsets", row_offsets)?;
             let (first, last) = (row_offsets[0], row_offsets[row_offsets.len() - 1]);
@@ -392,6 +411,7 @@ pub(super) fn sequence_offsets(field: &FieldData<'_>) -> Result<SeqOffsets> {
         FieldInput::Segments {
             segments,
             row_offsets,
+            ..
         } => {
             let mut lengths = Vec::with_capacity(row_offsets.len() - 1);
             for (row, w) in row_offsets.windows(2).enumerate() {
@@ -453,6 +473,7 @@ mod tests {
         let rows = FieldInput::Segments {
             segments: vec![t(&[2]), t(&[0]), t(&[3])],
             row_offsets: vec![0, 1, 2, 3],
+            ids: None,
         };
         assert_eq!(row_count(&data(Tier::PerToken, rows.clone())), Ok(3));
         assert_eq!(
@@ -490,6 +511,7 @@ mod tests {
         let two_per_row = FieldInput::Segments {
             segments: vec![t.clone(), t],
             row_offsets: vec![0, 2],
+            ids: None,
         };
         let err = sequence_offsets(&data(Tier::PerToken, two_per_row)).unwrap_err();
         assert!(

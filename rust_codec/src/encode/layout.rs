@@ -83,6 +83,13 @@ impl<'a> Layout<'a> {
         Ok(())
     }
 
+    /// Places a `U8` table of `bytes` (written as they are).
+    pub(crate) fn blob_u8(&mut self, name: String, shape: Vec<u64>, bytes: Vec<u8>) -> Result<()> {
+        let offset = self.place(name, DType::U8, shape, bytes.len() as u64)?;
+        self.blobs.push((offset, bytes));
+        Ok(())
+    }
+
     /// Places a values tensor and queues one copy per source segment, back to back.
     pub(crate) fn values(
         &mut self,

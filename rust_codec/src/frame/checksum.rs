@@ -71,6 +71,7 @@ fn groups(header: &Header, fields: &[String]) -> Vec<Vec<(usize, usize)>> {
         for name in names::tables(f) {
             owner.insert(name, i);
         }
+        owner.insert(names::seg_ids(f), i);
     }
     for (i, f) in fields.iter().enumerate() {
         owner.insert(f.clone(), i);

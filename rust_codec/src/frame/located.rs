@@ -7,6 +7,7 @@
 use crate::error::{Error, Result};
 use crate::frame::compact;
 use crate::frame::header::{Entry, Header};
+use crate::frame::identity::{read_ids, SegId, NO_ID};
 use crate::memory::buffer::ALIGNMENT;
 use crate::schema::dtype::DType;
 use crate::schema::spec::{names, FieldSpec};
@@ -78,6 +79,8 @@ pub struct PackedIndex {
     pub row_offsets: TensorLoc,
     /// `[references]` int64 physical segment ids.
     pub row_segments: TensorLoc,
+    /// `U8 [segments, 16]`: each segment's identity (`frame::identity`), when the frame has it.
+    pub seg_ids: Option<TensorLoc>,
     /// How many physical segments the field stores (`seg_shapes`' first dim).
     pub num_segments: u64,
     /// How many segment references its rows make (`row_segments`' length).
@@ -290,6 +293,8 @@ pub struct PackedTables {
     pub row_offsets: Vec<u64>,
     /// `[references]`: physical segment ids, row after row.
     pub row_segments: Vec<u64>,
+    /// `[segments]`: each segment's identity, when the frame has the table.
+    pub seg_ids: Option<Vec<SegId>>,
 }
 
 impl PackedTables {
@@ -301,6 +306,14 @@ impl PackedTables {
     /// Physical segment ids of `row` (< num_rows).
     pub fn row(&self, row: usize) -> &[u64] {
         &self.row_segments[self.row_offsets[row] as usize..self.row_offsets[row + 1] as usize]
+    }
+
+    /// Identity of physical segment `seg` ([`NO_ID`] in a frame without the table).
+    pub fn id(&self, seg: u64) -> SegId {
+        self.seg_ids
+            .as_ref()
+            .and_then(|ids| ids.get(seg as usize).copied())
+            .unwrap_or(NO_ID)
     }
 
     /// Shape of physical segment `seg`.
@@ -416,12 +429,18 @@ impl PackedTables {
                 "field {name:?}: row_segments[{i}] = {id} is not a segment id (0..{num_segments})"
             ));
         }
+        let seg_ids = index
+            .seg_ids
+            .as_ref()
+            .map(|loc| read_ids(buf, loc, num_segments as u64, name))
+            .transpose()?;
         Ok(PackedTables {
             rank,
             seg_shapes,
             seg_offsets,
             row_offsets,
             row_segments,
+            seg_ids,
         })
     }
 }

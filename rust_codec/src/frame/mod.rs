@@ -8,6 +8,7 @@ pub mod checksum;
 pub mod compact;
 pub mod entry;
 pub mod header;
+pub mod identity;
 pub mod layout;
 pub mod located;
 pub mod pad;

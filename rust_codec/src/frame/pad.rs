@@ -47,6 +47,117 @@ pub fn pad_rows(
     Ok(())
 }
 
+/// One per-token field for [`pad_fields`]: its values' bytes (`offsets.last()` tokens of
+/// `token_bytes` bytes each) and the pad element's bytes.
+pub struct PadField<'a> {
+    /// The field's values, every row's tokens end to end.
+    pub values: &'a [u8],
+    /// Bytes per token (the element size times the trailing dims).
+    pub token_bytes: usize,
+    /// One element's bytes, repeated over the padding.
+    pub pad: &'a [u8],
+}
+
+/// Where [`pad_fields`] writes: the padded width, each block's first byte in the output (the
+/// int64 row lengths first, then each field's `[rows, width, ...]`, every block 64-byte
+/// aligned) and the output's size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaddedPlan {
+    /// Tokens per padded row.
+    pub width: usize,
+    /// The first byte of the `[rows]` int64 lengths.
+    pub lengths_at: usize,
+    /// The first byte of each field's `[rows, width, ...]` block, in the fields' order.
+    pub blocks: Vec<usize>,
+    /// The output's size.
+    pub nbytes: usize,
+}
+
+/// The padded layout of fields whose tokens take `token_bytes` each, over the rows of
+/// `offsets`: the width is the longest row rounded up to `multiple` (none: the longest row).
+/// Every size is checked arithmetic: a width or a row count the output cannot address is a
+/// `FrameError`, never a wrapped size.
+pub fn padded_plan(
+    offsets: &[u64],
+    token_bytes: &[usize],
+    multiple: Option<u64>,
+) -> Result<PaddedPlan> {
+    let rows = offsets.len().saturating_sub(1);
+    let longest = offsets
+        .windows(2)
+        .map(|w| w[1].saturating_sub(w[0]))
+        .max()
+        .unwrap_or(0);
+    let width = match multiple {
+        Some(0) => return Err(frame_err!("padded decode: pad_to_multiple_of must be >= 1")),
+        Some(m) => longest.div_ceil(m).checked_mul(m),
+        None => Some(longest),
+    }
+    .and_then(|w| usize::try_from(w).ok())
+    .ok_or_else(|| frame_err!("padded decode: a width of {longest} tokens rounded up overflows"))?;
+    let overflow = || frame_err!("padded decode: {rows} rows of {width} tokens overflow");
+    let aligned = |n: usize| n.checked_next_multiple_of(crate::memory::buffer::ALIGNMENT);
+    let mut at = rows.checked_mul(8).and_then(aligned).ok_or_else(overflow)?;
+    let mut blocks = Vec::with_capacity(token_bytes.len());
+    for &bytes in token_bytes {
+        blocks.push(at);
+        let size = rows.checked_mul(width).and_then(|c| c.checked_mul(bytes));
+        at = size
+            .and_then(|n| at.checked_add(n))
+            .and_then(aligned)
+            .ok_or_else(overflow)?;
+    }
+    Ok(PaddedPlan {
+        width,
+        lengths_at: 0,
+        blocks,
+        nbytes: at,
+    })
+}
+
+/// Every field of `fields` padded into `out` (laid out by `plan`, from [`padded_plan`] over the
+/// same `offsets`), in one pass, with the rows' lengths as native-endian int64 in front and the
+/// alignment gaps zeroed: nothing of `out`'s earlier contents survives.
+pub fn pad_fields(
+    offsets: &[u64],
+    fields: &[PadField<'_>],
+    plan: &PaddedPlan,
+    out: &mut [u8],
+) -> Result<()> {
+    if out.len() != plan.nbytes || fields.len() != plan.blocks.len() {
+        return Err(frame_err!(
+            "padded decode: an output of {} bytes for {} fields does not match its plan",
+            out.len(),
+            fields.len()
+        ));
+    }
+    let rows = offsets.len().saturating_sub(1);
+    let mut end = plan.lengths_at + rows * 8;
+    for (dst, w) in out[..end].chunks_exact_mut(8).zip(offsets.windows(2)) {
+        dst.copy_from_slice(&(w[1].saturating_sub(w[0]) as i64).to_ne_bytes());
+    }
+    for (field, &at) in fields.iter().zip(&plan.blocks) {
+        let block = rows
+            .checked_mul(plan.width)
+            .and_then(|c| c.checked_mul(field.token_bytes))
+            .and_then(|n| at.checked_add(n))
+            .filter(|&e| end <= at && e <= out.len())
+            .ok_or_else(|| frame_err!("padded decode: a field's block does not fit its plan"))?;
+        out[end..at].fill(0);
+        end = block;
+        pad_rows(
+            field.values,
+            field.token_bytes,
+            offsets,
+            plan.width,
+            field.pad,
+            &mut out[at..end],
+        )?;
+    }
+    out[end..].fill(0);
+    Ok(())
+}
+
 /// Sets each row's padding (tokens `lengths[r]..width` of row `r` of `out`, `[B, width]` tokens
 /// of `token_bytes` bytes) to a copy of that row's first token; a row without tokens is left as
 /// it is. NeMo-RL's ``advantages.expand(mask.shape)`` leaves such padding; a padded decode fills
@@ -111,6 +222,56 @@ fn fill_repeated(dst: &mut [u8], element: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pads_every_field_into_one_aligned_output() {
+        let offsets = [0u64, 2, 2, 3];
+        let ids = [1u8, 2, 3];
+        let floats = [1u8, 0, 2, 0, 3, 0];
+        let plan = padded_plan(&offsets, &[1, 2], Some(4)).unwrap();
+        assert_eq!(plan.width, 4);
+        assert_eq!(plan.blocks, vec![64, 128]);
+        assert_eq!(plan.nbytes, 192);
+        let fields = [
+            PadField {
+                values: &ids,
+                token_bytes: 1,
+                pad: &[9],
+            },
+            PadField {
+                values: &floats,
+                token_bytes: 2,
+                pad: &[7, 0],
+            },
+        ];
+        let mut out = vec![0xAAu8; plan.nbytes];
+        pad_fields(&offsets, &fields, &plan, &mut out).unwrap();
+        let lengths: Vec<i64> = out[..24]
+            .chunks_exact(8)
+            .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(lengths, [2, 0, 1]);
+        assert!(out[24..64].iter().all(|&b| b == 0), "gaps are zeroed");
+        assert_eq!(&out[64..76], &[1, 2, 9, 9, 9, 9, 9, 9, 3, 9, 9, 9]);
+        assert!(out[76..128].iter().all(|&b| b == 0));
+        let mut second = [0u8; 24];
+        for (r, (a, b)) in [(0usize, 2usize), (2, 2), (2, 3)].into_iter().enumerate() {
+            for t in 0..4 {
+                let cell = if a + t < b {
+                    [floats[2 * (a + t)], 0]
+                } else {
+                    [7, 0]
+                };
+                second[r * 8 + 2 * t..r * 8 + 2 * t + 2].copy_from_slice(&cell);
+            }
+        }
+        assert_eq!(&out[128..152], &second);
+        assert!(out[152..].iter().all(|&b| b == 0));
+        let err = padded_plan(&[0, u64::MAX / 2 + 2], &[1], Some(u64::MAX / 2 + 1)).unwrap_err();
+        assert!(matches!(err, crate::error::Error::Frame(_)), "{err:?}");
+        let err = padded_plan(&[0, 1 << 40, 1 << 41], &[1 << 30], None).unwrap_err();
+        assert!(err.to_string().contains("overflow"), "{err}");
+    }
 
     #[test]
     fn pads_each_row() {

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 
 use super::codec::Codec;
 use super::errors::{BatchError, SchemaError};
-use super::extract::{index_values, rows, shared_rows, tensor_ref};
+use super::extract::{index_values, rows, segment_ids, shared_rows, tensor_ref};
 use super::owners::Owners;
 use super::staged::{per_token_rows, StageLimits};
 use crate::contract::PlaceholderContract;
@@ -38,21 +38,29 @@ fn field_input<'a>(
             FieldInput::Segments {
                 segments,
                 row_offsets,
+                ids: None,
             }
         }
         "shared" => {
-            // A PackedTensor's CSR tables: (row_offsets, row_segments, len()).
-            let (offsets, indices, expected_rows): (Bound<'_, PyAny>, Bound<'_, PyAny>, u64) =
-                need_second()?.extract().map_err(|_| {
-                    BatchError::new_err(format!(
-                        "field {name:?}: shared input needs (row offsets, row segments, rows)"
-                    ))
-                })?;
-            let (segments, row_offsets) =
-                shared_rows(name, first, &offsets, &indices, expected_rows, keep)?;
+            // A PackedTensor's CSR tables: (row_offsets, row_segments, len()[, segment ids]).
+            let parts = tuple_parts(need_second()?, 3);
+            let shape_error = || {
+                BatchError::new_err(format!(
+                    "field {name:?}: shared input needs (row offsets, row segments, rows[, \
+                     segment ids])"
+                ))
+            };
+            let [offsets, indices, rows, rest @ ..] = &parts[..] else {
+                return Err(shape_error());
+            };
+            let expected_rows: u64 = rows.extract().map_err(|_| shape_error())?;
+            let ids = rest.first();
+            let (segments, row_offsets, ids) =
+                shared_rows(name, first, offsets, indices, expected_rows, ids, keep)?;
             FieldInput::Segments {
                 segments,
                 row_offsets,
+                ids,
             }
         }
         "jagged" => FieldInput::Jagged {
@@ -65,20 +73,24 @@ fn field_input<'a>(
         },
         "dense" => FieldInput::Dense(tensor_ref(first, keep, &here)?),
         "csr" => {
-            let tables = need_second()?;
-            let (shapes, seg_offsets, row_offsets, row_segments): (
-                Bound<'_, PyAny>,
-                Bound<'_, PyAny>,
-                Bound<'_, PyAny>,
-                Bound<'_, PyAny>,
-            ) = tables.extract()?;
+            // (segment shapes, segment offsets, row offsets, row segments[, segment ids])
+            let parts = tuple_parts(need_second()?, 4);
+            let [shapes, seg_offsets, row_offsets, row_segments, rest @ ..] = &parts[..] else {
+                return Err(BatchError::new_err(format!(
+                    "field {name:?}: csr input needs four tables[ and segment ids]"
+                )));
+            };
+            let ids = rest.first();
             let at = |what: &'static str| move || format!("field {name:?} {what}");
+            let seg_offsets = index_values(seg_offsets, keep, &at("segment offsets"))?;
+            let count = seg_offsets.len().saturating_sub(1);
             FieldInput::Csr {
                 values: tensor_ref(first, keep, &here)?,
-                seg_shapes: index_values(&shapes, keep, &at("segment shapes"))?,
-                seg_offsets: index_values(&seg_offsets, keep, &at("segment offsets"))?,
-                row_offsets: index_values(&row_offsets, keep, &at("row offsets"))?,
-                row_segments: index_values(&row_segments, keep, &at("row segments"))?,
+                seg_shapes: index_values(shapes, keep, &at("segment shapes"))?,
+                seg_offsets,
+                row_offsets: index_values(row_offsets, keep, &at("row offsets"))?,
+                row_segments: index_values(row_segments, keep, &at("row segments"))?,
+                seg_ids: segment_ids(name, ids, count)?,
             }
         }
         other => {
@@ -87,6 +99,17 @@ fn field_input<'a>(
             )))
         }
     })
+}
+
+/// The items of a tuple of `min` or `min + 1` items (an input's tables, then optional segment
+/// ids); anything else gives no items, refused by the caller by name.
+fn tuple_parts<'py>(value: &Bound<'py, PyAny>, min: usize) -> Vec<Bound<'py, PyAny>> {
+    value
+        .cast::<pyo3::types::PyTuple>()
+        .ok()
+        .filter(|t| t.len() == min || t.len() == min + 1)
+        .map(|t| t.iter().collect())
+        .unwrap_or_default()
 }
 
 /// A batch as the codec sees it; its views borrow the arena `prepare` was given.

@@ -38,6 +38,7 @@ fn check_no_overlap(request: &EncodeRequest<'_>, start: usize, len: usize) -> Py
             FieldInput::Segments {
                 segments,
                 row_offsets,
+                ..
             } => {
                 if let Some(i) = segments.iter().position(|s| overlaps(s.bytes)) {
                     let row = row_offsets

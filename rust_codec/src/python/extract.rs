@@ -8,11 +8,13 @@ use std::sync::OnceLock;
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use super::errors::BatchError;
 use super::owners::Owners;
 use super::tensor_getters::FastReader;
+use crate::encode::input::ResolvedRows;
+use crate::frame::identity::{SegId, ID_LEN, NO_ID};
 use crate::schema::dtype::DType;
 use crate::tensor::{extent_bytes, Dims, TensorRef, MAX_RANK};
 
@@ -510,8 +512,9 @@ pub fn shared_rows<'a>(
     row_offsets: &Bound<'_, PyAny>,
     row_segments: &Bound<'_, PyAny>,
     expected_rows: u64,
+    ids: Option<&Bound<'_, PyAny>>,
     keep: &'a Owners,
-) -> PyResult<(Vec<TensorRef<'a>>, Vec<u64>)> {
+) -> PyResult<ResolvedRows<'a>> {
     let list = tensors.cast::<PyList>().map_err(|_| {
         BatchError::new_err(format!(
             "field {field:?}: a packed input's segments must be a list"
@@ -546,6 +549,8 @@ pub fn shared_rows<'a>(
              {rows_read} rows"
         )));
     }
+    let physical_ids = segment_ids(field, ids, physical.len())?;
+    let mut ref_ids = Vec::with_capacity(physical_ids.as_ref().map_or(0, |_| indices.len()));
     let mut segments = Vec::with_capacity(indices.len());
     let mut out_offsets = Vec::with_capacity(offsets.len());
     out_offsets.push(0u64);
@@ -568,6 +573,9 @@ pub fn shared_rows<'a>(
             })?;
             if let Some(t) = slot {
                 segments.push(t.clone());
+                if let Some(ids) = &physical_ids {
+                    ref_ids.push(ids[p as usize]);
+                }
             }
         }
         out_offsets.push(segments.len() as u64);
@@ -579,5 +587,43 @@ pub fn shared_rows<'a>(
             indices.len()
         )));
     }
-    Ok((segments, out_offsets))
+    Ok((segments, out_offsets, physical_ids.map(|_| ref_ids)))
+}
+
+/// A packed value's segment ids as Python hands them: `None`, or `bytes` of 16 per segment
+/// (`count` segments); all-zero ids mean no identity.
+pub fn segment_ids(
+    field: &str,
+    ids: Option<&Bound<'_, PyAny>>,
+    count: usize,
+) -> PyResult<Option<Vec<SegId>>> {
+    let Some(ids) = ids.filter(|i| !i.is_none()) else {
+        return Ok(None);
+    };
+    let bytes = ids.cast::<PyBytes>().map_err(|_| {
+        BatchError::new_err(format!(
+            "field {field:?}: segment ids must be bytes ({ID_LEN} per segment), not {}",
+            ids.get_type()
+                .name()
+                .map_or_else(|_| "?".to_string(), |n| n.to_string())
+        ))
+    })?;
+    let bytes = bytes.as_bytes();
+    if Some(bytes.len()) != count.checked_mul(ID_LEN) {
+        return Err(BatchError::new_err(format!(
+            "field {field:?}: {} bytes of segment ids for {count} segments (expected {ID_LEN} \
+             per segment)",
+            bytes.len()
+        )));
+    }
+    Ok(Some(
+        bytes
+            .chunks_exact(ID_LEN)
+            .map(|c| {
+                let mut id = NO_ID;
+                id.copy_from_slice(c);
+                id
+            })
+            .collect(),
+    ))
 }

@@ -660,6 +660,13 @@ pub struct ReceiveBuffer {
     buf: AlignedBuf,
 }
 
+impl ReceiveBuffer {
+    /// A buffer the codec filled itself (a padded decode's output).
+    pub(crate) fn from_buf(buf: AlignedBuf) -> ReceiveBuffer {
+        ReceiveBuffer { buf }
+    }
+}
+
 #[pymethods]
 impl ReceiveBuffer {
     #[new]

@@ -58,6 +58,8 @@ pub struct PyFieldLayout {
     seg_offsets: Option<Py<PyTensorLoc>>,
     row_offsets: Option<Py<PyTensorLoc>>,
     row_segments: Option<Py<PyTensorLoc>>,
+    /// Packed fields only: `U8 [segments, 16]`, each segment's identity, when the frame has it.
+    seg_ids: Option<Py<PyTensorLoc>>,
     /// Packed fields only: physical segments, row → segment references, and whether the
     /// values are exactly the rows' concatenation (each segment referenced once, in order).
     num_segments: u64,
@@ -93,6 +95,12 @@ fn field(py: Python<'_>, f: &DecodedField) -> PyResult<Py<PyFieldLayout>> {
             seg_offsets: table(|p| &p.seg_offsets)?,
             row_offsets: table(|p| &p.row_offsets)?,
             row_segments: table(|p| &p.row_segments)?,
+            seg_ids: f
+                .packed
+                .as_ref()
+                .and_then(|p| p.seg_ids.as_ref())
+                .map(|l| loc(py, l))
+                .transpose()?,
             num_segments: f.packed.as_ref().map_or(0, |p| p.num_segments),
             num_refs: f.packed.as_ref().map_or(0, |p| p.num_refs),
             in_order: f.packed.as_ref().is_some_and(|p| p.in_order),

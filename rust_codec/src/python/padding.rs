@@ -5,7 +5,85 @@ use pyo3::prelude::*;
 
 use super::errors::{self, guarded, to_py, BatchError, OnPanic};
 use super::extract::{index_values, tensor_ref};
+use super::frame::{Frame, ReceiveBuffer};
 use super::owners::Owners;
+use crate::frame::pad::{self, PadField};
+use crate::memory::buffer::AlignedBuf;
+use crate::schema::spec::Tier;
+
+/// The per-token fields `fields` (`(name, pad element's bytes)`) of `frame` padded to
+/// `[rows, width, ...]` in one call, into one new buffer: `(buffer, width, lengths_at,
+/// [each field's first byte])`, the rows' int64 lengths at `lengths_at` (see
+/// `frame::pad::pad_fields`). The copy runs without the GIL; the frame's values and sequence
+/// offsets are read from its validated layout, so nothing but names and pad bytes crosses.
+#[pyfunction]
+#[pyo3(signature = (frame, fields, multiple=None))]
+pub fn pad_fields(
+    py: Python<'_>,
+    frame: &Bound<'_, Frame>,
+    fields: Vec<(String, Vec<u8>)>,
+    multiple: Option<u64>,
+) -> PyResult<(ReceiveBuffer, usize, usize, Vec<usize>)> {
+    let frame = frame.get();
+    let layout = frame.layout();
+    let bytes = frame.bytes();
+    let mut picked = Vec::with_capacity(fields.len());
+    for (name, pad) in &fields {
+        let field = layout
+            .field(name)
+            .filter(|f| f.spec.tier == Tier::PerToken)
+            .ok_or_else(|| {
+                BatchError::new_err(format!(
+                    "padded decode: {name:?} is not a per-token field of the frame"
+                ))
+            })?;
+        let loc = &field.values;
+        let token_bytes = loc.shape[1..]
+            .iter()
+            .try_fold(loc.dtype.size() as u64, |n, &d| n.checked_mul(d))
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| {
+                BatchError::new_err(format!("padded decode: a token of {name:?} overflows"))
+            })?;
+        if pad.is_empty() || token_bytes % pad.len() != 0 {
+            return Err(BatchError::new_err(format!(
+                "padded decode: a pad of {} bytes does not tile a token of {name:?} ({token_bytes} bytes)",
+                pad.len()
+            )));
+        }
+        let values = bytes
+            .get(loc.offset..loc.offset.saturating_add(loc.nbytes))
+            .ok_or_else(|| {
+                errors::InternalError::new_err("padded decode: values outside the frame")
+            })?;
+        picked.push(PadField {
+            values,
+            token_bytes,
+            pad,
+        });
+    }
+    py.detach(|| {
+        guarded(OnPanic::Frame, || {
+            let offsets =
+                crate::frame::layout::read_seq_offsets(bytes, layout)?.ok_or_else(|| {
+                    crate::frame_err!("padded decode: the frame has no sequence offsets")
+                })?;
+            let sizes: Vec<usize> = picked.iter().map(|f| f.token_bytes).collect();
+            let plan = pad::padded_plan(&offsets, &sizes, multiple)?;
+            let mut buf = AlignedBuf::recycled(plan.nbytes).ok_or_else(|| {
+                crate::frame_err!("padded decode: cannot allocate {} bytes", plan.nbytes)
+            })?;
+            pad::pad_fields(&offsets, &picked, &plan, buf.as_mut_slice())?;
+            Ok((
+                ReceiveBuffer::from_buf(buf),
+                plan.width,
+                plan.lengths_at,
+                plan.blocks,
+            ))
+        })
+    })
+    .map_err(to_py)
+}
 
 /// Fills `out` (a fresh contiguous `[B, W, ...]` tensor) with the rows of `values` padded by
 /// the element whose bytes are `pad`.

@@ -231,6 +231,7 @@ pub fn per_token_rows<'a>(
         Ok(FieldInput::Segments {
             segments,
             row_offsets,
+            ids: None,
         })
     };
     let reg = super::extract::registry()?;

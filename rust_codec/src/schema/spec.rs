@@ -285,7 +285,14 @@ pub mod names {
         format!("{field}.row_segments")
     }
 
-    /// A packed field's index tables, in the order a frame writes them.
+    /// A packed field's optional `U8 [S, 16]` table of each segment's identity
+    /// (`frame::identity`): written after `row_segments`, only when a segment has one.
+    pub fn seg_ids(field: &str) -> String {
+        format!("{field}.seg_ids")
+    }
+
+    /// A packed field's index tables, in the order a frame writes them (`seg_ids`, optional,
+    /// comes after them).
     pub fn tables(field: &str) -> [String; 4] {
         [
             seg_shapes(field),

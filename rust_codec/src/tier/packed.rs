@@ -6,9 +6,11 @@
 use std::collections::HashMap;
 
 use crate::encode::input::prefix_sums;
+use crate::encode::input::ResolvedRows;
 use crate::encode::layout::Layout;
 use crate::encode::{FieldData, FieldInput, RowSpan};
 use crate::error::Result;
+use crate::frame::identity::{check_ids_len, hex, locate_ids, table_bytes, SegId, ID_LEN, NO_ID};
 use crate::frame::located::{
     copy_indices, find, DecodedField, PackedIndex, PackedTables, TensorLoc, Trust,
 };
@@ -38,7 +40,9 @@ impl TierCodec for Packed {
     }
 
     fn tables(&self, name: &str) -> Vec<String> {
-        names::tables(name).into()
+        let mut tables: Vec<String> = names::tables(name).into();
+        tables.push(names::seg_ids(name));
+        tables
     }
 
     fn locate(
@@ -73,8 +77,9 @@ impl TierCodec for Packed {
 fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()> {
     let spec = &field.spec;
     let resolved = field.input.csr_segments(spec)?;
-    let (segments, row_offsets) = packed_rows(spec, &resolved, &field.input)?;
-    let (physical, row_segments) = physical_segments(spec, segments, row_offsets)?;
+    let (segments, row_offsets, ids) = packed_rows(spec, &resolved, &field.input)?;
+    let (physical, row_segments, physical_ids) =
+        physical_segments(spec, segments, row_offsets, ids)?;
     let tables = SegmentTables::of(spec, &physical)?;
     let values_shape = if spec.values_are_stackable() {
         let mut s = vec![tables.stacked];
@@ -101,25 +106,36 @@ fn plan_packed<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>) -> Result<()>
         names::row_segments(name),
         vec![row_segments.len() as u64],
         &row_segments,
-    )
+    )?;
+    // Only a field whose segments carry identity gets the table: frames of values without it
+    // are byte for byte what they were before identity existed.
+    if let Some(bytes) = table_bytes(&physical_ids) {
+        layout.blob_u8(names::seg_ids(name), vec![n_phys, ID_LEN as u64], bytes)?;
+    }
+    Ok(())
 }
 
-/// A packed field's rows of segments, from its CSR form (`resolved`) or its segment lists; the
-/// row offsets must run from 0 to the segment count.
+/// A packed field's segment references, row offsets and (when it has them) references' ids.
+type RowsOf<'r, 'a> = (&'r [TensorRef<'a>], &'r [u64], Option<&'r [SegId]>);
+
+/// A packed field's rows of segments, from its CSR form (`resolved`) or its segment lists, with
+/// each reference's identity when the input has them; the row offsets must run from 0 to the
+/// segment count.
 fn packed_rows<'r, 'a>(
     spec: &FieldSpec,
-    resolved: &'r Option<(Vec<TensorRef<'a>>, Vec<u64>)>,
+    resolved: &'r Option<ResolvedRows<'a>>,
     input: &'r FieldInput<'a>,
-) -> Result<(&'r [TensorRef<'a>], &'r [u64])> {
-    let (segments, row_offsets) = match (resolved, input) {
-        (Some((segments, row_offsets)), _) => (segments, row_offsets),
+) -> Result<RowsOf<'r, 'a>> {
+    let (segments, row_offsets, ids) = match (resolved, input) {
+        (Some((segments, row_offsets, ids)), _) => (segments, row_offsets, ids),
         (
             None,
             FieldInput::Segments {
                 segments,
                 row_offsets,
+                ids,
             },
-        ) => (segments, row_offsets),
+        ) => (segments, row_offsets, ids),
         _ => {
             return Err(batch_err!(
                 "field {:?} is packed: pass rows of segments (a PackedTensor or a list of \
@@ -136,22 +152,40 @@ fn packed_rows<'r, 'a>(
             segments.len()
         ));
     }
-    Ok((segments, row_offsets))
+    if let Some(ids) = ids.as_ref().filter(|ids| ids.len() != segments.len()) {
+        return Err(batch_err!(
+            "field {:?}: {} segment ids for {} segment references",
+            spec.name,
+            ids.len(),
+            segments.len()
+        ));
+    }
+    Ok((segments, row_offsets, ids.as_deref()))
 }
 
+/// What makes two segment references one physical segment: the same identity, or (without
+/// one) the same bytes, as address, dtype, shape and strides (a float32 segment and a bfloat16
+/// view of the same memory are different segments).
+#[derive(PartialEq, Eq, Hash)]
+enum SegmentKey {
+    Identity(SegId),
+    Address(usize, DType, Dims, Dims),
+}
+
+/// The physical segments a field stores and, per reference, the index of the one it names.
+type Physical<'a> = (Vec<TensorRef<'a>>, Vec<u64>, Vec<SegId>);
+
 /// Checks every segment reference and stores each physical segment once: returns the
-/// segments to write and, per reference, the index of the segment it names.
+/// segments to write, per reference the index of the segment it names, and each segment's id.
 fn physical_segments<'a>(
     spec: &FieldSpec,
     segments: &[TensorRef<'a>],
     row_offsets: &[u64],
-) -> Result<(Vec<TensorRef<'a>>, Vec<u64>)> {
-    // Physical segments: a segment that two rows reference is stored once. The key holds
-    // everything that determines the bytes written: address, dtype, shape and strides (a
-    // float32 segment and a bfloat16 view of the same memory are different segments).
-    type Key = (usize, DType, Dims, Dims);
-    let mut interned: HashMap<Key, u64> = HashMap::new();
+    ids: Option<&[SegId]>,
+) -> Result<Physical<'a>> {
+    let mut interned: HashMap<SegmentKey, u64> = HashMap::new();
     let mut physical: Vec<TensorRef<'a>> = Vec::new();
+    let mut physical_ids: Vec<SegId> = Vec::new();
     let mut row_segments = Vec::with_capacity(segments.len());
     let mut row = 0usize;
     for (index, seg) in segments.iter().enumerate() {
@@ -162,24 +196,54 @@ fn physical_segments<'a>(
         let location = Where::Segment(row, seg_in_row);
         check_dtype(spec, seg, location)?;
         check_dims(spec, &seg.shape, &spec.shape, location, "shape")?;
-        let id = if seg.numel() > 0 {
-            let key = (
+        let id = ids.map_or(NO_ID, |ids| ids[index]);
+        let key = if id != NO_ID {
+            Some(SegmentKey::Identity(id))
+        } else if seg.numel() > 0 {
+            Some(SegmentKey::Address(
                 seg.bytes.as_ptr() as usize,
                 seg.dtype,
                 seg.shape,
                 seg.strides,
-            );
-            *interned.entry(key).or_insert_with(|| {
-                physical.push(seg.clone());
-                physical.len() as u64 - 1
-            })
+            ))
         } else {
-            physical.push(seg.clone());
-            physical.len() as u64 - 1
+            None
         };
-        row_segments.push(id);
+        let known = key.as_ref().and_then(|k| interned.get(k).copied());
+        let at = match known {
+            Some(at) => {
+                let first = &physical[at as usize];
+                if first.shape != seg.shape || first.dtype != seg.dtype {
+                    return Err(batch_err!(
+                        "field {:?}: row {row} segment {seg_in_row} ({} {:?}) has the identity \
+                         {} of an earlier segment of another shape or dtype ({} {:?}): one id \
+                         names one segment",
+                        spec.name,
+                        seg.dtype.name(),
+                        &seg.shape[..],
+                        hex(&id),
+                        first.dtype.name(),
+                        &first.shape[..]
+                    )
+                    .field(&spec.name)
+                    .row(row)
+                    .segment(seg_in_row));
+                }
+                at
+            }
+            None => {
+                physical.push(seg.clone());
+                physical_ids.push(id);
+                let at = physical.len() as u64 - 1;
+                if let Some(k) = key {
+                    interned.insert(k, at);
+                }
+                at
+            }
+        };
+        row_segments.push(at);
     }
-    Ok((physical, row_segments))
+    Ok((physical, row_segments, physical_ids))
 }
 
 /// A packed field's segment index tables, from its physical segments.
@@ -237,6 +301,7 @@ fn packed_index(
         seg_offsets: find(header, &names::seg_offsets(name), DType::I64, 1)?,
         row_offsets: find(header, &names::row_offsets(name), DType::I64, 1)?,
         row_segments: find(header, &names::row_segments(name), DType::I64, 1)?,
+        seg_ids: locate_ids(header, name)?,
         num_segments: 0,
         num_refs: 0,
         in_order: false,
@@ -252,6 +317,9 @@ fn packed_index(
             (segments, copy_indices(buf, &index.row_segments, &what)?)
         }
     };
+    if let Some(ids) = &index.seg_ids {
+        check_ids_len(ids, num_segments, name)?;
+    }
     index.num_segments = num_segments;
     index.num_refs = row_segments.len() as u64;
     index.in_order = row_segments.len() as u64 == num_segments
@@ -284,13 +352,21 @@ fn packed_field<'a>(
             },
         );
     }
+    let identified = per_source
+        .iter()
+        .flatten()
+        .any(|(_, csr)| csr.seg_ids.is_some());
     let mut segments = Vec::new();
+    let mut ids = Vec::new();
     let mut row_offsets = vec![0u64];
     for pick in picks {
         for row in pick.start as usize..pick.end as usize {
             if let Some((values, csr)) = &per_source[pick.source as usize] {
                 let es = values.dtype.size();
                 for &id in csr.row(row) {
+                    if identified {
+                        ids.push(csr.id(id));
+                    }
                     let elements = csr.elements(id);
                     let bytes = values
                         .bytes
@@ -307,6 +383,7 @@ fn packed_field<'a>(
         input: FieldInput::Segments {
             segments,
             row_offsets,
+            ids: identified.then_some(ids),
         },
     })
 }

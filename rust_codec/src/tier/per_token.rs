@@ -47,6 +47,7 @@ fn plan_per_token<'a>(
         FieldInput::Segments {
             segments,
             row_offsets,
+            ..
         } => token_rows_of_segments(spec, seq, segments, row_offsets)?,
         FieldInput::Jagged { values, offsets } => {
             vec![token_rows_of_jagged(spec, seq, values, offsets)?]

@@ -39,6 +39,7 @@ fn plan_scalar<'a>(layout: &mut Layout<'a>, field: &FieldData<'a>, num_rows: u64
         FieldInput::Segments {
             segments,
             row_offsets,
+            ..
         } => {
             for (row, w) in row_offsets.windows(2).enumerate() {
                 let location = Where::Row(row);

@@ -39,6 +39,7 @@ pub fn sample_frame() -> Vec<u8> {
                         TensorRef::contiguous(DType::I64, &[2], &ids[24..]).unwrap(),
                     ],
                     row_offsets: vec![0, 1, 2, 3],
+                    ids: None,
                 },
             },
             FieldData {
@@ -50,6 +51,7 @@ pub fn sample_frame() -> Vec<u8> {
                         TensorRef::contiguous(DType::U8, &[6, 4], &img_a).unwrap(),
                     ],
                     row_offsets: vec![0, 1, 1, 3],
+                    ids: None,
                 },
             },
             FieldData {
@@ -94,6 +96,7 @@ pub fn ids_and_reward(
                         TensorRef::contiguous(DType::I64, &[2], &ids[8..]).unwrap(),
                     ],
                     row_offsets: vec![0, 1, 2],
+                    ids: None,
                 },
             },
             FieldData {

@@ -1,0 +1,130 @@
+"""``py_wire.trainer.iter_micro_batches`` (py_wire/_micro.py): fixed-size micro-batches cut for
+every row range in one pass, and ``pad_on_device=True`` (the jagged bytes copied to the device
+once, padded there by torch), run on the host here with ``device="cpu"`` (the same ops) and on
+CUDA where a device exists."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+import torch
+
+import py_wire
+from py_wire import _micro, _native
+from py_wire.synth.registry import generate
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(-1).view(torch.uint8) if t.dtype != torch.bool else t.cpu()
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a.keys() == b.keys()
+    for k, v in a.items():
+        w = b[k]
+        if isinstance(v, torch.Tensor):
+            assert v.shape == w.shape and torch.equal(_bits(v.cpu()), _bits(w.cpu())), k
+        elif isinstance(v, py_wire.PackedTensor):
+            for x, y in zip(v.rows(), w.rows(), strict=True):
+                assert (x is None) == (y is None), k
+                for s, t in zip(x or [], y or [], strict=True):
+                    assert torch.equal(s.cpu(), t.cpu()), k
+
+
+@pytest.fixture(scope="module")
+def text() -> py_wire.Frame:
+    return py_wire.encode(generate("text_grpo", 21, seed=7), "text_grpo")
+
+
+@pytest.mark.parametrize(
+    "options", [{"layout": "padded"}, {"layout": "padded", "attention_mask": True}, {}]
+)
+def test_fixed_size_micro_batches_are_each_window_s_own_rows(
+    text: py_wire.Frame, options: dict
+) -> None:
+    """``groups=n`` cuts every field for all micro-batches in one pass: the same values as each
+    row window decoded alone, the last micro-batch shorter, each tensor its rows' bytes only."""
+    mbs = list(py_wire.trainer.iter_micro_batches(text, 4, **options))
+    assert [len(mb["reward"]) for mb in mbs] == [4, 4, 4, 4, 4, 1]
+    whole = py_wire.decode(text, **options)
+    for i, mb in enumerate(mbs):
+        a, b = 4 * i, min(4 * i + 4, 21)
+        for k, v in mb.items():
+            if isinstance(v, torch.Tensor) and not v.is_nested:
+                assert torch.equal(
+                    v, whole[k][a:b, : v.shape[1]] if v.dim() > 1 else whole[k][a:b]
+                ), k
+                # Its rows' bytes only (a narrowed view: at most NARROW_VIEW x its cells).
+                assert v.untyped_storage().nbytes() <= _micro.NARROW_VIEW * v.nbytes, k
+        assert len(pickle.dumps(mb["reward"], protocol=5)) < 1024 + mb["reward"].nbytes
+
+
+@pytest.mark.parametrize("schema", ["text_grpo", "qwen2_5_vl"])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"attention_mask": True, "pad_to_multiple_of": 8}, {"stage": "train"}],
+    ids=str,
+)
+@pytest.mark.parametrize("groups", [4, [[0, 3, 1], range(4, 9)]], ids=["fixed", "gathered"])
+def test_padded_on_the_device_is_the_host_s_padding(
+    schema: str, options: dict, groups: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frame = py_wire.encode(generate(schema, 10, seed=3), schema)
+    if options.get("stage") and options["stage"] not in py_wire.load_schema(schema).stages:
+        pytest.skip(f"{schema} has no stage {options['stage']!r}")
+    host = list(py_wire.trainer.iter_micro_batches(frame, groups, layout="padded", **options))
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("padded by the codec on the host, not by torch where the bytes are")
+
+    monkeypatch.setattr(_native, "pad_fields", refused)
+    monkeypatch.setattr(_native, "pad_rows", refused)
+    on_device = list(
+        py_wire.trainer.iter_micro_batches(
+            frame, groups, layout="padded", device="cpu", pad_on_device=True, **options
+        )
+    )
+    assert len(host) == len(on_device)
+    for a, b in zip(host, on_device, strict=True):
+        _same(a, b)
+
+
+def test_pad_on_device_arguments(text: py_wire.Frame) -> None:
+    with pytest.raises(py_wire.WireError, match="pass device= and layout='padded'"):
+        py_wire.trainer.iter_micro_batches(text, 4, layout="padded", pad_on_device=True)
+    with pytest.raises(py_wire.WireError, match="pass device= and layout='padded'"):
+        py_wire.trainer.iter_micro_batches(text, 4, device="cpu", pad_on_device=True)
+    with pytest.raises(py_wire.WireError, match=r"not \['verify'\]"):
+        py_wire.trainer.iter_micro_batches(
+            text, 4, layout="padded", device="cpu", pad_on_device=True, verify=True
+        )
+    with pytest.raises(TypeError, match="pad_on_device"):
+        py_wire.trainer.iter_micro_batches(text, 4, layout="padded", device="cpu", pad_on_device=1)
+
+
+needs_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device (docs/trainer.md: what ran where)"
+)
+
+
+@needs_cuda
+@pytest.mark.parametrize("pin_memory", [False, True])
+def test_cuda_padded_on_the_device_is_the_host_s_padding(pin_memory: bool) -> None:
+    frame = py_wire.encode(generate("qwen2_5_vl", 10, seed=3), "qwen2_5_vl")
+    host = list(py_wire.trainer.iter_micro_batches(frame, 4, layout="padded", attention_mask=True))
+    cuda = list(
+        py_wire.trainer.iter_micro_batches(
+            frame,
+            4,
+            layout="padded",
+            attention_mask=True,
+            device="cuda",
+            pin_memory=pin_memory,
+            pad_on_device=True,
+        )
+    )
+    for a, b in zip(host, cuda, strict=True):
+        assert b["input_ids"].is_cuda and b["attention_mask"].is_cuda
+        _same(a, b)
