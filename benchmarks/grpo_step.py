@@ -479,6 +479,14 @@ def run_backend(
     return out
 
 
+#: The three paths the step tables list: (the results' key prefix, the row's label).
+PATHS = (
+    ("ours", "py_wire, a key per group"),
+    ("sample", "py_wire, a key per sample"),
+    ("theirs", "NeMo-RL __lengths wire"),
+)
+
+
 def main() -> None:
     global GROUP
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -572,11 +580,7 @@ def main() -> None:
         "write-back MB |\n|---|---|---:|---:|---:|---:|---:|---:|---:|"
     )
     for r in results:
-        for mode, label in (
-            ("ours", "py_wire, a key per group"),
-            ("sample", "py_wire, a key per sample"),
-            ("theirs", "NeMo-RL __lengths wire"),
-        ):
+        for mode, label in PATHS:
             w = r.get(mode + "_where")
             if w is None:
                 continue
@@ -596,11 +600,7 @@ def main() -> None:
     for r in results:
         ref = r if "theirs_error" not in r else baseline
         theirs = None if ref is None else ref["theirs_where"].write_backs
-        for mode, label in (
-            ("ours", "py_wire, a key per group"),
-            ("sample", "py_wire, a key per sample"),
-            ("theirs", "NeMo-RL __lengths wire"),
-        ):
+        for mode, label in PATHS:
             w = r.get(mode + "_where")
             if w is None:
                 continue

@@ -14,7 +14,6 @@ import threading
 import time
 import types
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -62,14 +61,8 @@ CONFIG = OmegaConf.create(
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_local() -> Iterator[None]:
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
+def _ray(ray_session: None) -> None:
+    """Every test here on the module's local Ray (``tests/streaming/conftest.py``)."""
 
 
 def generated(seed: int, version: int) -> DataProto:

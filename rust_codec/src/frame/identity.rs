@@ -8,10 +8,7 @@
 use std::collections::HashMap;
 
 use crate::error::Result;
-use crate::frame::header::Header;
-use crate::frame::located::{locate, TensorLoc};
 use crate::frame_err;
-use crate::schema::dtype::DType;
 use crate::schema::spec::names;
 
 /// Bytes of one segment's id.
@@ -28,57 +25,11 @@ pub fn hex(id: &SegId) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Where field `name`'s id table lies, if the frame has one: `U8 [segments, 16]` (the segment
-/// count is checked against the field's by [`read_ids`]).
-pub(crate) fn locate_ids(header: &Header, name: &str) -> Result<Option<TensorLoc>> {
-    let table = names::seg_ids(name);
-    let Some(entry) = header.entry(&table) else {
-        return Ok(None);
-    };
-    if entry.dtype != DType::U8 || entry.shape.len() != 2 || entry.shape[1] != ID_LEN as u64 {
-        return Err(frame_err!(
-            "tensor {table:?} is {} of shape {:?}; expected U8 of shape [segments, {ID_LEN}]",
-            entry.dtype.name(),
-            entry.shape
-        )
-        .field(name));
-    }
-    locate(header, entry).map(Some)
-}
-
-/// Checks that field `name`'s id table at `loc` has one id per segment (`num_segments`).
-pub(crate) fn check_ids_len(loc: &TensorLoc, num_segments: u64, name: &str) -> Result<()> {
-    let rows = loc.shape.first().copied().unwrap_or(0);
-    if rows != num_segments {
-        return Err(frame_err!(
-            "field {name:?}: {} has {rows} ids for {num_segments} segments",
-            names::seg_ids(name)
-        )
-        .field(name));
-    }
-    Ok(())
-}
-
-/// Copies field `name`'s id table out of `buf`, checked: one id per segment, in bounds, and no
-/// id (other than [`NO_ID`]) on two segments (a frame that names two segments one would merge
-/// different media on a gather).
-pub(crate) fn read_ids(
-    buf: &[u8],
-    loc: &TensorLoc,
-    num_segments: u64,
-    name: &str,
-) -> Result<Vec<SegId>> {
-    check_ids_len(loc, num_segments, name)?;
-    let len = usize::try_from(num_segments)
-        .ok()
-        .and_then(|n| n.checked_mul(ID_LEN))
-        .filter(|&n| n == loc.nbytes)
-        .ok_or_else(|| frame_err!("field {name:?}: id table size overflows").field(name))?;
-    let bytes = buf
-        .get(loc.offset..loc.offset.saturating_add(len))
-        .filter(|b| b.len() == len)
-        .ok_or_else(|| frame_err!("{} lies outside the frame", names::seg_ids(name)).field(name))?;
-    let mut ids = Vec::with_capacity(len / ID_LEN);
+/// The ids in `bytes` (field `name`'s id table, its length already checked to be one id per
+/// segment), checked: no id (other than [`NO_ID`]) on two segments (a frame that names two
+/// segments one would merge different media on a gather).
+pub(crate) fn parse_ids(bytes: &[u8], name: &str) -> Result<Vec<SegId>> {
+    let mut ids = Vec::with_capacity(bytes.len() / ID_LEN);
     let mut first: HashMap<SegId, usize> = HashMap::new();
     for (s, chunk) in bytes.chunks_exact(ID_LEN).enumerate() {
         let mut id = NO_ID;

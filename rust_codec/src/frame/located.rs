@@ -7,7 +7,7 @@
 use crate::error::{Error, Result};
 use crate::frame::compact;
 use crate::frame::header::{Entry, Header};
-use crate::frame::identity::{read_ids, SegId, NO_ID};
+use crate::frame::identity::{parse_ids, SegId, ID_LEN, NO_ID};
 use crate::memory::buffer::ALIGNMENT;
 use crate::schema::dtype::DType;
 use crate::schema::spec::{names, FieldSpec};
@@ -443,4 +443,56 @@ impl PackedTables {
             seg_ids,
         })
     }
+}
+
+/// Where field `name`'s id table lies, if the frame has one: `U8 [segments, 16]` (the segment
+/// count is checked against the field's by [`read_ids`]).
+pub(crate) fn locate_ids(header: &Header, name: &str) -> Result<Option<TensorLoc>> {
+    let table = names::seg_ids(name);
+    let Some(entry) = header.entry(&table) else {
+        return Ok(None);
+    };
+    if entry.dtype != DType::U8 || entry.shape.len() != 2 || entry.shape[1] != ID_LEN as u64 {
+        return Err(frame_err!(
+            "tensor {table:?} is {} of shape {:?}; expected U8 of shape [segments, {ID_LEN}]",
+            entry.dtype.name(),
+            entry.shape
+        )
+        .field(name));
+    }
+    locate(header, entry).map(Some)
+}
+
+/// Checks that field `name`'s id table at `loc` has one id per segment (`num_segments`).
+pub(crate) fn check_ids_len(loc: &TensorLoc, num_segments: u64, name: &str) -> Result<()> {
+    let rows = loc.shape.first().copied().unwrap_or(0);
+    if rows != num_segments {
+        return Err(frame_err!(
+            "field {name:?}: {} has {rows} ids for {num_segments} segments",
+            names::seg_ids(name)
+        )
+        .field(name));
+    }
+    Ok(())
+}
+
+/// Copies field `name`'s id table out of `buf`, checked: one id per segment, in bounds, and no
+/// id on two segments ([`parse_ids`]).
+pub(crate) fn read_ids(
+    buf: &[u8],
+    loc: &TensorLoc,
+    num_segments: u64,
+    name: &str,
+) -> Result<Vec<SegId>> {
+    check_ids_len(loc, num_segments, name)?;
+    let len = usize::try_from(num_segments)
+        .ok()
+        .and_then(|n| n.checked_mul(ID_LEN))
+        .filter(|&n| n == loc.nbytes)
+        .ok_or_else(|| frame_err!("field {name:?}: id table size overflows").field(name))?;
+    let bytes = buf
+        .get(loc.offset..loc.offset.saturating_add(len))
+        .filter(|b| b.len() == len)
+        .ok_or_else(|| frame_err!("{} lies outside the frame", names::seg_ids(name)).field(name))?;
+    parse_ids(bytes, name)
 }

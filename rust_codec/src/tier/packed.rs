@@ -10,9 +10,10 @@ use crate::encode::input::ResolvedRows;
 use crate::encode::layout::Layout;
 use crate::encode::{FieldData, FieldInput, RowSpan};
 use crate::error::Result;
-use crate::frame::identity::{check_ids_len, hex, locate_ids, table_bytes, SegId, ID_LEN, NO_ID};
+use crate::frame::identity::{hex, table_bytes, SegId, ID_LEN, NO_ID};
 use crate::frame::located::{
-    copy_indices, find, DecodedField, PackedIndex, PackedTables, TensorLoc, Trust,
+    check_ids_len, copy_indices, find, locate_ids, DecodedField, PackedIndex, PackedTables,
+    TensorLoc, Trust,
 };
 use crate::schema::dtype::DType;
 use crate::schema::spec::{names, FieldSpec};
