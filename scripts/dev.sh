@@ -200,9 +200,14 @@ wheel_test() {
   (
     cd "$tmp"
     # pip fetches maturin for the build (build isolation, as for any user); the crate's own
-    # dependencies come from crates.io into cargo's cache.
+    # dependencies come from crates.io into cargo's cache. The crate itself is always rebuilt:
+    # the sdist's files carry one fixed mtime, so cargo would take a cached build of older
+    # sources as fresh (a stale extension once passed the build here); pip's wheel cache is off
+    # for the same reason.
+    rm -rf "$A64_CACHE"/target-sdist/release/.fingerprint/py_wire_codec-* \
+      "$A64_CACHE"/target-sdist/release/deps/*py_wire_codec* "$A64_CACHE"/target-sdist/maturin
     CARGO_TARGET_DIR=$A64_CACHE/target-sdist "$tmp/venv-sdist/bin/python" -m pip install \
-      --quiet "$(artefact .tar.gz)"
+      --quiet --no-cache-dir "$(artefact .tar.gz)"
     "$tmp/venv-sdist/bin/python" "$repo/scripts/wheel_smoke.py" "$tmp/venv-sdist"
   )
 }
