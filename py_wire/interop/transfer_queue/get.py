@@ -61,10 +61,18 @@ def column_frames(value: Any, column: str, keys: Sequence[str]) -> list[Frame]:
         raise prefixed(err, f"keys {list(keys)[:4]}, TQ column {column!r}") from None
     frames = []
     for key, frame in zip(keys, stored, strict=True):
-        if frame.metadata.get(COLUMN_KEY) != column:
-            raise FrameError(
-                f"key {key!r}: the frame in TQ column {column!r} was encoded for column "
-                f"{frame.metadata.get(COLUMN_KEY)!r}"
+        tagged = frame.metadata.get(COLUMN_KEY)
+        if tagged is None and is_write_back(column):
+            # A write-back frame names no column: its fields do (older ones carry the key too).
+            tagged = WRITE_BACK + ",".join(f.name for f in frame.layout.fields)
+        if tagged != column:
+            raise with_context(
+                FrameError(
+                    f"key {key!r}: the frame in TQ column {column!r} was encoded for column "
+                    f"{tagged!r}"
+                ),
+                field=column,
+                found=str(tagged),
             )
         frame.schema = checked_schema(frame)
         frames.append(frame)
