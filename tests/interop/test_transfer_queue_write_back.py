@@ -85,7 +85,7 @@ def test_a_write_back_frame_in_another_columns_place_is_refused(backend: str) ->
 
     value: Any = NonTensorStack(frame) if ptq.stores_frames_as_objects() else frames_column([frame])
     tq.kv_batch_put(keys=["wbc0"], partition_id="wbc", fields=TensorDict({ours: value}, [1]))
-    with pytest.raises(py_wire.FrameError, match="wbc0.*py_wire.fields:advantages.*prev_logp"):
+    with pytest.raises(py_wire.FrameError, match=r"wbc0.*py_wire\.fields:advantages.*prev_logp"):
         ptq.get_frames(["wbc0"], "wbc", [ours])
     with pytest.raises(py_wire.FrameError, match="wbc0"):
         ptq.get(["wbc0"], "wbc", fields=["advantages"])

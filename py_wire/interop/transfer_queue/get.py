@@ -49,6 +49,7 @@ from py_wire.interop.transfer_queue.meta import (
     names,
     refuse_repeats,
     retrieve_meta,
+    selected,
     tq_module,
     with_field,
 )
@@ -84,7 +85,7 @@ def fetch_columns(meta: Any, columns: Sequence[str], keys: Sequence[str]) -> dic
         return {}
     fingerprints = resolve_schemas(meta, keys)
     try:
-        got = tq_module().get_client().get_data(meta.select_fields(list(columns)))
+        got = tq_module().get_client().get_data(selected(meta, columns))
     except Exception as err:
         # RayStore unpickles each Frame inside TQ's get: a compact frame whose schema this
         # process does not hold fails there (its keys' tags named another schema, or none).
@@ -158,7 +159,7 @@ def _learn_schema(fingerprint: str, key: str, holder: Any, partition_id: Any) ->
                 "(clear a group's keys together)"
             )
         else:
-            got = tq_module().get_client().get_data(meta.select_fields([TEXT]))
+            got = tq_module().get_client().get_data(selected(meta, [TEXT]))
             (frame,) = stored_frames(got[TEXT], TEXT, [holder])
             if frame.compact or frame_fingerprint(frame) != fingerprint:
                 problem = (
