@@ -3,15 +3,13 @@
 
 use std::sync::Arc;
 
-use crate::encode::input::SeqOffsets;
+use crate::encode::input::{FieldData, FieldInput, RowItems, RowSpan, RowSpans, SeqOffsets};
 use crate::encode::layout::Layout;
-use crate::encode::{FieldData, FieldInput, RowItems, RowSpan, RowSpans};
 use crate::error::Result;
 use crate::frame::header::Header;
 use crate::frame::located::{
-    expect_shape, DecodedField, PackedIndex, PackedTables, TensorLoc, Trust,
+    expect_shape, DecodedField, PackedIndex, PackedTables, Source, TensorLoc, Trust,
 };
-use crate::ops::Source;
 use crate::schema::spec::FieldSpec;
 use crate::tensor::TensorRef;
 use crate::{frame_err, internal_err};

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
+use crate::encode::input::{FieldData, FieldInput, RowSpans};
 use crate::encode::layout::Layout;
-use crate::encode::{FieldData, FieldInput, RowSpans};
 use crate::error::{Code, Error, Result};
 use crate::schema::spec::FieldSpec;
 use crate::tensor::TensorRef;
