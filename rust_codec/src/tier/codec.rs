@@ -154,6 +154,12 @@ pub(crate) trait TierCodec: Sync {
         batch: &PlanBatch<'_>,
     ) -> Result<()>;
 
+    /// The rows' token offsets, read from the input of `field`, the batch's sequence (its row
+    /// count checked first): `None` for a tier whose rows are not tokens.
+    fn token_offsets(&self, _field: &FieldData<'_>) -> Result<Option<SeqOffsets>> {
+        Ok(None)
+    }
+
     /// The names of the index tensors a frame stores for field `name` besides its values.
     fn tables(&self, _name: &str) -> Vec<String> {
         Vec::new()
