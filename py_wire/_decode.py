@@ -746,7 +746,7 @@ def _check_trainer_options(
     pads: dict[str, Any] = {}
     for key, value in (pad_values or {}).items():
         field = schema.fields.get(key) if isinstance(key, str) else None
-        if field is None or field.tier != "per_token":
+        if field is None or tiers.of(field.tier).items != "tokens":
             raise _native.WireError(
                 f"pad_values: {key!r} is not a per-token field of schema {schema.name!r}"
             )
@@ -848,7 +848,7 @@ def _pad_plan(
     builds: list[Any] = []
     for name in names:
         f = fields[name]
-        if f.tier != "per_token" or (source_dtype and f.stored_dtype != f.dtype):
+        if tiers.of(f.tier).items != "tokens" or (source_dtype and f.stored_dtype != f.dtype):
             continue
         dtype = DTYPES[f.values.dtype]
         asks.append((name, _pad_bytes(pads.get(name, schema.fields[name].pad_value), dtype)))

@@ -72,8 +72,16 @@ class FieldDecoding(Protocol):
         ...
 
 
+#: What one item along a field's values dim 0 is (the codec's ``tier::Items``): a row, a
+#: row's token, or a segment of the field's own index tables.
+Items = Literal["rows", "tokens", "segments"]
+
+
 class TierCodec(Protocol):
     """Everything Python decides by a field's tier, one implementation per tier."""
+
+    #: What one item along the values' dim 0 is (the tier's row fact).
+    items: Items
 
     def input_kind(self, name: str, field: FieldDef, value: Any, lengths: Any) -> InputKind:
         """How ``value`` of field ``name`` is handed to the codec (``lengths``: the batch's

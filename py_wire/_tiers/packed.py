@@ -11,7 +11,7 @@ from py_wire._native import BatchError, FieldLayout
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._rowvalues import decode_rows
 from py_wire._schema import FieldDef
-from py_wire._tiers.codec import FieldDecoding, InputKind, owned
+from py_wire._tiers.codec import FieldDecoding, InputKind, Items, owned
 
 #: A packed field's CSR index tables, as ``FieldLayout`` names them.
 CSR_TABLES = ("seg_shapes", "seg_offsets", "row_offsets", "row_segments")
@@ -19,6 +19,8 @@ CSR_TABLES = ("seg_shapes", "seg_offsets", "row_offsets", "row_segments")
 
 class Packed:
     """0..k segments a row; rows may share segments."""
+
+    items: Items = "segments"
 
     def input_kind(self, name: str, field: FieldDef, value: Any, lengths: Any) -> InputKind:
         if isinstance(value, PackedTensor):

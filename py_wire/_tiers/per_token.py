@@ -12,12 +12,14 @@ from py_wire._dtypes import DTYPES
 from py_wire._jagged import jagged
 from py_wire._native import BatchError, FieldLayout
 from py_wire._schema import FieldDef
-from py_wire._tiers.codec import FieldDecoding, InputKind, owned
+from py_wire._tiers.codec import FieldDecoding, InputKind, Items, owned
 from py_wire._typing import as_jagged
 
 
 class PerToken:
     """One tensor a row whose first dim is the row's sequence length."""
+
+    items: Items = "tokens"
 
     def input_kind(self, name: str, field: FieldDef, value: Any, lengths: Any) -> InputKind:
         if isinstance(value, list | tuple):

@@ -10,11 +10,13 @@ import torch
 
 from py_wire._native import BatchError, FieldLayout
 from py_wire._schema import FieldDef
-from py_wire._tiers.codec import FieldDecoding, InputKind, owned
+from py_wire._tiers.codec import FieldDecoding, InputKind, Items, owned
 
 
 class Scalar:
     """One value of static shape a row."""
+
+    items: Items = "rows"
 
     def input_kind(self, name: str, field: FieldDef, value: Any, lengths: Any) -> InputKind:
         if isinstance(value, torch.Tensor | np.ndarray):

@@ -262,7 +262,9 @@ mod tests {
     use super::*;
     use crate::schema::dtype::DType;
     use crate::schema::spec::Tier;
-    use crate::tier::of;
+    use crate::tier::codec::TierCodec;
+    use crate::tier::packed::Packed;
+    use crate::tier::scalar::Scalar;
 
     fn data<'a>(tier: Tier, input: FieldInput<'a>) -> FieldData<'a> {
         let spec = FieldSpec {
@@ -280,7 +282,7 @@ mod tests {
     fn the_rows_token_offsets_come_from_each_input_kind() {
         let bytes = [0u8; 96];
         let t = |shape: &[u64]| TensorRef::contiguous(DType::I64, shape, &bytes).unwrap();
-        let offsets = |tier, input| of(tier).token_offsets(&data(tier, input));
+        let offsets = |tier, input| PerToken.token_offsets(&data(tier, input));
         let rows = FieldInput::Segments {
             segments: vec![t(&[2]), t(&[0]), t(&[3])],
             row_offsets: vec![0, 1, 2, 3],
@@ -307,9 +309,9 @@ mod tests {
             Ok(Some(SeqOffsets(vec![0, 2, 4])))
         );
         // Rows that are not tokens have none.
-        for tier in [Tier::Scalar, Tier::Packed] {
-            assert_eq!(offsets(tier, FieldInput::Dense(t(&[4]))), Ok(None));
-        }
+        let dense = || data(Tier::Scalar, FieldInput::Dense(t(&[4])));
+        assert_eq!(Scalar.token_offsets(&dense()), Ok(None));
+        assert_eq!(Packed.token_offsets(&dense()), Ok(None));
     }
 
     #[test]
