@@ -21,16 +21,30 @@ InputKind = tuple[str, Any, Any]
 class FieldDecoding(Protocol):
     """What one ``decode`` call offers a tier building a field's value."""
 
-    #: ``decode(layout=)``: ``"nested"`` (None), ``"padded"`` or ``"list"``.
-    layout: Literal["nested", "padded", "list"] | None
-    #: Every returned tensor must be a copy (a private frame's partial decode).
-    clone: bool
-    #: Pad with torch ops where the values lie, as for a device frame, even on the host.
-    torch_padding: bool
-    #: The rows decoded (None: all).
-    window: RowWindow | None
-    #: The decoded rows' token offsets (None: no per-token fields).
-    seq_offsets: torch.Tensor | None
+    @property
+    def layout(self) -> Literal["nested", "padded", "list"] | None:
+        """``decode(layout=)``: ``"nested"`` (None), ``"padded"`` or ``"list"``."""
+        ...
+
+    @property
+    def clone(self) -> bool:
+        """Every returned tensor must be a copy (a private frame's partial decode)."""
+        ...
+
+    @property
+    def torch_padding(self) -> bool:
+        """Pad with torch ops where the values lie, as for a device frame, even on the host."""
+        ...
+
+    @property
+    def window(self) -> RowWindow | None:
+        """The rows decoded (None: all)."""
+        ...
+
+    @property
+    def seq_offsets(self) -> torch.Tensor | None:
+        """The decoded rows' token offsets (None: no per-token fields)."""
+        ...
 
     def own(self, t: torch.Tensor) -> torch.Tensor:
         """A row window's view with a storage of exactly its bytes (other values as they are:
