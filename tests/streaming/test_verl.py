@@ -298,8 +298,12 @@ def test_a_rollouter_in_another_process_feeds_the_trainer_here(
     base["name"] = f"verl/text-{uuid.uuid4().hex[:8]}"
     client = VerlQueueClient(make(verl_stream_config(CONFIG)), CONFIG, Schema.from_dict(base))
     assert ray.get(_rollouter_elsewhere.remote(client, [0, 1])) == [True, True]
-    got = [ray.cloudpickle.loads(client.get_sample_sync()[0]) for _ in range(2)]
+    handed = [client.get_sample_sync()[0] for _ in range(2)]
+    got = [ray.cloudpickle.loads(h) for h in handed]
     assert sorted(s.sample_id for s in got) == ["sample_0_0", "sample_0_1"]
+    # What get_sample hands out is the sample waiting in this process: it loads once.
+    with pytest.raises(StreamError, match="it loads once, in the process that got it"):
+        ray.cloudpickle.loads(handed[0])
     want = generated(1, 0)
     one = next(s for s in got if s.sample_id == "sample_0_1").full_batch
     assert torch.equal(one.batch["input_ids"], want.batch["input_ids"])
