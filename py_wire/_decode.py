@@ -11,6 +11,7 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -94,8 +95,13 @@ class FrameViews:
         self.array = self.base.numpy()
         self.own = StorageSlicer(self.base)
         self.fields = {f.name: f for f in self.layout.fields}
+
+    @cached_property
+    def seq_offsets(self) -> torch.Tensor | None:
+        """The sequence offsets table (None: no per-token fields), built on first use: a padded
+        decode pads from the frame's own table, in the codec."""
         seq = self.layout.seq_offsets
-        self.seq_offsets = self.view(seq) if seq is not None else None
+        return self.view(seq) if seq is not None else None
 
     def view(self, loc: TensorLoc) -> torch.Tensor:
         """An index table (host memory)."""
@@ -485,7 +491,7 @@ class _Selection:
 
     keep: set[str] | None
     window: RowWindow | None
-    seq_offsets: torch.Tensor | None
+    views: FrameViews
     num_rows: int
 
     @staticmethod
@@ -493,8 +499,15 @@ class _Selection:
         frame = views.frame
         window = None if rows is None else RowWindow(views.seq_offsets, frame.num_rows, rows)
         if window is None:
-            return _Selection(keep, None, views.seq_offsets, frame.num_rows)
-        return _Selection(keep, window, window.seq_offsets, window.num_rows)
+            return _Selection(keep, None, views, frame.num_rows)
+        return _Selection(keep, window, views, window.num_rows)
+
+    @property
+    def seq_offsets(self) -> torch.Tensor | None:
+        """The selected rows' sequence offsets (the window's, rebased)."""
+        if self.window is not None:
+            return self.window.seq_offsets
+        return self.views.seq_offsets
 
     def keeps(self, name: str) -> bool:
         return self.keep is None or name in self.keep
@@ -510,7 +523,7 @@ class _FieldDecoder:
         self.views = views
         self.schema = schema
         self.window = selection.window
-        self.seq_offsets = selection.seq_offsets
+        self.selection = selection
         self.options = options
         self.device = views.payload.device
         self.seq_lengths: torch.Tensor | None = None
@@ -523,6 +536,10 @@ class _FieldDecoder:
         self.padded: dict[str, torch.Tensor] = {}
         #: Each token's cell in the padded layout, where the values lie (torch padding).
         self.cells: torch.Tensor | None = None
+
+    @property
+    def seq_offsets(self) -> torch.Tensor | None:
+        return self.selection.seq_offsets
 
     def pad_all(self, names: list[str]) -> None:
         """The per-token fields among ``names`` (those decoded as stored) padded in one codec
