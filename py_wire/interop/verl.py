@@ -149,12 +149,6 @@ def _parts(data: Any) -> tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str
     return tensors, {k: v for k, v in data.items() if k not in tensors}, {}
 
 
-def _jagged(flat: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
-    torch.cumsum(lengths, 0, out=offsets[1:])
-    return torch.nested.nested_tensor_from_jagged(flat, offsets=offsets)
-
-
 def _split(flat: torch.Tensor, lengths: list[int], dim: int = 0) -> list[torch.Tensor]:
     return list(torch.split(flat, lengths, dim=dim))
 
@@ -183,6 +177,16 @@ def to_frame(
     padded tensor was padded with (when its padding holds one value), ``meta_info`` as JSON
     (refused, naming the key, when it would not come back equal, unless ``drop_meta_info``)."""
     sch = load_schema(schema)
+    out, metadata = _inputs(data, sch, drop_meta_info=drop_meta_info)
+    return encode(out, sch, stage=stage, metadata=metadata)
+
+
+def _inputs(
+    data: Any, sch: Schema, *, drop_meta_info: bool = False
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """What :func:`to_frame` encodes: the schema's fields of ``data`` and the ``verl.*``
+    metadata that rebuilds its shapes (for a caller that adds fields of its own before the one
+    encode)."""
     batch, non_tensor, meta = _parts(data)
     unknown = [
         f"batch[{k!r}]" for k in _keys(batch) if k not in sch.fields and k not in DERIVED_KEYS
@@ -232,7 +236,7 @@ def to_frame(
     metadata[META_KEYS["non_tensor"]] = json.dumps(carried)
     if meta and not drop_meta_info:
         metadata[META_KEYS["meta_info"]] = _meta_json(meta)
-    return encode(out, sch, stage=stage, metadata=metadata)
+    return out, metadata
 
 
 def _undeclared(key: str, sch: Schema) -> bool:
@@ -391,7 +395,7 @@ def _tensor_fields(
             kind="rank",
         )
     b, total = mask.shape
-    lengths = mask.sum(1)
+    row_lengths = mask.sum(1).tolist()
     responses = batch["responses"] if "responses" in keys else None
     r_len = 0 if responses is None else int(responses.shape[1])
     if r_len > total:
@@ -402,6 +406,7 @@ def _tensor_fields(
         )
     resp_mask = mask[:, total - r_len :]
     r_lengths = resp_mask.sum(1).tolist()
+    tokens, answer = _Cells(mask), _Cells(resp_mask)
     prompts = batch["prompts"] if "prompts" in keys else None
     if prompts is not None and not torch.equal(prompts, batch["input_ids"][:, : total - r_len]):
         raise _err(
@@ -419,11 +424,13 @@ def _tensor_fields(
         field = sch.fields[key]
         if field.tier == "per_token":
             _check_shape(key, value, (b, total))
-            out[key] = _jagged(value[mask], lengths)
+            # Each row a view of the masked values (a list: cheaper to build and to encode
+            # than a jagged nested tensor, and the same frame).
+            out[key] = _split(tokens.on(value), row_lengths)
             if key != "position_ids":  # from_frame rebuilds text positions by verl's rule
-                _record_pad(pads, key, value[~mask])
+                _record_pad(pads, key, tokens.off(value))
         elif key == "position_ids":
-            out[key] = _position_rows(value, mask, lengths.tolist(), field)
+            out[key] = _position_rows(value, mask, row_lengths, field)
         elif field.tier == "packed":
             if key not in RESPONSE_KEYS:
                 raise _err(
@@ -433,12 +440,41 @@ def _tensor_fields(
                     field=key,
                 )
             _check_shape(key, value, (b, r_len))
-            out[key] = _split(value[resp_mask], r_lengths)
-            _record_pad(pads, key, value[~resp_mask])
+            out[key] = _split(answer.on(value), r_lengths)
+            _record_pad(pads, key, answer.off(value))
         else:
             out[key] = value
     metadata[META_KEYS["pad_values"]] = json.dumps(pads, sort_keys=True, separators=(",", ":"))
     return out
+
+
+class _Cells:
+    """The cells a ``[B, W]`` mask marks (and those it does not), as flat indices found once:
+    cutting each tensor by them costs a tenth of indexing it by the boolean mask."""
+
+    def __init__(self, mask: torch.Tensor) -> None:
+        self.shape = tuple(mask.shape)
+        self.mask = mask.reshape(-1)
+        self.marked = self.mask.nonzero().squeeze(1)
+        self.unmarked: torch.Tensor | None = None
+
+    @staticmethod
+    def _flat(value: torch.Tensor) -> torch.Tensor:
+        return value.reshape(-1, *value.shape[2:])
+
+    def on(self, value: torch.Tensor) -> torch.Tensor:
+        """``value[mask]``."""
+        return self._flat(value).index_select(0, self.marked)
+
+    def off(self, value: torch.Tensor) -> torch.Tensor:
+        """``value[~mask]``."""
+        if self.unmarked is None:
+            self.unmarked = (~self.mask).nonzero().squeeze(1)
+        return self._flat(value).index_select(0, self.unmarked)
+
+    def scatter(self, full: torch.Tensor, values: torch.Tensor) -> None:
+        """``full[mask] = values``."""
+        self._flat(full).index_copy_(0, self.marked, values.reshape(-1, *full.shape[2:]))
 
 
 def _record_pad(pads: dict[str, int | float | bool], key: str, cells: torch.Tensor) -> None:
@@ -528,15 +564,32 @@ def from_frame(
     if pad_token_id is not None:
         record.pads.update(dict.fromkeys(TOKEN_KEYS, pad_token_id))
     fields = decode(frame, stage=stage, writable=writable)
+    return _dataproto(
+        fields,
+        sch,
+        record,
+        (prompt_length, response_length),
+        dict(meta_info) if meta_info is not None else record.meta_info,
+    )
+
+
+def _dataproto(
+    fields: dict[str, Any],
+    sch: Schema,
+    record: _Record,
+    widths: tuple[int | None, int | None],
+    meta: dict[str, Any],
+) -> Any:
+    """:func:`from_frame`'s result from a frame's decoded ``fields`` and its ``record``;
+    ``widths``: the prompt and response widths asked for (None: the recorded ones)."""
     batch, non_tensor = _to_verl(
         fields,
         sch,
         record,
-        prompt_length if prompt_length is not None else record.prompt_length,
-        response_length if response_length is not None else record.response_length,
-        strict=(prompt_length is not None, response_length is not None),
+        widths[0] if widths[0] is not None else record.prompt_length,
+        widths[1] if widths[1] is not None else record.response_length,
+        strict=(widths[0] is not None, widths[1] is not None),
     )
-    meta = dict(meta_info) if meta_info is not None else record.meta_info
     cls: Any = dataproto_class()
     if cls is None:
         return {"batch": batch, "non_tensor_batch": non_tensor, "meta_info": meta}
@@ -561,10 +614,12 @@ class _Record:
         self.frame_nbytes = 0
 
     @classmethod
-    def read(cls, frame: Frame, sch: Schema) -> _Record:
+    def read(cls, frame: Frame, sch: Schema, meta: Mapping[str, str] | None = None) -> _Record:
+        """``frame``'s record, from its metadata or ``meta`` (a record kept apart from the
+        frame's metadata, e.g. by a stream whose frames share one metadata)."""
         record = cls()
         record.frame_nbytes = len(frame)
-        meta = frame.metadata
+        meta = frame.metadata if meta is None else meta
         for attr in ("prompt_length", "response_length"):
             key = META_KEYS[attr]
             if key in meta:
@@ -682,6 +737,7 @@ def _to_verl(
     cols = torch.arange(big_p + big_r)
     mask = (cols >= big_p - p[:, None]) & (cols < big_p + r[:, None])
     resp_mask = mask[:, big_p:]
+    tokens, answer = _Cells(mask), _Cells(resp_mask)
     batch: dict[str, torch.Tensor] = {}
     non_tensor: dict[str, np.ndarray] = {}
     media: dict[str, PackedTensor] = {}
@@ -697,7 +753,7 @@ def _to_verl(
         elif isinstance(value, PackedTensor) and name == "position_ids":
             batch[name] = _mrope(value, mask, tuple(field.shape), lengths)
         elif isinstance(value, PackedTensor) and name in RESPONSE_KEYS:
-            batch[name] = _response_tensor(name, value, r, resp_mask, pad, DTYPES[field.dtype])
+            batch[name] = _response_tensor(name, value, r, answer, pad, DTYPES[field.dtype])
         elif isinstance(value, PackedTensor):
             media[name] = value
         elif isinstance(value, torch.Tensor) and value.is_nested:
@@ -706,7 +762,7 @@ def _to_verl(
                 full = torch.clamp(torch.cumsum(mask.long(), 1) - 1, min=0).to(flat.dtype)
             else:
                 full = torch.full((b, big_p + big_r), pad, dtype=flat.dtype)
-            full[mask] = flat
+            tokens.scatter(full, flat)
             batch[name] = full
         else:
             batch[name] = value
@@ -721,7 +777,7 @@ def _response_tensor(
     name: str,
     value: PackedTensor,
     r: torch.Tensor,
-    resp_mask: torch.Tensor,
+    answer: _Cells,
     pad: int | float | bool,
     dtype: torch.dtype,
 ) -> torch.Tensor:
@@ -737,9 +793,9 @@ def _response_tensor(
             found=int(got[row]),
         )
     flat = value.as_tensor()
-    full = torch.full(tuple(resp_mask.shape), pad, dtype=dtype if flat is None else flat.dtype)
+    full = torch.full(answer.shape, pad, dtype=dtype if flat is None else flat.dtype)
     if flat is not None:
-        full[resp_mask] = flat.reshape(-1)
+        answer.scatter(full, flat)
     return full
 
 

@@ -12,6 +12,7 @@ from py_wire._decode import checked_schema
 from py_wire._native import Frame
 from py_wire._ops import concat
 from py_wire.streaming import _checks
+from py_wire.streaming._errors import StreamError
 
 #: The metadata key a producer's frames carry their policy version in; concatenated per row
 #: into the schema field of the same name.
@@ -25,6 +26,18 @@ def carries_versions(frame: Frame) -> bool:
     declares a ``policy_version`` field): only then may one step join groups of several
     versions. The buffers ask it once, of a stream's first frame, to choose one-version steps."""
     return VERSION_KEY in checked_schema(frame).fields
+
+
+def stated_version(frame: Frame) -> int:
+    """The policy version ``frame``'s metadata states (a :class:`StreamError` naming the key
+    when it states none): what a group put without a reservation is recorded at."""
+    meta = frame.metadata.get(VERSION_KEY)
+    if meta is None or not (meta.isascii() and meta.isdigit()):
+        raise StreamError(
+            f"frame: its metadata {VERSION_KEY}={meta!r} is no version >= 0: a group put "
+            "without a reservation is recorded at the version it states"
+        )
+    return int(meta)
 
 
 def step_frame(groups: list[Frame]) -> Frame:
@@ -77,6 +90,11 @@ class Stream(Protocol):
         self, gid: str, frame: Frame, timeout_s: float | None = None, *, sample: int | None = None
     ) -> None:
         """Stores reserved group ``gid``'s frame (or its sample ``sample``)."""
+        ...
+
+    def reserve_and_put(self, frame: Frame, timeout_s: float | None = None) -> tuple[str, int]:
+        """A slot and the put of a group generated already, at the version its frame's
+        ``policy_version`` metadata states: the group's id and version."""
         ...
 
     def take(self, ranks: int = 1, timeout_s: float = 600.0, lease_s: float | None = None) -> Step:

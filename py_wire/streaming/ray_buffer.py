@@ -7,7 +7,9 @@ actor's node for as long as the buffer holds the group, and hands the same ref t
 So a group is copied into the store once, and still outlives the producer that put it: Ray
 frees an object with its owner (Ray 2.56 removed ``ray.put(..., _owner=)``), but not while a
 reader holds it. Should a trainer on another node find the object gone with its owner, the
-actor stores its pinned frame anew, owned by the actor, and the trainer fetches that.
+actor stores its pinned frame anew, owned by the actor, and the trainer fetches that. A small
+frame (:data:`INLINE_BYTES`) rides inside the actor call instead, is kept by the actor and
+handed back inside the take's answer: one call, no ``ray.put``.
 A group becomes visible only when :meth:`RayBuffer.put` commits it, whole: a producer that dies
 before that leaves nothing, and its reservation lapses. A consumer's groups are leased: they
 come back for another consumer when it does not :meth:`ack` them in time. Producers waiting
@@ -52,6 +54,7 @@ from py_wire.streaming._step import (
     VERSION_KEY,
     Step,
     carries_versions,
+    stated_version,
     step_frame,
 )
 
@@ -152,11 +155,38 @@ class _Buffer:
         self._expire()
         return admits(self._open(), self.stored_bytes, 0, self.config)
 
-    def put(self, gid: str, frame: Frame, tokens: int, ref: Any = None) -> str | None:
+    def reserve_and_put(
+        self, version: int, frame: Frame, tokens: int, ref: Any = None, inline: bool = False
+    ) -> tuple[str, int] | str:
+        """A slot and the commit of its group's frame (generated already, at ``version``) at
+        once: the group's id and version, or why it must wait (the window, the byte budget;
+        nothing is reserved then). A version past the bound, a frame of another schema or
+        metadata: refused, as :meth:`reserve` and :meth:`put` refuse them."""
+        version = _checks.version("version", version)
+        self._expire()
+        if is_stale(version, self.trainer_version, self.config.max_staleness):
+            self.reserve(version)  # raises, with reserve's words
+        what = "reserve_and_put"
+        self._same_schema(frame, what)
+        self.metadata = same_metadata(self.metadata, frame.metadata, version, what)
+        reason = admits(self._open(), self.stored_bytes, 0, self.config) or admits(
+            self._open(), self.stored_bytes, frame.nbytes, self.config
+        )
+        if reason is not None:
+            return reason
+        slot = self.reserve(version)
+        assert slot is not None  # admitted just above, in the same actor turn
+        self.put(slot[0], frame, tokens, ref, inline)
+        return slot
+
+    def put(
+        self, gid: str, frame: Frame, tokens: int, ref: Any = None, inline: bool = False
+    ) -> str | None:
         """Commits reserved group ``gid``'s frame; None when it went in, else why it must wait
         (the byte budget). Raises if the reservation lapsed. ``ref``: the object the frame
-        was read from (a producer's ``ray.put``), handed to the trainer as it is; else the
-        frame is stored (in the object store, in the actor)."""
+        was read from (a producer's ``ray.put``), handed to the trainer as it is; ``inline``:
+        a small frame that came inside the call, kept here and handed to the trainer inside
+        the take's answer; else the frame is stored (in the object store, in the actor)."""
         nbytes = frame.nbytes
         self._expire()
         group = self.groups.get(gid)
@@ -177,6 +207,8 @@ class _Buffer:
         group.ready, group.tokens, group.nbytes = True, tokens, nbytes
         if ref is not None:
             self.refs[gid], self.pinned[gid] = ref, frame
+        elif inline:
+            self.refs[gid] = frame
         else:
             self.refs[gid] = self._store(frame)
         self.stored_bytes += nbytes
@@ -436,10 +468,25 @@ class _BufferActor:
         """None once the group is committed; else (after ``wait_s``) why not. ``refs``: the
         producer's object of the frame (in a list, so Ray hands the ref over, not the frame).
         Reading it pins the object in this node's store for as long as the buffer holds the
-        frame, so the group outlives its producer without a copy of its own."""
-        frame = await refs[0]
+        frame, so the group outlives its producer without a copy of its own. A small frame
+        comes inside the call instead (``refs`` holds the frame): kept here."""
+        frame, ref = await _arrived(refs[0])
         return await self._attempt(
-            lambda: self.state.put(gid, frame, tokens, ref=refs[0]), lambda o: o is None, wait_s
+            lambda: self.state.put(gid, frame, tokens, ref=ref, inline=ref is None),
+            lambda o: o is None,
+            wait_s,
+        )
+
+    async def reserve_and_put(
+        self, version: int, refs: list[Any], tokens: int, wait_s: float
+    ) -> tuple[str, int] | str:
+        """:meth:`_Buffer.reserve_and_put`, waiting for a slot and the byte budget; ``refs``
+        as :meth:`put` takes it."""
+        frame, ref = await _arrived(refs[0])
+        return await self._attempt(
+            lambda: self.state.reserve_and_put(version, frame, tokens, ref, ref is None),
+            lambda o: not isinstance(o, str),
+            wait_s,
         )
 
     async def rehome(self, lease: str) -> dict[str, Any]:
@@ -470,6 +517,14 @@ class _BufferActor:
 
     async def stats(self) -> dict[str, Any]:
         return dict(await self._attempt(self.state.stats, lambda o: True, 0.0))
+
+
+async def _arrived(sent: Any) -> tuple[Frame, Any]:
+    """A frame a producer sent (inside the call, or as its object's ref) and that ref."""
+    if isinstance(sent, Frame):
+        return sent, None
+    frame: Frame = await sent
+    return frame, sent
 
 
 class RayBuffer:
@@ -640,17 +695,34 @@ class RayBuffer:
             index = _checks.whole("sample", sample, maximum=MAX_SAMPLES - 1)
             self._put_sample(gid, frame, index, timeout_s)
             return
-        import ray
-
-        # The frame goes into the object store once, by this process; one actor call commits
-        # it (over the byte budget it waits in the actor until acks make room).
+        # The frame goes into the object store once, by this process (a small one inside the
+        # call); one actor call commits it (over the byte budget it waits in the actor until
+        # acks make room).
         self._wait(
             "put",
-            (gid, [ray.put(frame)], _tokens(frame)),
+            (gid, [_sent(frame)], _tokens(frame)),
             lambda reason: reason is None,
             timeout_s or self.config.admission_timeout_s,
             f"put group {gid}",
         )
+
+    def reserve_and_put(self, frame: Frame, timeout_s: float | None = None) -> tuple[str, int]:
+        """A slot and the put of a group generated already (a verl sample, put as it
+        finishes), in one actor call: waits for a slot and for the byte budget, then commits
+        ``frame`` at the version its ``policy_version`` metadata states, which it must. Returns
+        the group's id and version. Refused as :meth:`reserve` and :meth:`put` refuse: a
+        version past the staleness bound, a frame of another schema or metadata."""
+        frame = _checks.frame("frame", frame)
+        timeout_s = _checks.optional_seconds("timeout_s", timeout_s)
+        version = stated_version(frame)
+        gid, got = self._wait(
+            "reserve_and_put",
+            (version, [_sent(frame)], _tokens(frame)),
+            lambda out: not isinstance(out, str),
+            timeout_s or self.config.admission_timeout_s,
+            "reserve_and_put",
+        )
+        return str(gid), int(got)
 
     def _put_sample(self, gid: str, frame: Frame, index: int, timeout_s: float | None) -> None:
         text, media, digest = _samples.split(frame)
@@ -718,20 +790,27 @@ class RayBuffer:
         """Each rank's step frame of its leased ``parts``."""
         import ray
 
-        # Every group put whole is fetched in one ray.get: one round trip for the step.
+        # Every group put whole is fetched in one ray.get: one round trip for the step. Small
+        # frames came inside the take's answer.
         whole = [
             (gid, stored[0])
             for part in parts
             for gid, _, stored in part
-            if isinstance(stored, list)
+            if isinstance(stored, list) and not isinstance(stored[0], Frame)
         ]
         try:
-            fetched = iter(_fetch([ref for _, ref in whole]))
+            refs = iter(_fetch([ref for _, ref in whole]))
         except ray.exceptions.ObjectLostError:
             # A producer died and Ray could not serve its object here: the buffer stores the
             # frames it pinned anew, under its own name.
             rehomed = self._call("rehome", lease)
-            fetched = iter(_fetch([rehomed.get(gid, ref) for gid, ref in whole]))
+            refs = iter(_fetch([rehomed.get(gid, ref) for gid, ref in whole]))
+        fetched = (
+            stored[0] if isinstance(stored[0], Frame) else next(refs)
+            for part in parts
+            for _, _, stored in part
+            if isinstance(stored, list)
+        )
         frames: list[Frame | None] = []
         for part in parts:
             if not part:
@@ -787,6 +866,23 @@ def _assembled(version: int, stored: Any) -> Frame:
     by_digest = dict(zip(media, got[len(texts) :], strict=True))
     metadata = {**metadata, VERSION_KEY: str(version)}
     return _samples.assemble(got[: len(texts)], digests, by_digest, metadata)
+
+
+#: The largest frame sent inside an actor call rather than put in the object store first:
+#: Ray's own limit for arguments it carries inline (``max_direct_call_object_size``, 100 KiB),
+#: less room for the call's other arguments. A small frame then costs one call, not a
+#: ``ray.put`` and a call.
+INLINE_BYTES = 96 * 1024
+
+
+def _sent(frame: Frame) -> Any:
+    """What a producer sends the actor for ``frame``: the frame itself when small, else its
+    object in the store (put once, by this process)."""
+    if frame.nbytes <= INLINE_BYTES:
+        return frame
+    import ray
+
+    return ray.put(frame)
 
 
 def _tokens(frame: Frame) -> int:

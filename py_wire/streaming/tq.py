@@ -69,6 +69,7 @@ from py_wire.streaming._step import (
     VERSION_KEY,
     Step,
     carries_versions,
+    stated_version,
     step_frame,
 )
 
@@ -493,11 +494,35 @@ class TQStream:
         return open_groups, stored
 
     def stats(self) -> dict[str, Any]:
-        """This partition's counts, kept by the sampler in TQ's controller (``delivered``,
-        ``acked``, ``dropped_stale``, ``lease_returns``), its open groups and stored bytes."""
-        counts = _in_controller(_sampler_counts, self.partition_id)
-        open_groups, stored = self._open()
-        return {**dict(counts), "open_groups": open_groups, "stored_bytes": stored}
+        """This partition's counts: those the sampler in TQ's controller keeps
+        (``delivered``, ``acked``, ``dropped_stale``, ``lease_returns``), and those its keys
+        give (``stored``: groups committed, those still held and those acked or dropped;
+        ``abandoned``: reservations that lapsed before their put; ``reserved``: every
+        reservation, those two and the ones still open), as ``RayBuffer`` counts them; its
+        open groups and stored bytes."""
+        counts = dict(_in_controller(_sampler_counts, self.partition_id))
+        listed = self._listed()  # after the counts: a group acked in between counts in neither
+        open_groups, stored_bytes = self._open(listed=listed)
+        now = time.time()
+        samples_in: dict[str, int] = {}
+        for tags in listed.values():
+            if tags.get("state") == "sample":
+                group = str(tags.get("group"))
+                samples_in[group] = samples_in.get(group, 0) + 1
+        held = pending = abandoned = 0
+        for key, tags in listed.items():
+            state = tags.get("state")
+            if VERSION_KEY not in tags or state == DROPPED or str(key).startswith(SCHEMA_KEY):
+                continue
+            if state == "stored" or samples_in.get(str(key), -1) >= int(tags.get("samples", 0)):
+                held += 1
+            elif now - float(tags.get("at", 0)) > self.config.reservation_s:
+                abandoned += 1
+            else:
+                pending += 1
+        stored = held + counts["acked"] + counts["dropped_stale"]
+        counts.update(stored=stored, abandoned=abandoned, reserved=stored + abandoned + pending)
+        return {**counts, "open_groups": open_groups, "stored_bytes": stored_bytes}
 
     def _reservation(
         self, listed: Mapping[str, Mapping[str, Any]], key: str, samples: bool
@@ -1031,28 +1056,41 @@ class TQBuffer:
         else:
             self.stream.put_sample(gid, sample, frame, version, timeout_s)
 
+    def reserve_and_put(self, frame: Frame, timeout_s: float | None = None) -> tuple[str, int]:
+        """As :meth:`RayBuffer.reserve_and_put
+        <py_wire.streaming.RayBuffer.reserve_and_put>`: a slot (a new TQ key) and the put of
+        ``frame``, at the version its ``policy_version`` metadata states."""
+        frame = _checks.frame("frame", frame)
+        timeout_s = _checks.optional_seconds("timeout_s", timeout_s)
+        gid, version = self.reserve(stated_version(frame), timeout_s)
+        try:
+            self.put(gid, frame, timeout_s)
+        except BaseException:
+            # Refused (another schema or metadata) or timed out: the slot goes back now.
+            _tq().kv_clear(keys=[gid], partition_id=self.partition_id)
+            raise
+        return gid, version
+
     def take(self, ranks: int = 1, timeout_s: float = 600.0, lease_s: float | None = None) -> Step:
         """As :meth:`RayBuffer.take <py_wire.streaming.RayBuffer.take>`: the next step's
-        groups, leased, balanced across ``ranks`` (``ranks`` at most ``batch_groups``: every
-        rank gets a group)."""
+        groups, leased, balanced across ``ranks``; with more ranks than ``batch_groups``, the
+        ranks past them get no group (a None frame), as on Ray."""
         ranks = _checks.ranks("ranks", ranks)
         timeout_s = _checks.seconds("timeout_s", timeout_s)
         lease_s = _checks.optional_seconds("lease_s", lease_s)
-        if ranks > self.config.batch_groups:
-            raise StreamError(
-                f"ranks ({ranks}) must be at most batch_groups ({self.config.batch_groups}) "
-                "on TransferQueue: a rank of a step gets whole groups, at least one"
-            )
+        # The sampler balances whole groups: each of the first batch_groups ranks gets one
+        # at least, the rest none (RayBuffer's balance gives the same shares).
+        served = min(ranks, self.config.batch_groups)
         batch = secrets.randbits(62)
         deadline = time.monotonic() + timeout_s
         metas: list[Any] = []
         frames: list[Frame | None] = []
         waited = 0.0
         try:
-            for rank in range(ranks):
+            for rank in range(served):
                 left = max(deadline - time.monotonic(), 1e-3)
                 meta, got = self.stream.take(
-                    self._trainer_version, batch, rank, ranks, left, lease_s=lease_s
+                    self._trainer_version, batch, rank, served, left, lease_s=lease_s
                 )
                 metas.append(meta)
                 frames.append(got)
@@ -1065,11 +1103,12 @@ class TQBuffer:
         self._steps[lease] = metas
         if len(self._steps) > MAX_STEPS:
             self._steps.pop(next(iter(self._steps)))
+        idle = ranks - served
         return Step(
             lease,
-            frames,
-            [groups_of(meta) for meta in metas],
-            [versions_of(meta) for meta in metas],
+            frames + [None] * idle,
+            [groups_of(meta) for meta in metas] + [[] for _ in range(idle)],
+            [versions_of(meta) for meta in metas] + [[] for _ in range(idle)],
             waited,
             handle=metas,
         )

@@ -3,20 +3,26 @@ verl 0.9.1's ``MessageQueueClient`` (``verl/experimental/fully_async_policy/mess
 so verl's ``FullyAsyncRollouter`` and ``FullyAsyncTrainer`` run on it unchanged, given it in
 place of the client ``fully_async_main.py`` builds::
 
-    stream = RayBuffer(verl_stream_config(config))
+    stream = RayBuffer(verl_stream_config(config))  # or TQBuffer(verl_stream_config(config))
     client = VerlQueueClient(stream, config)  # was: MessageQueueClient(MessageQueue.remote(...))
 
 What changes against verl's queue:
 
 - **The sample travels as a frame.** verl's rollouter hands ``put_sample`` a cloudpickled
-  ``RolloutSample``; the client reads it, encodes its ``DataProto`` with the verl adapter
-  (:func:`py_wire.interop.verl.to_frame`, the client's schema) and puts that frame in the stream
-  (Ray's object store once, zero-copy to the trainer). The sample's small fields (``sample_id``,
-  ``epoch``, ``rollout_status``), the ``DataProto``'s ``meta_info`` and the adapter's record
-  (padded widths, pad values) ride in the frame too, in one JSON field
-  (:data:`SAMPLE_FIELD`, stored once per sample). ``get_sample`` returns what verl's trainer
-  reads back with ``ray.cloudpickle.loads``: a pickle of the frame (its bytes in-band, one
-  copy), which rebuilds the ``RolloutSample`` with :func:`py_wire.interop.verl.from_frame`.
+  ``RolloutSample``; the client reads it, encodes its ``DataProto`` once with the verl adapter
+  (the fields :func:`py_wire.interop.verl.to_frame` encodes, the client's schema; compact after
+  the process's first sample) and puts that frame in the stream with one call
+  (:meth:`~py_wire.streaming.Stream.reserve_and_put`: a slot and the commit). The sample's
+  small fields (``sample_id``, ``epoch``, ``rollout_status``), the ``DataProto``'s
+  ``meta_info`` and the adapter's record (padded widths, pad values) ride in the frame too, in
+  one JSON field (:data:`SAMPLE_FIELD`, stored once per sample).
+- **A step is rebuilt at once.** ``get_sample`` takes a whole step (``required_samples``
+  samples, joined into one frame by the stream), decodes it once and rebuilds its samples with
+  :func:`rollout_samples` (one ``DataProto`` per run of samples with the same record, cut into
+  each sample's own tensors). What it returns is what verl's trainer reads back with
+  ``ray.cloudpickle.loads``: a small pickle that loads as the rebuilt ``RolloutSample``, held
+  in this process until then (it loads once, in the process that got it, as verl's trainer
+  does; ``pickled=False`` hands out the object itself).
 - **A full queue holds the producer back** instead of dropping the oldest sample: at most the
   stream's window (``(k + 1) * batch_groups``) samples are open at once, and ``put_sample``
   waits for a slot.
@@ -41,7 +47,9 @@ import collections
 import dataclasses
 import json
 import math
+import os
 import pickle
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,7 +58,8 @@ import numpy as np
 from py_wire._decode import checked_schema, decode
 from py_wire._encode import encode
 from py_wire._native import Frame
-from py_wire._schema import Schema, load_schema
+from py_wire._ops import split
+from py_wire._schema import Schema, hold_schema, load_schema
 from py_wire.interop import verl as _verl
 from py_wire.streaming._errors import AdmissionTimeout, StreamError
 from py_wire.streaming._policy import StreamConfig
@@ -85,7 +94,6 @@ _EXTRA_FIELDS = {
         "description": "The policy version of the row's sample, filled when a step joins samples.",
     },
 }
-_BY_FINGERPRINT: dict[str, Schema] = {}
 
 
 def sample_schema(schema: Schema | str = "verl/text") -> Schema:
@@ -102,21 +110,7 @@ def sample_schema(schema: Schema | str = "verl/text") -> Schema:
     data["name"] = base.name + _SUFFIX
     data["fields"].update(_EXTRA_FIELDS)
     ext = Schema.from_dict(data)
-    _BY_FINGERPRINT[ext.fingerprint] = base
     return ext
-
-
-def _base_schema(ext: Schema) -> Schema:
-    base = _BY_FINGERPRINT.get(ext.fingerprint)
-    if base is None:
-        if not ext.name.endswith(_SUFFIX):
-            raise StreamError(f"a sample frame has schema {ext.name!r}, not one of sample_schema")
-        data = json.loads(ext.canonical_json)
-        for name in _EXTRA_FIELDS:
-            data["fields"].pop(name, None)
-        data["name"] = ext.name[: -len(_SUFFIX)]
-        base = _BY_FINGERPRINT[ext.fingerprint] = Schema.from_dict(data)
-    return base
 
 
 def _async_training(config: Any) -> tuple[int, int, float]:
@@ -184,10 +178,14 @@ class _Control:
         return self.validate.popleft() if self.validate else None
 
 
+#: The verbs of the streaming contract the client calls.
+_VERBS = ("reserve", "put", "reserve_and_put", "take", "ack", "release", "stats")
+
+
 class VerlQueueClient:
     """verl 0.9.1's ``MessageQueueClient`` over a py_wire :class:`~py_wire.streaming.Stream`
-    (see the module docstring). ``stream``: a :class:`~py_wire.streaming.RayBuffer` built
-    with :func:`verl_stream_config`
+    (see the module docstring). ``stream``: a :class:`~py_wire.streaming.RayBuffer` or
+    :class:`~py_wire.streaming.tq.TQBuffer` built with :func:`verl_stream_config`
     (``batch_groups`` must be verl's ``required_samples``); ``config``: verl's config;
     ``schema``: the verl adapter schema a sample's ``DataProto`` is encoded with (one that
     ``extends`` ``verl/text`` or ``verl/qwen2_5_vl`` for a reward function's own keys);
@@ -214,15 +212,9 @@ class VerlQueueClient:
     ) -> None:
         import ray
 
-        from py_wire.streaming.ray_buffer import RayBuffer
-
-        if not isinstance(stream, RayBuffer):
-            # verl's queue sizes come from the stream's counts of stored and acked groups,
-            # which TQBuffer reports as 0 (no one process sees every put).
+        if not all(callable(getattr(stream, verb, None)) for verb in _VERBS):
             raise StreamError(
-                f"stream: a RayBuffer, not {type(stream).__name__} (the client reads verl's "
-                "queue size from the stream's stored and acked counts, which only RayBuffer "
-                "keeps)"
+                f"stream: a py_wire Stream (RayBuffer, TQBuffer), not {type(stream).__name__}"
             )
         self.required, self.sync_steps, _ = _async_training(config)
         stream_config = getattr(stream, "config", None)
@@ -239,8 +231,8 @@ class VerlQueueClient:
         if not isinstance(trainer_version, int) or trainer_version < 0:
             raise StreamError(f"trainer_version must be an int >= 0, not {trainer_version!r}")
         self.stream = stream
-        self.schema = sample_schema(schema)
-        self.base = load_schema(schema)
+        # Held in this process: the stream hands its trainer compact frames of it.
+        self.schema = hold_schema(sample_schema(schema))
         self.pickled = pickled
         self.stage = stage
         self.poll_s = float(poll_s)
@@ -250,13 +242,21 @@ class VerlQueueClient:
         self._start_version = trainer_version
         self._steps = 0
         self._version_set: int | None = None
-        self._cache: collections.deque[Frame] = collections.deque()
+        self._cache: collections.deque[Any] = collections.deque()
+        # Whether this process has put a sample (its later samples go compact).
+        self._sent = False
         self._queued = 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_cache"] = collections.deque()  # a trainer's samples in hand stay its own
+        state["_sent"] = False
+        state["schema"] = self.schema.canonical_json  # a Schema object's pin is per process
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["schema"] = hold_schema(Schema.from_dict(json.loads(state["schema"])))
+        self.__dict__.update(state)
 
     # -- the rollouter's side -------------------------------------------------------------
 
@@ -274,11 +274,19 @@ class VerlQueueClient:
             return True
         if isinstance(sample, bytes | bytearray | memoryview):
             sample = pickle.loads(sample)
-        rows, version = self._rows(sample)
+        fields, version = self._fields(sample)
         while True:
             try:
-                gid, version = self.stream.reserve(version)
-                break
+                if version is None:
+                    # No version recorded: the trainer's at admission, so a slot first.
+                    gid, got = self.stream.reserve(None)
+                    frame = self._encode(fields, got)
+                    self.stream.put(gid, frame)
+                else:
+                    # One call: a slot and the commit (the frame states its version).
+                    self.stream.reserve_and_put(self._encode(fields, version))
+                self._sent = True
+                return True
             except AdmissionTimeout:
                 continue  # backpressure: the trainer is behind; wait on, never drop
             except StreamError as e:
@@ -286,13 +294,18 @@ class VerlQueueClient:
                     raise
                 ray.get(self.control.refuse.remote())
                 return False
-        frame = encode(rows, self.schema, stage=self.stage, metadata={VERSION_KEY: str(version)})
-        self.stream.put(gid, frame)
-        return True
 
-    def _rows(self, sample: Any) -> tuple[dict[str, Any], int | None]:
-        """The sample's rows for :attr:`schema` (its ``DataProto`` through the verl adapter,
-        and its own facts in :data:`SAMPLE_FIELD`) and its policy version."""
+    def _encode(self, fields: dict[str, Any], version: int) -> Frame:
+        """The sample's frame: embedded until this process has put one (the stream's actor,
+        or TQ, and the trainer then hold the schema), compact after (its header names the
+        schema by fingerprint: a smaller header, read in a fraction of the time)."""
+        meta = {VERSION_KEY: str(version)}
+        return encode(fields, self.schema, stage=self.stage, metadata=meta, compact=self._sent)
+
+    def _fields(self, sample: Any) -> tuple[dict[str, Any], int | None]:
+        """The sample's fields for :attr:`schema` (its ``DataProto`` through the verl adapter,
+        and its own facts in :data:`SAMPLE_FIELD`), ready for the one encode, and its policy
+        version."""
         if not dataclasses.is_dataclass(sample) or not hasattr(sample, "full_batch"):
             raise TypeError(
                 "put_sample takes a verl RolloutSample (a dataclass with full_batch), or its "
@@ -300,16 +313,15 @@ class VerlQueueClient:
             )
         data = sample.full_batch
         meta = dict(getattr(data, "meta_info", None) or {})
-        frame = _verl.to_frame(data, self.base, self.stage, drop_meta_info=True)
-        rows = decode(frame, layout="list")
+        fields, verl_meta = _verl._inputs(data, self.schema, drop_meta_info=True)
         facts = {
             f.name: getattr(sample, f.name)
             for f in dataclasses.fields(sample)
             if f.name != "full_batch"
         }
         record = {
-            "stage": self.stage,
-            "verl": {k: v for k, v in frame.metadata.items() if k.startswith("verl.")},
+            "rows": len(data),
+            "verl": verl_meta,
             "meta_info": meta,
             "fields": facts,
         }
@@ -320,8 +332,8 @@ class VerlQueueClient:
                 f"sample {facts.get('sample_id')!r}: its fields and meta_info travel as JSON, "
                 f"and {e}"
             ) from None
-        rows[SAMPLE_FIELD] = [json.loads(text)] * frame.num_rows
-        return rows, _version(data.non_tensor_batch)
+        fields[SAMPLE_FIELD] = [json.loads(text)] * len(data)
+        return fields, _version(data.non_tensor_batch)
 
     async def put_validate(self, data: Any) -> bool:
 
@@ -348,19 +360,27 @@ class VerlQueueClient:
                 self.stream.set_trainer_version(version)
                 self._version_set = version
             try:
-                step = self.stream.take(ranks=self.required, timeout_s=self.poll_s)
+                # The step's samples as one frame (joined in Rust), rebuilt in one pass.
+                step = self.stream.take(ranks=1, timeout_s=self.poll_s)
             except AdmissionTimeout:
                 if ended:  # every sample was put before the end: no whole step is left
                     return None, self._queue_size()
                 continue
+            try:
+                frame = step.frames[0]
+                if frame is None:  # ranks=1: the one rank has every group of the step
+                    raise StreamError("a step of no frame on its one rank")
+                samples = rollout_samples(frame)
+            except BaseException:
+                self.stream.release(step)  # not trained: its samples stay for the next take
+                raise
             self.stream.ack(step)
             self._steps += 1
-            self._cache.extend(f for f in step.frames if f is not None)
+            self._cache.extend(samples)
             self._queued = self._queue_size()
-        frame = self._cache.popleft()
-        out = _Sample(frame)
-        sample = pickle.dumps(out, protocol=5) if self.pickled else out.rebuild()
-        return sample, self._queued + len(self._cache)
+        sample = self._cache.popleft()
+        out = _handed(sample) if self.pickled else sample
+        return out, self._queued + len(self._cache)
 
     def set_trainer_version(self, version: int) -> None:
         """The trainer's version now (a resumed run's ``current_param_version``); later steps
@@ -453,33 +473,112 @@ def _version(non_tensor: Mapping[str, Any]) -> int | None:
     return min(found) if found else None
 
 
-class _Sample:
-    """A sample as ``get_sample`` hands it to verl's trainer: its frame, pickled in-band, and
-    rebuilt into verl's ``RolloutSample`` when unpickled."""
+#: Samples ``get_sample`` handed out pickled, by token, until the trainer loads them (in this
+#: process, as verl's trainer does, right after it got them); the oldest are let go first.
+_HANDED: collections.OrderedDict[str, Any] = collections.OrderedDict()
+MAX_HANDED = 4096
 
-    def __init__(self, frame: Frame) -> None:
-        self.frame = frame
+
+def _handed(sample: Any) -> bytes:
+    """What ``get_sample`` hands verl's trainer, which ``ray.cloudpickle.loads`` it: a pickle
+    of a token that loads as ``sample``, rebuilt already from the step's frame (the sample
+    does not travel again: it is in this process)."""
+    token = uuid.uuid4().hex
+    _HANDED[token] = sample
+    if len(_HANDED) > MAX_HANDED:
+        _HANDED.popitem(last=False)
+    return pickle.dumps(_Claim(token, os.getpid()), protocol=5)
+
+
+class _Claim:
+    def __init__(self, token: str, pid: int) -> None:
+        self.token, self.pid = token, pid
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _rebuild, (self.frame,)
-
-    def rebuild(self) -> Any:
-        return _rebuild(self.frame)
+        return _claim, (self.token, self.pid)
 
 
-def _rebuild(frame: Frame) -> Any:
-    """verl's ``RolloutSample`` from a sample's frame."""
+def _claim(token: str, pid: int) -> Any:
+    sample = _HANDED.pop(token, None)
+    if sample is None:
+        raise StreamError(
+            f"a sample get_sample handed out pickled (in process {pid}) is not held by this "
+            f"process ({os.getpid()}): it loads once, in the process that got it, as verl's "
+            "trainer loads it (pickled=False hands out the RolloutSample itself)"
+        )
+    return sample
+
+
+def rollout_samples(frame: Frame) -> list[Any]:
+    """verl's ``RolloutSample`` objects of a step's frame (its samples' rows, joined): the
+    frame decoded once, each run of samples with the same ``verl.*`` record rebuilt into one
+    ``DataProto`` by the verl adapter, then cut into the samples' own (each with its own
+    tensors: a sample pickles its own bytes only)."""
+    ext = checked_schema(frame)
+    if SAMPLE_FIELD not in ext.fields:
+        raise StreamError(f"a step frame of schema {ext.name!r}, not one of sample_schema")
+    fields = decode(frame)
+    records = fields.pop(SAMPLE_FIELD, None)
+    fields.pop(VERSION_KEY, None)
+    if not records or any(r is None for r in records):
+        raise StreamError(f"a step frame with rows but no {SAMPLE_FIELD!r} record")
+    samples: list[tuple[int, dict[str, Any]]] = []  # (first row, record)
+    row = 0
+    while row < len(records):
+        record = records[row]
+        rows = record.get("rows") if isinstance(record, dict) else None
+        if not isinstance(rows, int) or not 0 < rows <= len(records) - row:
+            raise StreamError(
+                f"row {row} of a step frame: its {SAMPLE_FIELD!r} record says {rows!r} rows, "
+                f"and {len(records) - row} are left"
+            )
+        samples.append((row, record))
+        row += rows
+    runs: list[list[tuple[int, dict[str, Any]]]] = []
+    for sample in samples:
+        if runs and runs[-1][0][1]["verl"] == sample[1]["verl"]:
+            runs[-1].append(sample)
+        else:
+            runs.append([sample])
+    if len(runs) == 1:
+        parts = [(frame, fields)]
+    else:
+        sizes = [sum(r["rows"] for _, r in run) for run in runs]
+        parts = [(f, decode(f)) for f in split(frame, sizes)]
+        for _, got in parts:
+            got.pop(SAMPLE_FIELD, None)
+            got.pop(VERSION_KEY, None)
+    out: list[Any] = []
+    for run, (part, got) in zip(runs, parts, strict=True):
+        record = _verl._Record.read(part, ext, meta=run[0][1]["verl"])
+        proto = _verl._dataproto(got, ext, record, (None, None), {})
+        out += _cut(proto, [r for _, r in run])
+    return out
+
+
+def _cut(proto: Any, records: list[dict[str, Any]]) -> list[Any]:
+    """``proto`` cut into its samples' ``RolloutSample`` objects, by their ``records``."""
+    import torch
+    from tensordict import TensorDict
     from verl.experimental.fully_async_policy.detach_utils import (  # type: ignore[import-not-found, import-untyped, unused-ignore]
         RolloutSample,
     )
 
-    ext = checked_schema(frame)
-    rows = decode(frame, layout="list")
-    records = rows.pop(SAMPLE_FIELD, None)
-    rows.pop(VERSION_KEY, None)
-    if not records:
-        raise StreamError(f"a sample frame without its {SAMPLE_FIELD!r} field")
-    record = records[0]
-    data = encode(rows, _base_schema(ext), stage=record["stage"], metadata=record["verl"])
-    batch = _verl.from_frame(data, meta_info=record["meta_info"])
-    return RolloutSample(full_batch=batch, **record["fields"])
+    sizes = [int(r["rows"]) for r in records]
+    keys = list(proto.batch.keys()) if proto.batch is not None else []
+    tensors = {k: torch.split(proto.batch[k], sizes) for k in keys}
+    cls = type(proto)
+    out = []
+    start = 0
+    for i, record in enumerate(records):
+        end = start + sizes[i]
+        batch = TensorDict({k: tensors[k][i].clone() for k in keys}, batch_size=[sizes[i]])
+        non_tensor = {k: v[start:end].copy() for k, v in proto.non_tensor_batch.items()}
+        data = cls(
+            batch=batch if keys else None,
+            non_tensor_batch=non_tensor,
+            meta_info=record["meta_info"],
+        )
+        out.append(RolloutSample(full_batch=data, **record["fields"]))
+        start = end
+    return out

@@ -558,7 +558,7 @@ def test_tq_stream_step() -> None:
         tq.close()
 
 
-VERL_CLIENT = "docs/streaming.md § verl's fully-async trainer on the stream (Ray)"
+VERL_CLIENT = "docs/streaming.md § verl's fully-async trainer on the stream (Ray or TQ)"
 
 
 @runs(VERL_CLIENT)

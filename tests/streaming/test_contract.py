@@ -348,3 +348,63 @@ def vlm_sample() -> py_wire.Frame:
     batch = small_vlm_batch()
     row = {k: v[:1] for k, v in batch.items()}  # type: ignore[index]
     return py_wire.encode(row, "qwen2_5_vl", metadata={"policy_version": "0"})
+
+
+def test_reserve_and_put_stores_a_finished_group_in_one_call(
+    make: Callable[[StreamConfig], Stream],
+) -> None:
+    """A group generated before it asked for a slot (a verl sample) goes in with one call, at
+    the version its frame states; refused as reserve and put refuse (no version stated, past
+    the bound, another schema), a full window waits, and nothing is reserved by a refusal."""
+    stream = make(StreamConfig(max_staleness=0, batch_groups=1, admission_timeout_s=0.5))
+    gid, version = stream.reserve_and_put(text_group(5.0, 0), timeout_s=30)
+    assert version == 0 and isinstance(gid, str)
+    unversioned = py_wire.encode(small_text_batch((3, 4)), "text_grpo")
+    with pytest.raises(StreamError, match="policy_version=None is no version"):
+        stream.reserve_and_put(unversioned)
+    with pytest.raises(AdmissionTimeout, match=r"waited 0.5 s"):  # the window (1) is full
+        stream.reserve_and_put(text_group(6.0, 0))
+    step = stream.take(timeout_s=30)
+    assert step.group_ids == [[gid]] and rewards(step.frames[0]) == [5.0, 5.0]
+    stream.set_trainer_version(2)
+    assert stream.ack(step)
+    with pytest.raises(StreamError, match="past the staleness bound"):
+        stream.reserve_and_put(text_group(6.0, 1))
+    other = py_wire.encode(small_vlm_batch(), "qwen2_5_vl", metadata={"policy_version": "2"})
+    with pytest.raises(py_wire.SchemaError, match="'qwen2_5_vl'"):
+        stream.reserve_and_put(other)
+    stats = stream.stats()
+    assert stats["open_groups"] == 0
+    assert (stats["reserved"], stats["stored"], stats["acked"]) == (1, 1, 1)
+
+
+def test_more_ranks_than_groups_leave_the_last_ranks_empty(
+    make: Callable[[StreamConfig], Stream],
+) -> None:
+    """A step of 2 groups over 4 ranks: each of the first two ranks gets a group, the last
+    two get none (a None frame, no group ids), on every backend."""
+    stream = make(StreamConfig(max_staleness=1, batch_groups=2, lease_s=60.0))
+    for g in range(2):
+        produce(stream, float(g), 0)
+    step = stream.take(ranks=4, timeout_s=60)
+    assert [f is None for f in step.frames] == [False, False, True, True]
+    assert [len(ids) for ids in step.group_ids] == [1, 1, 0, 0]
+    assert step.versions[2:] == [[], []]
+    assert sorted(r for f in step.frames[:2] for r in rewards(f)[::2]) == [0.0, 1.0]
+    assert stream.ack(step)
+
+
+def test_stats_count_reservations_stores_and_lapses(
+    make: Callable[[StreamConfig], Stream],
+) -> None:
+    """``reserved``, ``stored`` and ``abandoned`` on every backend: three reservations, two
+    put (one of them trained and acked), one left to lapse."""
+    stream = make(StreamConfig(max_staleness=2, batch_groups=1, reservation_s=1.0))
+    produce(stream, 1.0, 0)
+    produce(stream, 2.0, 0)
+    stream.reserve(0, timeout_s=30)  # its producer dies
+    assert stream.ack(stream.take(timeout_s=30))
+    time.sleep(1.2)
+    stats = stream.stats()
+    assert (stats["reserved"], stats["stored"], stats["abandoned"]) == (3, 2, 1)
+    assert (stats["acked"], stats["open_groups"]) == (1, 1)

@@ -123,6 +123,9 @@ RAY_CALLS = [
     ("put", {"gid": "g", "frame": b"x"}, TypeError, "frame"),
     ("put", {"gid": 3, "frame": None}, TypeError, "gid"),
     ("ack", {"step": 3}, TypeError, "step"),
+    ("reserve_and_put", {"frame": b"x"}, TypeError, "frame"),
+    ("reserve_and_put", {"frame": _frame(), "timeout_s": -1}, StreamError, "timeout_s"),
+    ("reserve_and_put", {"frame": _frame()}, StreamError, "policy_version=None"),
 ]
 
 

@@ -10,10 +10,13 @@ where a full queue drops the oldest sample."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import types
+import uuid
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,11 +40,18 @@ with warnings.catch_warnings():  # verl's imports warn of engines and Ray APIs i
         MessageQueueClient,
     )
 
-from py_wire.streaming import RayBuffer
+from py_wire import Schema, load_schema
+from py_wire.streaming import Stream, StreamConfig, StreamError
 from py_wire.streaming.verl import VerlQueueClient, verl_stream_config
 from tests.interop.test_verl_agent_loop import _row
+from tests.streaming import test_contract
 
 pytestmark = pytest.mark.slow
+
+# The contract suite's backends (a local Ray; TransferQueue on it) and its one line that
+# builds a stream on either: every test here runs on both.
+backend = test_contract.backend
+make = test_contract.make
 
 N = 3  # rollout.n: rows per sample
 CONFIG = OmegaConf.create(
@@ -58,11 +68,6 @@ CONFIG = OmegaConf.create(
         "trainer": {"balance_batch": False},
     }
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _ray(ray_session: None) -> None:
-    """Every test here on the module's local Ray (``tests/streaming/conftest.py``)."""
 
 
 def generated(seed: int, version: int) -> DataProto:
@@ -138,11 +143,13 @@ def assert_same(got: DataProto, want: DataProto) -> None:
             assert np.asarray(a).tolist() == np.asarray(b).tolist(), k
 
 
-def test_verls_rollouter_and_trainer_run_on_the_stream() -> None:
+def test_verls_rollouter_and_trainer_run_on_the_stream(
+    make: Callable[[StreamConfig], Stream],
+) -> None:
     """Six samples through verl's put path, its end signal, three steps through verl's get
     path: each batch is what verl's own queue would have handed over, bit for bit, and the
     fourth step sees the end."""
-    stream = RayBuffer(verl_stream_config(CONFIG))
+    stream = make(verl_stream_config(CONFIG))
     client = VerlQueueClient(stream, CONFIG)
     r = rollouter(client, {})
 
@@ -181,20 +188,22 @@ def test_verls_rollouter_and_trainer_run_on_the_stream() -> None:
     stream.close()
 
 
-def test_a_full_queue_holds_the_rollouter_back_where_verls_drops() -> None:
+def test_a_full_queue_holds_the_rollouter_back_where_verls_drops(
+    make: Callable[[StreamConfig], Stream],
+) -> None:
     """verl's MessageQueue at its max_queue_size drops the oldest sample; the stream's window
     ((k + 1) * required_samples = 4) holds the fifth put until the trainer takes a step."""
     samples = [prompt(i) for i in range(6)]
     for i, s in enumerate(samples):
         s.full_batch = generated(i, 0)
-    queue = MessageQueue.remote(CONFIG, 4)
+    queue = MessageQueue.options(num_cpus=0).remote(CONFIG, 4)  # beside TQ's actors too
     verls = MessageQueueClient(queue)
     put = [asyncio.run(verls.put_sample(ray.cloudpickle.dumps(s))) for s in samples[:5]]
     assert put == [True, True, True, True, False]  # the oldest went
     assert verls.get_statistics_sync()["dropped_samples"] == 1
     ray.kill(queue)
 
-    stream = RayBuffer(verl_stream_config(CONFIG))
+    stream = make(verl_stream_config(CONFIG))
     client = VerlQueueClient(stream, CONFIG)
     assert client.max_queue_size == 4
     for s in samples[:4]:
@@ -224,11 +233,13 @@ def test_a_full_queue_holds_the_rollouter_back_where_verls_drops() -> None:
     stream.close()
 
 
-def test_the_staleness_bound_holds_at_the_queue_and_the_rest_of_verls_calls() -> None:
+def test_the_staleness_bound_holds_at_the_queue_and_the_rest_of_verls_calls(
+    make: Callable[[StreamConfig], Stream],
+) -> None:
     """With the bound 1, samples of version 0 do not train at version 2: stored ones are
     dropped at the take, a late one is refused at its put (verl's rollouter counts it as
     dropped), and both count in the statistics."""
-    stream = RayBuffer(verl_stream_config(CONFIG))
+    stream = make(verl_stream_config(CONFIG))
     client = VerlQueueClient(stream, CONFIG)
     versions = {0: 0, 1: 0, 2: 2, 3: 2, 4: 0}
     r = rollouter(client, versions)
@@ -240,7 +251,7 @@ def test_the_staleness_bound_holds_at_the_queue_and_the_rest_of_verls_calls() ->
     asyncio.run(r._process_single_sample_streaming(prompt(4)))
     assert r.dropped_stale_samples == 1 and r.total_generated_samples == 4
     stats = client.get_statistics_sync()
-    assert stats["dropped_samples"] == 3 and stats["stream"]["staleness"] == {0: 2}
+    assert stats["dropped_samples"] == 3 and stats["total_consumed"] == 2
     second = ray.cloudpickle.loads(client.get_sample_sync()[0]).sample_id
     assert sorted([first, second]) == ["sample_0_2", "sample_0_3"]  # the version-2 step
     # Validation data (verl's put_validate / get_validate_sync), then the shutdown.
@@ -252,16 +263,47 @@ def test_the_staleness_bound_holds_at_the_queue_and_the_rest_of_verls_calls() ->
     stream.close()
 
 
-def test_what_the_client_refuses() -> None:
-    """A stream whose counts cannot give verl's queue size, a config that is not verl's
-    fully-async one, a stream whose step is not verl's ``required_samples``: each named."""
-    from py_wire.streaming import StreamConfig, StreamError
-
-    with pytest.raises(StreamError, match="a RayBuffer, not object"):
+def test_what_the_client_refuses(make: Callable[[StreamConfig], Stream]) -> None:
+    """Something that is not a stream, a config that is not verl's fully-async one, a
+    stream whose step is not verl's ``required_samples``: each named."""
+    with pytest.raises(StreamError, match=r"a py_wire Stream .*, not object"):
         VerlQueueClient(object(), CONFIG)  # type: ignore[arg-type]
     with pytest.raises(StreamError, match="require_batches"):
         verl_stream_config(OmegaConf.create({"actor_rollout_ref": {}}))
-    stream = RayBuffer(StreamConfig(max_staleness=1, batch_groups=3))
+    stream = make(StreamConfig(max_staleness=1, batch_groups=3))
     with pytest.raises(StreamError, match="required_samples = 2"):
         VerlQueueClient(stream, CONFIG)
     stream.close()
+
+
+@ray.remote(num_cpus=0)
+def _rollouter_elsewhere(client: VerlQueueClient, seeds: list[int]) -> list[bool]:
+    """verl's rollouter in a process of its own: each sample cloudpickled into put_sample."""
+    out = []
+    for seed in seeds:
+        sample = prompt(seed)
+        sample.full_batch = generated(seed, 0)
+        out.append(client.put_sample_sync(ray.cloudpickle.dumps(sample)))
+    return out
+
+
+def test_a_rollouter_in_another_process_feeds_the_trainer_here(
+    make: Callable[[StreamConfig], Stream],
+) -> None:
+    """The client built here, its rollouter in another process: after that process's first
+    sample its frames go compact (the header names the schema), and the trainer here, which
+    never encoded one, reads them (the client holds its schema in every process it is in).
+    The schema is this test's own, so no earlier encode in this process holds it."""
+    base = json.loads(load_schema("verl/text").canonical_json)
+    base["name"] = f"verl/text-{uuid.uuid4().hex[:8]}"
+    client = VerlQueueClient(make(verl_stream_config(CONFIG)), CONFIG, Schema.from_dict(base))
+    assert ray.get(_rollouter_elsewhere.remote(client, [0, 1])) == [True, True]
+    handed = [client.get_sample_sync()[0] for _ in range(2)]
+    got = [ray.cloudpickle.loads(h) for h in handed]
+    assert sorted(s.sample_id for s in got) == ["sample_0_0", "sample_0_1"]
+    # What get_sample hands out is the sample waiting in this process: it loads once.
+    with pytest.raises(StreamError, match="it loads once, in the process that got it"):
+        ray.cloudpickle.loads(handed[0])
+    want = generated(1, 0)
+    one = next(s for s in got if s.sample_id == "sample_0_1").full_batch
+    assert torch.equal(one.batch["input_ids"], want.batch["input_ids"])
