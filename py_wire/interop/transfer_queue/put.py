@@ -18,7 +18,7 @@ from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
 from py_wire._ops import concat, split
 from py_wire._packed import PackedTensor
-from py_wire._schema import Schema, load_schema
+from py_wire._schema import Schema, column_fields, load_schema
 from py_wire._typing import as_jagged
 from py_wire.interop.transfer_queue.columns import (
     COLUMNS,
@@ -186,7 +186,7 @@ def _stored_codecs(
     schema by fingerprint in the ``compact`` columns)."""
     return {
         c: [
-            column_codec(sch, c, stage, sch.column_fields(c[len("py_wire.") :]), g, c in compact)
+            column_codec(sch, c, stage, column_fields(sch, c[len("py_wire.") :]), g, c in compact)
             for g in groups
         ]
         for c in columns

@@ -9,4 +9,5 @@ pub mod dtype;
 pub mod embedded;
 pub mod model;
 pub mod spec;
+pub mod stages;
 pub mod text;
