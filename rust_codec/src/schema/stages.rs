@@ -1,10 +1,10 @@
 //! Which fields and contracts each stage of a schema needs, the rules owned here: a field
-//! travels in the stages its `stages` name (every stage of the schema when it names none); a
-//! stage is demanded the required fields it carries; a stage is held to a contract only when it
-//! carries the contract's media field (generation gets its images another way), and a stage
-//! that carries the field, even as optional, is held to it (placeholder tokens without their
-//! media there would train image-blind). Python's typed view reads the plan
-//! ([`StagePlan::to_json`]) and holds no rule of its own.
+//! travels in the stages its `stages` name (every stage of the schema when it names none, or
+//! gives an empty list); a stage is demanded the required fields it carries; a stage is held to
+//! a contract only when it carries the contract's media field (generation gets its images
+//! another way), and a stage that carries the field, even as optional, is held to it
+//! (placeholder tokens without their media there would train image-blind). Python's typed view
+//! reads the plan ([`StagePlan::to_json`]) and holds no rule of its own.
 
 use crate::schema::text::{in_order, Json};
 

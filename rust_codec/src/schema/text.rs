@@ -1,19 +1,8 @@
-//! The embedded schema's text (`py_wire.schema`) and fingerprint (`py_wire.fingerprint`): every
-//! check a reader makes on them, and what the schema implies of the frame's field table.
-//!
-//! [`parse_frame`](crate::frame::layout::parse_frame) runs [`embedded_facts`] on every embedded
-//! frame, so a damaged schema is a `FrameError` from the codec whichever reader meets it (the
-//! Python layer, the frame ops, the fuzz targets). The checks, in order (each cheap before the
-//! next, so hostile text is refused before it is parsed):
-//!
-//! 1. size: at most [`MAX_SCHEMA_BYTES`] bytes;
-//! 2. fingerprint: `"sha256:" + hex(sha256(text))`, lowercase hex, equals `py_wire.fingerprint`;
-//! 3. nesting: arrays and objects nest at most [`MAX_NESTING`] deep (counted outside strings);
-//! 4. JSON, as CPython's `json.loads` reads it (see [`parse`]);
-//! 5. canonical form: the text is byte for byte what [`canonical`] writes of the value it holds;
-//! 6. the schema's fields pass the codec's field rules ([`FieldDecl::resolve`]): the reader
-//!    derives the frame's field table and sequence field from them
-//!    ([`schema_field_table`](crate::frame::layout::schema_field_table)).
+//! A schema's text: JSON as CPython's `json` module reads it ([`parse`]) and writes it
+//! ([`canonical`], [`in_order`]), the fingerprint ([`fingerprint`]), and the gate every schema
+//! text passes before a parser reads it ([`check_source`]: size and nesting, for TOML and JSON;
+//! [`check_nesting`]). The checks a reader makes on a frame's embedded schema, in order, are
+//! `schema::embedded`'s.
 //!
 //! # The canonical form
 //!
