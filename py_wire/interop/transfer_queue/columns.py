@@ -11,11 +11,12 @@ from typing import Any
 import torch
 
 from py_wire import _native
+from py_wire._args import names
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
 from py_wire._schema import Schema, column_fields, hold_schema, load_schema
 from py_wire._typing import as_jagged
-from py_wire.interop.transfer_queue.meta import names, tq_module
+from py_wire.interop.transfer_queue.meta import tq_module
 
 #: One group's checked fields, as the codec takes them (``py_wire._encode.checked_fields``).
 Raw = list[tuple[str, str, Any, Any]]

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from py_wire import _native
-from py_wire._args import batch_mapping, count, items
+from py_wire._args import batch_mapping, count, items, names
 from py_wire._encode import checked_fields, plain_tensors
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
@@ -40,7 +40,6 @@ from py_wire.interop.transfer_queue.columns import (
     stores_frames_as_objects,
 )
 from py_wire.interop.transfer_queue.meta import (
-    names,
     partition,
     refuse_repeats,
     tq_module,
