@@ -105,6 +105,9 @@ class Where:
         self.seconds: dict[str, float] = {}
         #: payload bytes of each write-back, in order (one kv_batch_put of write-back columns)
         self.write_backs: list[int] = []
+        #: the same write-backs as TQ's own encoder writes them for its storage units (its
+        #: msgpack header with each row's dtype and shape, and the buffers): what crosses
+        self.write_back_wire: list[int] = []
         self.depth = 0
         self.saved: list[tuple[Any, str, Any]] = []
 
@@ -131,6 +134,9 @@ class Where:
                 ]
                 if written:
                     self.write_backs.append(sum(written))
+                    names = list(fields.keys())
+                    cols = [c for c in names if c.startswith(ptq.WRITE_BACK) or c in LATER]
+                    self.write_back_wire.append(encoded_bytes(fields.select(*cols)))
             if self.depth:
                 return fn(*args, **kwargs)
             self.depth += 1
@@ -401,6 +407,15 @@ def payload_bytes(td: TensorDict) -> int:
     return total
 
 
+def encoded_bytes(td: TensorDict) -> int:
+    """The bytes TQ's client encoder (``transfer_queue.utils.serial_utils.encode``, msgpack
+    with zero-copy buffers) makes of ``td``: a jagged column goes as one buffer and one
+    ``(dtype, shape)`` entry per row, a py_wire column as one frame per row."""
+    from transfer_queue.utils import serial_utils
+
+    return sum(memoryview(b).nbytes for b in serial_utils.encode(td))
+
+
 def timed(
     fn: Callable[[], Any],
     reps: int,
@@ -611,6 +626,27 @@ def main() -> None:
                 cells.append(f"{n:,}{ratio}")
             per = w.write_back_bytes / args.rows
             print(f"| {r['backend']} | {label} | {' | '.join(cells)} | {per:,.0f} |")
+    print(
+        "\nThe same write-backs as TQ's encoder writes them for its storage units (msgpack "
+        "header with each row's dtype and shape, plus the buffers: the bytes that cross):\n"
+        "| TQ backend | path | "
+        + " | ".join(LATER)
+        + " | total |\n|---|---|"
+        + "---:|" * (len(LATER) + 1)
+    )
+    for r in results:
+        ref = r if "theirs_error" not in r else baseline
+        theirs = None if ref is None else ref["theirs_where"].write_back_wire
+        for mode, label in PATHS:
+            w = r.get(mode + "_where")
+            if w is None:
+                continue
+            cells = []
+            for i, n in enumerate([*w.write_back_wire, sum(w.write_back_wire)]):
+                want = None if theirs is None else [*theirs, sum(theirs)][i]
+                ratio = f" ({n / want:.3f}x)" if want and mode != "theirs" else ""
+                cells.append(f"{n:,}{ratio}")
+            print(f"| {r['backend']} | {label} | {' | '.join(cells)} |")
     for r in results:
         ref = r if "theirs_error" not in r else baseline
         if ref is None:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from py_wire import _tiers as tiers
 from py_wire._dtypes import DTYPES
 from py_wire._packed import PackedTensor
 from py_wire._schema import FieldDef, Schema
@@ -189,7 +190,7 @@ def assert_batch_equal(
             continue
         field = schema.fields[name]
         where = f"field {name!r}"
-        if field.tier == "scalar":
+        if tiers.of(field.tier).items == "rows":
             _compare(decoded[name], original[name], where, field)
             n = _as_torch(decoded[name]).shape[0]
         elif field.encoding is not None:

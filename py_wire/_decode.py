@@ -11,6 +11,7 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 
 from py_wire import _native
+from py_wire import _tiers as tiers
 from py_wire._args import fill_value, flag, optional_count
 from py_wire._device import host_shadow
 from py_wire._dtypes import DTYPES
@@ -27,7 +29,6 @@ from py_wire._evolution import (
     SchemaEvolutionWarning,
     check_readable,
 )
-from py_wire._jagged import jagged
 from py_wire._native import (
     ContractError,
     FieldLayout,
@@ -37,11 +38,10 @@ from py_wire._native import (
     SchemaError,
     TensorLoc,
 )
-from py_wire._packed import PackedTensor, _FrameRows
+from py_wire._packed import PackedTensor
 from py_wire._padding import ATTENTION_MASK, padded_width
 from py_wire._padding import attention_mask as make_attention_mask
 from py_wire._rows import RowWindow
-from py_wire._rowvalues import decode_rows
 from py_wire._schema import Schema, hold_schema, load_schema
 from py_wire._source import as_frame
 from py_wire._storage import _NUMPY_NATIVE, StorageSlicer
@@ -94,8 +94,13 @@ class FrameViews:
         self.array = self.base.numpy()
         self.own = StorageSlicer(self.base)
         self.fields = {f.name: f for f in self.layout.fields}
+
+    @cached_property
+    def seq_offsets(self) -> torch.Tensor | None:
+        """The sequence offsets table (None: no per-token fields), built on first use: a padded
+        decode pads from the frame's own table, in the codec."""
         seq = self.layout.seq_offsets
-        self.seq_offsets = self.view(seq) if seq is not None else None
+        return self.view(seq) if seq is not None else None
 
     def view(self, loc: TensorLoc) -> torch.Tensor:
         """An index table (host memory)."""
@@ -485,7 +490,7 @@ class _Selection:
 
     keep: set[str] | None
     window: RowWindow | None
-    seq_offsets: torch.Tensor | None
+    views: FrameViews
     num_rows: int
 
     @staticmethod
@@ -493,8 +498,15 @@ class _Selection:
         frame = views.frame
         window = None if rows is None else RowWindow(views.seq_offsets, frame.num_rows, rows)
         if window is None:
-            return _Selection(keep, None, views.seq_offsets, frame.num_rows)
-        return _Selection(keep, window, window.seq_offsets, window.num_rows)
+            return _Selection(keep, None, views, frame.num_rows)
+        return _Selection(keep, window, views, window.num_rows)
+
+    @property
+    def seq_offsets(self) -> torch.Tensor | None:
+        """The selected rows' sequence offsets (the window's, rebased)."""
+        if self.window is not None:
+            return self.window.seq_offsets
+        return self.views.seq_offsets
 
     def keeps(self, name: str) -> bool:
         return self.keep is None or name in self.keep
@@ -510,19 +522,26 @@ class _FieldDecoder:
         self.views = views
         self.schema = schema
         self.window = selection.window
-        self.seq_offsets = selection.seq_offsets
+        self.selection = selection
         self.options = options
         self.device = views.payload.device
         self.seq_lengths: torch.Tensor | None = None
         self.width = 0
         # Whole fields are cut from the frame with storages of exactly their bytes already
         # (FrameViews.values), as are casts and copies: only a row window's slices need cutting.
-        self.own = views.own if self.window is not None else _as_is
-        self.jagged_offsets: torch.Tensor | None = None
+        self._own = views.own if self.window is not None else _as_is
+        self._jagged_offsets: torch.Tensor | None = None
+        self.layout = options.layout
+        self.clone = options.clone
+        self.torch_padding = options.torch_padding
         #: Per-token fields padded by :meth:`pad_all`, by name.
         self.padded: dict[str, torch.Tensor] = {}
         #: Each token's cell in the padded layout, where the values lie (torch padding).
         self.cells: torch.Tensor | None = None
+
+    @property
+    def seq_offsets(self) -> torch.Tensor | None:
+        return self.selection.seq_offsets
 
     def pad_all(self, names: list[str]) -> None:
         """The per-token fields among ``names`` (those decoded as stored) padded in one codec
@@ -559,61 +578,38 @@ class _FieldDecoder:
         if padded is not None:
             return padded
         cast = DTYPES[f.dtype] if self.options.source_dtype and f.stored_dtype != f.dtype else None
-        if (
-            f.tier == "per_token"
-            and self.options.layout == "padded"
-            and cast is None
-            and self.window is None
-            and not self.options.torch_padding
-        ):
-            # The padding copy reads the frame's bytes directly: no tensor over them first.
-            tokens = self.views.host_tokens(f.values)
-            if tokens is not None:
-                return self._padded(f.name, tokens, DTYPES[f.values.dtype], f.values.shape[1:])
-        values = self.views.values(f.values)
-        if f.tier == "scalar":
-            if self.window is not None:
-                values = self.window.scalar(values)
-            return self.own(_owned(values, cast, self.options.clone))
-        if f.tier == "packed":
-            return self._packed(f, values, cast)
-        return self._per_token(f.name, values, cast)
+        return tiers.of(f.tier).decoded(self, f, cast)
 
-    def _packed(self, f: FieldLayout, values: torch.Tensor, cast: torch.dtype | None) -> Any:
-        tables = {k: self.views.view(getattr(f, k)) for k in _CSR}
-        if f.seg_ids is not None:
-            tables["seg_ids"] = self.views.view(f.seg_ids)
-        in_order = f.in_order
-        if self.window is not None:
-            values, tables, in_order = self.window.packed(values, tables, in_order)
-        values = self.own(_owned(values, cast, self.options.clone))
-        packed = PackedTensor._from_frame(_FrameRows(values, tables, in_order), f.pack_dim)
-        encoding = self.schema.fields[f.name].encoding
-        if encoding is not None:
-            return decode_rows(f.name, packed, encoding)
-        return packed.rows() if self.options.layout == "list" else packed
+    # What a tier reads of the decode (``py_wire._tiers.FieldDecoding``).
 
-    def _per_token(self, name: str, values: torch.Tensor, cast: torch.dtype | None) -> Any:
-        offsets = self.seq_offsets
-        assert offsets is not None
-        if self.window is not None:
-            values = self.window.per_token(values)
-        own = self.own
-        layout = self.options.layout
-        if layout == "list":
-            values = _owned(values, cast, self.options.clone)
-            return [self.views.own(r) for r in torch.split(values, torch.diff(offsets).tolist())]
-        if layout == "padded":
-            values = _owned(values, cast, clone=False)  # padding copies anyway
-            return self._padded(name, values, values.dtype, list(values.shape[1:]))
-        if self.jagged_offsets is None:
+    def own(self, t: torch.Tensor) -> torch.Tensor:
+        return self._own(t)
+
+    def own_exact(self, t: torch.Tensor) -> torch.Tensor:
+        return self.views.own(t)
+
+    def values(self, loc: TensorLoc) -> torch.Tensor:
+        return self.views.values(loc)
+
+    def table(self, loc: TensorLoc) -> torch.Tensor:
+        return self.views.view(loc)
+
+    def host_tokens(self, loc: TensorLoc) -> np.ndarray | None:
+        return self.views.host_tokens(loc)
+
+    def encoding(self, name: str) -> Literal["utf8", "json"] | None:
+        return self.schema.fields[name].encoding
+
+    def jagged_offsets(self) -> torch.Tensor:
+        if self._jagged_offsets is None:
             # One offsets tensor for every field: they share one ragged dim.
-            self.jagged_offsets = own(offsets)
+            assert self.seq_offsets is not None
+            self._jagged_offsets = self.own(self.seq_offsets)
             if self.device.type != "cpu":
-                self.jagged_offsets = self.jagged_offsets.to(self.device)
-        return jagged(own(_owned(values, cast, self.options.clone)), self.jagged_offsets)
+                self._jagged_offsets = self._jagged_offsets.to(self.device)
+        return self._jagged_offsets
 
-    def _padded(
+    def pad(
         self,
         name: str,
         values: torch.Tensor | np.ndarray,
@@ -767,7 +763,7 @@ def _check_trainer_options(
     pads: dict[str, Any] = {}
     for key, value in (pad_values or {}).items():
         field = schema.fields.get(key) if isinstance(key, str) else None
-        if field is None or field.tier != "per_token":
+        if field is None or tiers.of(field.tier).items != "tokens":
             raise _native.WireError(
                 f"pad_values: {key!r} is not a per-token field of schema {schema.name!r}"
             )
@@ -807,15 +803,6 @@ def _drop_fx_notice(record: logging.LogRecord) -> bool:
 # torch 2.15 logs an unrelated fx-tracing notice on the first jagged construction; drop that one
 # message (a filter, not a level change: changing levels clears logging's caches on every call).
 logging.getLogger("torch.fx._symbolic_trace").addFilter(_drop_fx_notice)
-
-_CSR = ("seg_shapes", "seg_offsets", "row_offsets", "row_segments")
-
-
-def _owned(values: torch.Tensor, cast: torch.dtype | None, clone: bool) -> torch.Tensor:
-    """``values`` cast to ``cast`` (a copy), else cloned when ``clone``, else as they are."""
-    if cast is not None:
-        return values.to(cast)
-    return values.clone() if clone else values
 
 
 def padded_cells(offsets: torch.Tensor, width: int) -> torch.Tensor:
@@ -878,7 +865,7 @@ def _pad_plan(
     builds: list[Any] = []
     for name in names:
         f = fields[name]
-        if f.tier != "per_token" or (source_dtype and f.stored_dtype != f.dtype):
+        if tiers.of(f.tier).items != "tokens" or (source_dtype and f.stored_dtype != f.dtype):
             continue
         dtype = DTYPES[f.values.dtype]
         asks.append((name, _pad_bytes(pads.get(name, schema.fields[name].pad_value), dtype)))

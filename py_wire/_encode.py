@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from py_wire import _native
+from py_wire import _tiers as tiers
 from py_wire._args import batch_mapping, count, flag, frame_metadata, items, optional_count
 from py_wire._dtypes import DTYPES
 from py_wire._errors import with_context
@@ -20,7 +21,6 @@ from py_wire._native import BatchError, Frame, WireError
 from py_wire._packed import PackedTensor
 from py_wire._rowvalues import encode_rows
 from py_wire._schema import FieldDef, Schema, load_schema
-from py_wire._typing import as_jagged
 
 
 def encode(
@@ -177,7 +177,7 @@ def checked_fields(
             value = encode_rows(name, items(f"field {name!r}", value), field.encoding)
         if field.accept:
             value = _widen(value, field)
-        kind, first, second = _classify(name, field, value, lengths)
+        kind, first, second = tiers.of(field.tier).input_kind(name, field, value, lengths)
         fields.append((name, kind, first, second))
     return fields
 
@@ -212,68 +212,6 @@ def _widen(value: Any, field: FieldDef) -> Any:
     if isinstance(value, PackedTensor):
         return value._map(one)
     return value
-
-
-def _classify(name: str, field: FieldDef, value: Any, lengths: Any) -> tuple[str, Any, Any]:
-    if field.tier == "packed":
-        if isinstance(value, PackedTensor):
-            _check_pack_dim(name, field, value.dim_to_pack)
-            csr = value._csr()
-            ids = value._segment_id_bytes()
-            if csr is not None:  # decoded: hand over its tables, O(1) here
-                return "csr", csr[0], (*csr[1:], ids)
-            segments, offsets, refs = value.csr()
-            return "shared", segments, (offsets, refs, len(value), ids)
-        if isinstance(value, list | tuple):
-            return "rows", list(value), None
-        if hasattr(value, "tensors") and hasattr(value, "dim_to_pack"):
-            raise BatchError(
-                f"field {name!r}: a {type(value).__name__} with .tensors (NeMo-RL's "
-                "PackedTensor) is not py_wire's: convert the batch with "
-                "py_wire.interop.nemo_rl.from_nemo(batch), or encode it with "
-                "py_wire.interop.nemo_rl.to_frame"
-            )
-        raise BatchError(
-            f"field {name!r} is packed: pass a PackedTensor or a list with one entry per row "
-            f"(a tensor, None, or a list of tensors), not {type(value).__name__}"
-        )
-    if field.tier == "per_token":
-        if isinstance(value, list | tuple):
-            return "rows", value if type(value) is list else list(value), None
-        if isinstance(value, torch.Tensor) and value.is_nested:
-            if value.layout != torch.jagged or as_jagged(value).lengths() is not None:
-                # Strided nested tensors, and jagged ones with holes (narrowed rows), are not
-                # one flat run of values: hand over the rows themselves.
-                return "rows", list(value.unbind()), None
-            if getattr(value, "_ragged_idx", 1) != 1:
-                raise BatchError(f"field {name!r}: the nested tensor's ragged dim must be dim 1")
-            return "jagged", value.values(), as_jagged(value).offsets()
-        if isinstance(value, torch.Tensor | np.ndarray):
-            if lengths is None:
-                raise BatchError(
-                    f"field {name!r}: a padded per-token tensor needs per-row lengths; add the "
-                    "schema's lengths field to the batch or pass a list of rows"
-                )
-            return "padded", value, lengths
-        raise BatchError(
-            f"field {name!r} is per-token: pass a list of per-row tensors, a jagged nested tensor "
-            f"or a padded tensor with lengths, not {type(value).__name__}"
-        )
-    if isinstance(value, torch.Tensor | np.ndarray):
-        return "dense", value, None
-    raise BatchError(
-        f"field {name!r} is a scalar field: pass a [B, ...] tensor or array, "
-        f"not {type(value).__name__}"
-    )
-
-
-def _check_pack_dim(name: str, field: FieldDef, dim: int) -> None:
-    rank = len(field.shape)
-    if dim % rank != field.pack_dim:
-        raise BatchError(
-            f"field {name!r}: PackedTensor packs along dim {dim} but the schema says "
-            f"pack_dim = {field.pack_dim}"
-        )
 
 
 def placeholder_runs(input_ids: Any, token_id: int) -> list[list[int]]:

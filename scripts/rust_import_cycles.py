@@ -3,7 +3,8 @@
 
 An edge A -> B means file A names an item defined in file B: through `use`, or a path in code
 (`crate::x::y`, `super::y`, `self::y`, `$crate::y`, or a child module's name). A path to a
-re-export (`pub use`) is followed to the file that defines the item, and `#[macro_export]`
+re-export (`pub use`) is an edge to the re-exporting file (but the crate root) and to the file
+that defines the item, and `#[macro_export]`
 macros resolve to the file that defines them. A parent declaring `mod child;` is not an edge,
 and comments, strings and references inside a file to itself are ignored.
 
@@ -133,8 +134,11 @@ class Crate:
             return None
         return base + segs
 
-    def resolve(self, path: list[str], seen: int = 0) -> Mod:
-        """The file defining the item `path` names (the deepest module file on it)."""
+    def resolve(self, path: list[str], seen: int = 0) -> list[Mod]:
+        """The file defining the item `path` names (the deepest module file on it), last, after
+        each file that re-exports it on the way there but the crate root (whose `pub use`
+        lines are the crate's public face): a path through a module's re-export names that
+        module's file too, so a loop through a `mod.rs` that re-exports is a loop."""
         k = len(path)
         while k and tuple(path[:k]) not in self.files:
             k -= 1
@@ -143,13 +147,14 @@ class Crate:
             name = rest[0].rstrip("!")
             # `#[macro_export]` macros live at the crate root, wherever they are defined.
             if name in self.macros and (rest[0].endswith("!") or not mod):
-                return self.macros[name]
+                return [self.macros[name]]
             target = self.reexports.get(mod, {}).get(name)
             if target is not None:
                 absolute = self.absolute(target, mod)
                 if absolute is not None:
-                    return self.resolve(absolute + rest[1:], seen + 1)
-        return mod
+                    via = [mod] if mod else []
+                    return via + self.resolve(absolute + rest[1:], seen + 1)
+        return [mod]
 
     def references(self, mod: Mod) -> Iterator[tuple[Mod, str, int]]:
         """(target file, the path as written, line) for each reference in `mod`'s file."""
@@ -191,9 +196,9 @@ class Crate:
                 absolute = self.absolute(segs, here)
                 if absolute is None:
                     continue
-                target = self.resolve(absolute)
-                if target != mod and target in self.files:
-                    yield target, written, line
+                for target in self.resolve(absolute):
+                    if target != mod and target in self.files:
+                        yield target, written, line
 
 
 def cycles(graph: Graph, nodes: Iterable[Mod]) -> list[list[Mod]]:

@@ -112,6 +112,41 @@ def test_padding_is_one_codec_call_for_every_field(monkeypatch: pytest.MonkeyPat
     assert all(torch.equal(got[k], want[k]) for k in want)
 
 
+def test_a_padded_decode_builds_no_offsets_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The codec pads from the frame's own sequence offsets: a padded decode of the whole frame
+    builds no Python tensor of them (a few microseconds of a 1-row decode's ~40); one that needs
+    them (the jagged layout, a row window) still does, and decodes as before."""
+    frame = py_wire.encode(generate("text_grpo", 5, seed=2), "text_grpo")
+    want = {
+        "padded": py_wire.decode(frame, layout="padded"),
+        "nested": py_wire.decode(frame),
+        "window": py_wire.decode(frame, layout="padded", rows=range(1, 4)),
+    }
+    seq = frame.layout.seq_offsets
+    built: list[object] = []
+    real = _decode.FrameViews.view
+
+    def view(self: _decode.FrameViews, loc: _native.TensorLoc) -> torch.Tensor:
+        if seq is not None and (loc.offset, loc.nbytes) == (seq.offset, seq.nbytes):
+            built.append(loc)
+        return real(self, loc)
+
+    monkeypatch.setattr(_decode.FrameViews, "view", view)
+    got = py_wire.decode(frame, layout="padded")
+    assert built == []
+    assert got.keys() == want["padded"].keys()
+    assert all(torch.equal(got[k], want["padded"][k]) for k in got)
+    nested = py_wire.decode(frame)
+    assert len(built) == 1
+    assert all(
+        torch.equal(nested[k].values(), want["nested"][k].values())
+        for k in nested
+        if nested[k].is_nested
+    )
+    window = py_wire.decode(frame, layout="padded", rows=range(1, 4))
+    assert all(torch.equal(window[k], want["window"][k]) for k in window)
+
+
 def test_pad_fields_refuses_what_is_not_a_per_token_field() -> None:
     frame = py_wire.encode(generate("text_grpo", 3, seed=2), "text_grpo")
     with pytest.raises(py_wire.WireError, match='"reward" is not a per-token field'):

@@ -197,3 +197,34 @@ def test_two_fetches_of_one_group_store_its_shared_image_once(
             assert len(joined.tensors) == 1, k  # the group's one prompt image, stored once
             assert_same_nemo(joined, Nemo.concat([v.slice(r) for r in rows]))
     tq.kv_clear(keys=names, partition_id=part)
+
+
+def test_a_fetch_copies_no_keys_tags(batch: dict[str, Any], monkeypatch: Any) -> None:
+    """TQ's ``BatchMeta.select_fields`` deep-copies every key's tags each call (py_wire's seven
+    a key, O(keys) per fetch) though ``get_data`` reads none: a fetch of per-sample keys hands
+    ``get_data`` a selection of its columns without them, and returns the same batch."""
+    import copy
+
+    import transfer_queue.metadata as tq_metadata
+
+    part = "fetch-tags"
+    names = keys(part, 2 * GROUP)
+    ptq.put(batch, SCHEMA, names, part, group_size=GROUP)
+    ptq.write_back(names, part, {"loss_multiplier": torch.zeros(2 * GROUP)}, replace=True)
+    copied: list[Any] = []
+    real = copy.deepcopy
+
+    def spy(value: Any, *args: Any) -> Any:
+        if isinstance(value, list) and any(isinstance(t, dict) and ptq.GROUP in t for t in value):
+            copied.append(value)
+        return real(value, *args)
+
+    monkeypatch.setattr(tq_metadata.copy, "deepcopy", spy)
+    got = ptq.get(names, part)
+    monkeypatch.undo()
+    assert copied == []
+    want = py_wire.decode(
+        py_wire.encode({**batch, "loss_multiplier": torch.zeros(2 * GROUP)}, SCHEMA)
+    )
+    assert_same(want, got)
+    tq.kv_clear(keys=names, partition_id=part)

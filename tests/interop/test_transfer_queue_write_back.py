@@ -69,6 +69,29 @@ def test_a_write_back_of_other_rows_is_refused(backend: str) -> None:  # noqa: F
         ptq.get(["wbo0"], "wbo", fields=["prev_logprobs"])
 
 
+def test_a_write_back_frame_in_another_columns_place_is_refused(backend: str) -> None:  # noqa: F811
+    """A write-back frame names no column: its fields do. One stored under another write-back
+    column (TQ's put of the wrong frame) is refused, naming the key and both columns."""
+    batch: dict[str, Any] = nemo_rl_qwen2_5_vl_batch(GROUP, group_size=GROUP)
+    rollout = {k: v for k, v in batch.items() if k not in LATER}
+    ptq.put(rollout, SCHEMA, ["wbc0"], "wbc", group_size=GROUP, stage="logprob")
+    ptq.write_back(["wbc0"], "wbc", {"prev_logprobs": batch["prev_logprobs"]})
+    ptq.write_back(["wbc0"], "wbc", {"advantages": batch["advantages"]})
+    theirs, ours = ptq.WRITE_BACK + "prev_logprobs", ptq.WRITE_BACK + "advantages"
+    (frame,) = ptq.get_frames(["wbc0"], "wbc", [theirs])[theirs]
+    from tensordict import NonTensorStack, TensorDict
+
+    from py_wire.interop.transfer_queue.columns import frames_column
+
+    value: Any = NonTensorStack(frame) if ptq.stores_frames_as_objects() else frames_column([frame])
+    tq.kv_batch_put(keys=["wbc0"], partition_id="wbc", fields=TensorDict({ours: value}, [1]))
+    with pytest.raises(py_wire.FrameError, match=r"wbc0.*py_wire\.fields:advantages.*prev_logp"):
+        ptq.get_frames(["wbc0"], "wbc", [ours])
+    with pytest.raises(py_wire.FrameError, match="wbc0"):
+        ptq.get(["wbc0"], "wbc", fields=["advantages"])
+    tq.kv_clear(keys=["wbc0"], partition_id="wbc")
+
+
 def _written(per_sample: bool, part: str) -> tuple[dict[str, Any], list[str]]:
     """Two groups put (per group or per sample) and ``prev_logprobs`` written back to all."""
     batch = nemo_rl_qwen2_5_vl_batch(2 * GROUP, group_size=GROUP)
@@ -83,9 +106,9 @@ def _written(per_sample: bool, part: str) -> tuple[dict[str, Any], list[str]]:
 @pytest.mark.parametrize("per_sample", [False, True], ids=["per-group", "per-sample"])
 def test_a_write_back_frame_carries_no_schema_text(backend: str, per_sample: bool) -> None:  # noqa: F811
     """Each key's write-back frame names the schema by fingerprint: its bytes are the written
-    values, their offsets, alignment and a header of under 640 bytes (the group identity and
-    column included), not the ~4.4 KB of the schema's text that made a per-sample write-back
-    2.2x NeMo-RL's bytes."""
+    values, their offsets, alignment and a header of at most 384 bytes (the group identity
+    included; no column name: its fields name its column), not the ~4.4 KB of the schema's
+    text that made a per-sample write-back 2.2x NeMo-RL's bytes."""
     part = f"wbbytes{int(per_sample)}"
     batch, names = _written(per_sample, part)
     column = ptq.WRITE_BACK + "prev_logprobs"
@@ -98,8 +121,9 @@ def test_a_write_back_frame_carries_no_schema_text(backend: str, per_sample: boo
     for frame, rows in zip(frames, per_key, strict=True):
         values = -(-4 * sum(rows) // 64) * 64
         offsets = -(-8 * (len(rows) + 1) // 64) * 64
-        assert len(frame) <= values + offsets + 640, (len(frame), values, offsets)
+        assert len(frame) <= values + offsets + 384, (len(frame), values, offsets)
         assert frame.compact and frame.metadata[ptq.GROUP_KEY]
+        assert ptq.COLUMN_KEY not in frame.metadata
         assert frame_fingerprint(frame) == fingerprint
     # the text frames: a key per group embeds the schema; per-sample keys, the group's first
     texts = ptq.get_frames(names, part, [ptq.TEXT])[ptq.TEXT]

@@ -8,6 +8,7 @@ after the last ack."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -142,8 +143,10 @@ def test_samples_put_apart_come_back_as_their_groups_with_the_images_stored_once
     """Two producers put the samples of two prompts one at a time, interleaved. Neither group
     is handed out until its last sample is stored; then each comes back as its group's frame,
     bit for bit, with the prompt's image stored once in TQ and once in the frame."""
-    a = TQStream(CONFIG, partition_id="samples")
-    b = TQStream(CONFIG, partition_id="samples")
+    # Its reservations must outlive five puts and a take's wait on a loaded machine.
+    patient = dataclasses.replace(CONFIG, reservation_s=60.0)
+    a = TQStream(patient, partition_id="samples")
+    b = TQStream(patient, partition_id="samples")
     groups = {g: vlm_group(g) for g in (1, 2)}
 
     def sample(g: int, i: int) -> py_wire.Frame:

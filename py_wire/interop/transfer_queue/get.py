@@ -49,6 +49,7 @@ from py_wire.interop.transfer_queue.meta import (
     meta_keys,
     refuse_repeats,
     retrieve_meta,
+    selected,
     tq_module,
     with_field,
 )
@@ -61,10 +62,18 @@ def column_frames(value: Any, column: str, keys: Sequence[str]) -> list[Frame]:
         raise prefixed(err, f"keys {list(keys)[:4]}, TQ column {column!r}") from None
     frames = []
     for key, frame in zip(keys, stored, strict=True):
-        if frame.metadata.get(COLUMN_KEY) != column:
-            raise FrameError(
-                f"key {key!r}: the frame in TQ column {column!r} was encoded for column "
-                f"{frame.metadata.get(COLUMN_KEY)!r}"
+        tagged = frame.metadata.get(COLUMN_KEY)
+        if tagged is None and is_write_back(column):
+            # A write-back frame names no column: its fields do (older ones carry the key too).
+            tagged = WRITE_BACK + ",".join(f.name for f in frame.layout.fields)
+        if tagged != column:
+            raise with_context(
+                FrameError(
+                    f"key {key!r}: the frame in TQ column {column!r} was encoded for column "
+                    f"{tagged!r}"
+                ),
+                field=column,
+                found=str(tagged),
             )
         frame.schema = checked_schema(frame)
         frames.append(frame)
@@ -76,7 +85,7 @@ def fetch_columns(meta: Any, columns: Sequence[str], keys: Sequence[str]) -> dic
         return {}
     fingerprints = resolve_schemas(meta, keys)
     try:
-        got = tq_module().get_client().get_data(meta.select_fields(list(columns)))
+        got = tq_module().get_client().get_data(selected(meta, columns))
     except Exception as err:
         # RayStore unpickles each Frame inside TQ's get: a compact frame whose schema this
         # process does not hold fails there (its keys' tags named another schema, or none).
@@ -150,7 +159,7 @@ def _learn_schema(fingerprint: str, key: str, holder: Any, partition_id: Any) ->
                 "(clear a group's keys together)"
             )
         else:
-            got = tq_module().get_client().get_data(meta.select_fields([TEXT]))
+            got = tq_module().get_client().get_data(selected(meta, [TEXT]))
             (frame,) = stored_frames(got[TEXT], TEXT, [holder])
             if frame.compact or frame_fingerprint(frame) != fingerprint:
                 problem = (

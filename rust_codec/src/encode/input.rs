@@ -5,7 +5,7 @@ use crate::error::Result;
 use crate::frame::identity::SegId;
 use crate::schema::spec::FieldSpec;
 use crate::tensor::TensorRef;
-use crate::{batch_err, internal_err, schema_err};
+use crate::{batch_err, internal_err};
 
 /// How a producer hands one field to the codec.
 #[derive(Debug, Clone)]
@@ -385,7 +385,10 @@ pub(crate) fn prefix_sums(
 }
 
 impl SeqOffsets {
-    fn from_lengths(name: &str, lengths: impl IntoIterator<Item = u64>) -> Result<SeqOffsets> {
+    pub(crate) fn from_lengths(
+        name: &str,
+        lengths: impl IntoIterator<Item = u64>,
+    ) -> Result<SeqOffsets> {
         let what = || format!("field {name:?}: sequence lengths");
         Ok(SeqOffsets(prefix_sums(lengths, &what)?))
     }
@@ -401,48 +404,6 @@ impl SeqOffsets {
 
     pub(crate) fn total(&self) -> u64 {
         self.0[self.0.len() - 1]
-    }
-}
-
-/// The sequence field's offsets, after `row_count` checked its input's own tables.
-pub(super) fn sequence_offsets(field: &FieldData<'_>) -> Result<SeqOffsets> {
-    let name = &field.spec.name;
-    match &field.input {
-        FieldInput::Segments {
-            segments,
-            row_offsets,
-            ..
-        } => {
-            let mut lengths = Vec::with_capacity(row_offsets.len() - 1);
-            for (row, w) in row_offsets.windows(2).enumerate() {
-                if w[1] - w[0] != 1 {
-                    return Err(batch_err!(
-                        "field {name:?}, row {row}: a per-token field needs exactly one tensor \
-                         per row, found {}",
-                        w[1] - w[0]
-                    ));
-                }
-                let seg = &segments[w[0] as usize];
-                lengths.push(*seg.shape.first().ok_or_else(|| {
-                    batch_err!(
-                        "field {name:?}, row {row}: a per-token row needs a sequence dim, got a \
-                         0-d tensor"
-                    )
-                })?);
-            }
-            SeqOffsets::from_lengths(name, lengths)
-        }
-        FieldInput::Jagged { offsets, .. } => {
-            let first = offsets.first().copied().unwrap_or(0);
-            Ok(SeqOffsets(offsets.iter().map(|&o| o - first).collect()))
-        }
-        FieldInput::Padded { lengths, .. } => {
-            SeqOffsets::from_lengths(name, lengths.iter().copied())
-        }
-        FieldInput::Ranges { spans, .. } => Ok(SeqOffsets(spans.offsets()?)),
-        FieldInput::Dense(_) | FieldInput::Csr { .. } => {
-            Err(schema_err!("sequence field {name:?} must be per-token"))
-        }
     }
 }
 
@@ -475,11 +436,7 @@ mod tests {
             row_offsets: vec![0, 1, 2, 3],
             ids: None,
         };
-        assert_eq!(row_count(&data(Tier::PerToken, rows.clone())), Ok(3));
-        assert_eq!(
-            sequence_offsets(&data(Tier::PerToken, rows)),
-            Ok(SeqOffsets(vec![0, 2, 2, 5]))
-        );
+        assert_eq!(row_count(&data(Tier::PerToken, rows)), Ok(3));
         let jagged = FieldInput::Jagged {
             values: t(&[5]),
             offsets: vec![0, 2, 5],
@@ -489,10 +446,7 @@ mod tests {
             padded: t(&[2, 6]),
             lengths: vec![6, 1],
         };
-        assert_eq!(
-            sequence_offsets(&data(Tier::PerToken, padded)),
-            Ok(SeqOffsets(vec![0, 6, 7]))
-        );
+        assert_eq!(row_count(&data(Tier::PerToken, padded)), Ok(2));
         assert_eq!(
             row_count(&data(Tier::Scalar, FieldInput::Dense(t(&[4])))),
             Ok(4)
@@ -508,16 +462,6 @@ mod tests {
             offsets: vec![0, 2, 1],
         };
         assert!(row_count(&data(Tier::PerToken, decreasing)).is_err());
-        let two_per_row = FieldInput::Segments {
-            segments: vec![t.clone(), t],
-            row_offsets: vec![0, 2],
-            ids: None,
-        };
-        let err = sequence_offsets(&data(Tier::PerToken, two_per_row)).unwrap_err();
-        assert!(
-            err.message().contains("exactly one tensor per row"),
-            "{err}"
-        );
         let zero_d = FieldInput::Dense(TensorRef::contiguous(DType::I64, &[], &bytes).unwrap());
         assert!(row_count(&data(Tier::Scalar, zero_d)).is_err());
     }

@@ -18,11 +18,11 @@ use crate::error::{Code, Result};
 use crate::frame::header::{write_header, Entry, Header};
 use crate::memory::buffer::AlignedBuf;
 use crate::memory::copy::CopyJob;
-use crate::schema::spec::{meta, names, FieldSpec, Tier};
+use crate::schema::spec::{meta, names, FieldSpec};
 use crate::tier::{self, Items, PlanBatch, Sequence};
 use crate::{batch_err, schema_err};
 
-use input::{row_count, sequence_offsets, SeqOffsets};
+use input::{row_count, SeqOffsets};
 pub use input::{FieldData, FieldInput, RowItems, RowSpan, RowSpans};
 use layout::Layout;
 pub use write::{EncodeOptions, Part, Plan};
@@ -125,11 +125,7 @@ fn agreed_num_rows(request: &EncodeRequest<'_>) -> Result<u64> {
 /// The batch's [`Sequence`], or `None` when it has no per-token fields. Checks the lengths
 /// field against it.
 fn sequence_of<'r>(request: &'r EncodeRequest<'_>) -> Result<Option<Sequence<'r>>> {
-    if !request
-        .fields
-        .iter()
-        .any(|f| tier::of(f.spec.tier).items() == Items::Tokens)
-    {
+    if !request.fields.iter().any(|f| counts_tokens(&f.spec)) {
         return Ok(None);
     }
     let seq_name = request.sequence_field.as_deref().ok_or_else(|| {
@@ -142,22 +138,16 @@ fn sequence_of<'r>(request: &'r EncodeRequest<'_>) -> Result<Option<Sequence<'r>
         .fields
         .iter()
         .find(|f| f.spec.name == seq_name)
-        .or_else(|| {
-            request
-                .fields
-                .iter()
-                .find(|f| f.spec.tier == Tier::PerToken)
-        })
+        .or_else(|| request.fields.iter().find(|f| counts_tokens(&f.spec)))
         .ok_or_else(|| {
             batch_err!("the batch has per-token fields but lacks the sequence field {seq_name:?}")
         })?;
-    if seq_field.spec.tier != Tier::PerToken {
+    let Some(offsets) = tier::of(seq_field.spec.tier).token_offsets(seq_field)? else {
         return Err(schema_err!(
             "sequence field {seq_name:?} must be per-token, not {}",
             seq_field.spec.tier.name()
         ));
-    }
-    let offsets = sequence_offsets(seq_field)?;
+    };
     check_lengths_field(request, seq_name, &offsets)?;
     let spans = match &seq_field.input {
         FieldInput::Ranges { spans, .. } => Some(spans),
@@ -168,6 +158,11 @@ fn sequence_of<'r>(request: &'r EncodeRequest<'_>) -> Result<Option<Sequence<'r>
         offsets,
         spans,
     }))
+}
+
+/// Whether a field's rows are tokens (a per-token field's).
+fn counts_tokens(spec: &FieldSpec) -> bool {
+    tier::of(spec.tier).items() == Items::Tokens
 }
 
 /// Places the sequence offsets (when there are per-token fields), then every field in request

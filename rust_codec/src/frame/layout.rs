@@ -8,7 +8,7 @@ use crate::frame::header::{parse_header, parse_prefix, Header};
 use crate::frame::located::{expect_shape, find, last_index, locate, read_offsets, Trust};
 use crate::frame_err;
 use crate::schema::dtype::DType;
-use crate::schema::spec::{meta, names, FieldSpec, Tier};
+use crate::schema::spec::{meta, names, FieldSpec};
 use crate::tier::{self, FrameFacts, Items};
 
 /// What a reader gets (`frame::located`), named here where it is made.
@@ -345,11 +345,12 @@ fn located_field(frame: &FrameFacts<'_>, spec: FieldSpec) -> Result<DecodedField
 /// elsewhere): `__seq_offsets` hold the rows' token counts and every per-token field is checked
 /// against them.
 fn check_sequence_field(fields: &[DecodedField], seq: Option<&str>) -> Result<()> {
-    let Some(first) = fields.iter().find(|f| f.spec.tier == Tier::PerToken) else {
+    let counts_tokens = |f: &&DecodedField| tier::of(f.spec.tier).items() == Items::Tokens;
+    let Some(first) = fields.iter().find(counts_tokens) else {
         return Ok(());
     };
     let named = fields.iter().find(|f| Some(f.spec.name.as_str()) == seq);
-    if seq.is_none() || named.is_some_and(|f| f.spec.tier != Tier::PerToken) {
+    if seq.is_none() || named.is_some_and(|f| !counts_tokens(&f)) {
         return Err(frame_err!(
             "the frame has per-token fields ({:?}, ...) but its sequence field {seq:?} is \
              not one of them",

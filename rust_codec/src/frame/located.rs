@@ -42,6 +42,15 @@ impl FrameLayout {
     }
 }
 
+/// One parsed frame: its bytes and validated layout.
+#[derive(Clone, Copy)]
+pub struct Source<'a> {
+    /// The frame's bytes.
+    pub bytes: &'a [u8],
+    /// Its layout, parsed from `bytes`.
+    pub layout: &'a FrameLayout,
+}
+
 /// The sequence offsets (`[rows + 1]`, token offsets of each row), copied and validated.
 pub fn read_seq_offsets(buf: &[u8], layout: &FrameLayout) -> Result<Option<Vec<u64>>> {
     let Some(loc) = &layout.seq_offsets else {

@@ -10,12 +10,13 @@
 
 use std::collections::BTreeMap;
 
+use crate::encode::input::RowSpan;
 use crate::encode::layout::Layout;
 use crate::encode::EncodeOptions;
-use crate::encode::RowSpan;
 use crate::error::Result;
 use crate::frame::header::{lists_tensors, sort_entries, write_header, Entry, Header};
 use crate::frame::layout::{DecodedField, FrameLayout, TensorLoc};
+use crate::frame::located::Source;
 use crate::memory::buffer::AlignedBuf;
 use crate::memory::copy::{copy_threads, on_threads, share_by_bytes, CHUNK};
 use crate::memory::monotone::never_decrease;
@@ -25,7 +26,7 @@ use crate::schema::spec::{meta, names};
 use crate::tier::{self, Items};
 use crate::{batch_err, frame_err, internal_err};
 
-use super::selection::{picks, Output, Rows, Source};
+use super::selection::{picks, Output, Rows};
 
 /// Rows `rows` of the sources' concatenation written as a new frame, with `metadata` as its
 /// header entries besides the format and row count (see [`super::selection::output_metadata`]); the

@@ -10,11 +10,10 @@ use std::collections::BTreeSet;
 
 use crate::argument_err;
 use crate::error::Result;
+use crate::frame::located::Source;
 use crate::schema::dtype::DType;
 use crate::schema::spec::{FieldSpec, Tier};
 use crate::tensor::TensorRef;
-
-use super::selection::Source;
 
 /// The prefix of py_wire's own header keys; every other key is the caller's.
 const OWN_PREFIX: &str = "py_wire.";

@@ -12,12 +12,13 @@ use std::sync::Arc;
 use crate::encode::{EncodeRequest, FieldData, FieldInput};
 use crate::error::Result;
 use crate::frame::layout::read_seq_offsets;
+use crate::frame::located::Source;
 use crate::schema::spec::{meta, FieldSpec};
 use crate::tensor::TensorRef;
 use crate::tier::{self, Items, SharedSpans, SourceTables};
 use crate::{argument_err, frame_err};
 
-use super::selection::{output_metadata, picks, sections, Rows, Source};
+use super::selection::{output_metadata, picks, sections, Rows};
 
 /// Rows `rows` of the sources' concatenation as an encode request. Fields absent from some
 /// sources: packed rows there are empty (a text-only batch beside a multimodal one); other

@@ -23,10 +23,11 @@ use crate::frame::compact::HeldRef;
 use crate::frame::layout::layout_of_written_known;
 use crate::schema::spec::meta;
 
+pub use crate::frame::located::Source;
 pub use facts::PerRow;
 pub use gather::{gather, gather_with, split};
 use selection::sections;
-pub use selection::{output_metadata, Output, Rows, Source};
+pub use selection::{output_metadata, Output, Rows};
 
 /// Rows `rows` of the sources' concatenation as a new frame: written straight from the
 /// sources' layouts where [`direct`] takes them, else through an encode plan. The output takes

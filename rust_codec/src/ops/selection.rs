@@ -4,21 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::encode::RowSpan;
+use crate::encode::input::RowSpan;
 use crate::error::{Code, Result};
 use crate::frame::layout::FrameLayout;
+use crate::frame::located::Source;
 use crate::memory::buffer::AlignedBuf;
 use crate::schema::spec::meta;
 use crate::{argument_err, frame_err};
-
-/// One parsed frame: its bytes and validated layout.
-#[derive(Clone, Copy)]
-pub struct Source<'a> {
-    /// The frame's bytes.
-    pub bytes: &'a [u8],
-    /// Its layout, parsed from `bytes`.
-    pub layout: &'a FrameLayout,
-}
 
 /// Which rows of the sources' concatenation to take, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]

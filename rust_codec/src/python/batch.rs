@@ -12,6 +12,7 @@ use super::staged::{per_token_rows, StageLimits};
 use crate::contract::PlaceholderContract;
 use crate::encode::{EncodeOptions, EncodeRequest, FieldData, FieldInput, Plan};
 use crate::schema::spec::FieldSpec;
+use crate::tier::{self, Items};
 
 /// One field as the Python layer hands it over: (name, kind, first, second).
 pub type RawField<'py> = (String, String, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
@@ -32,7 +33,9 @@ fn field_input<'a>(
         })
     };
     Ok(match kind {
-        "rows" if spec.tier == crate::Tier::PerToken => per_token_rows(spec, first, keep, limits)?,
+        "rows" if tier::of(spec.tier).items() == Items::Tokens => {
+            per_token_rows(spec, first, keep, limits)?
+        }
         "rows" => {
             let (segments, row_offsets) = rows(name, first, keep)?;
             FieldInput::Segments {

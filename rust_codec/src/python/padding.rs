@@ -9,7 +9,7 @@ use super::frame::{Frame, ReceiveBuffer};
 use super::owners::Owners;
 use crate::frame::pad::{self, PadField};
 use crate::memory::buffer::AlignedBuf;
-use crate::schema::spec::Tier;
+use crate::tier::{self, Items};
 
 /// The per-token fields `fields` (`(name, pad element's bytes)`) of `frame` padded to
 /// `[rows, width, ...]` in one call, into one new buffer: `(buffer, width, lengths_at,
@@ -31,7 +31,7 @@ pub fn pad_fields(
     for (name, pad) in &fields {
         let field = layout
             .field(name)
-            .filter(|f| f.spec.tier == Tier::PerToken)
+            .filter(|f| tier::of(f.spec.tier).items() == Items::Tokens)
             .ok_or_else(|| {
                 BatchError::new_err(format!(
                     "padded decode: {name:?} is not a per-token field of the frame"

@@ -3,15 +3,13 @@
 
 use std::sync::Arc;
 
-use crate::encode::input::SeqOffsets;
+use crate::encode::input::{FieldData, FieldInput, RowItems, RowSpan, RowSpans, SeqOffsets};
 use crate::encode::layout::Layout;
-use crate::encode::{FieldData, FieldInput, RowItems, RowSpan, RowSpans};
 use crate::error::Result;
 use crate::frame::header::Header;
 use crate::frame::located::{
-    expect_shape, DecodedField, PackedIndex, PackedTables, TensorLoc, Trust,
+    expect_shape, DecodedField, PackedIndex, PackedTables, Source, TensorLoc, Trust,
 };
-use crate::ops::Source;
 use crate::schema::spec::FieldSpec;
 use crate::tensor::TensorRef;
 use crate::{frame_err, internal_err};
@@ -155,6 +153,12 @@ pub(crate) trait TierCodec: Sync {
         field: &FieldData<'a>,
         batch: &PlanBatch<'_>,
     ) -> Result<()>;
+
+    /// The rows' token offsets, read from the input of `field`, the batch's sequence (its row
+    /// count checked first): `None` for a tier whose rows are not tokens.
+    fn token_offsets(&self, _field: &FieldData<'_>) -> Result<Option<SeqOffsets>> {
+        Ok(None)
+    }
 
     /// The names of the index tensors a frame stores for field `name` besides its values.
     fn tables(&self, _name: &str) -> Vec<String> {

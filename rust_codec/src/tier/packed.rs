@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use crate::encode::input::prefix_sums;
 use crate::encode::input::ResolvedRows;
+use crate::encode::input::{FieldData, FieldInput, RowSpan};
 use crate::encode::layout::Layout;
-use crate::encode::{FieldData, FieldInput, RowSpan};
 use crate::error::Result;
 use crate::frame::identity::{hex, table_bytes, SegId, ID_LEN, NO_ID};
 use crate::frame::located::{

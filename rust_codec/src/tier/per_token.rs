@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
+use crate::encode::input::{FieldData, FieldInput, RowSpans, SeqOffsets};
 use crate::encode::layout::Layout;
-use crate::encode::{FieldData, FieldInput, RowSpans};
 use crate::error::{Code, Error, Result};
 use crate::schema::spec::FieldSpec;
 use crate::tensor::TensorRef;
-use crate::{batch_err, internal_err};
+use crate::{batch_err, internal_err, schema_err};
 
 use super::check::{check_dims, check_dtype, Where};
 use super::codec::{span_views, Items, PlanBatch, Sequence, TierCodec};
@@ -32,6 +32,52 @@ impl TierCodec for PerToken {
             .sequence
             .ok_or_else(|| internal_err!("per-token field without sequence lengths"))?;
         plan_per_token(layout, field, seq)
+    }
+
+    fn token_offsets(&self, field: &FieldData<'_>) -> Result<Option<SeqOffsets>> {
+        sequence_offsets(field).map(Some)
+    }
+}
+
+/// The sequence field's offsets, after `row_count` checked its input's own tables.
+fn sequence_offsets(field: &FieldData<'_>) -> Result<SeqOffsets> {
+    let name = &field.spec.name;
+    match &field.input {
+        FieldInput::Segments {
+            segments,
+            row_offsets,
+            ..
+        } => {
+            let mut lengths = Vec::with_capacity(row_offsets.len() - 1);
+            for (row, w) in row_offsets.windows(2).enumerate() {
+                if w[1] - w[0] != 1 {
+                    return Err(batch_err!(
+                        "field {name:?}, row {row}: a per-token field needs exactly one tensor \
+                         per row, found {}",
+                        w[1] - w[0]
+                    ));
+                }
+                let seg = &segments[w[0] as usize];
+                lengths.push(*seg.shape.first().ok_or_else(|| {
+                    batch_err!(
+                        "field {name:?}, row {row}: a per-token row needs a sequence dim, got a \
+                         0-d tensor"
+                    )
+                })?);
+            }
+            SeqOffsets::from_lengths(name, lengths)
+        }
+        FieldInput::Jagged { offsets, .. } => {
+            let first = offsets.first().copied().unwrap_or(0);
+            Ok(SeqOffsets(offsets.iter().map(|&o| o - first).collect()))
+        }
+        FieldInput::Padded { lengths, .. } => {
+            SeqOffsets::from_lengths(name, lengths.iter().copied())
+        }
+        FieldInput::Ranges { spans, .. } => Ok(SeqOffsets(spans.offsets()?)),
+        FieldInput::Dense(_) | FieldInput::Csr { .. } => {
+            Err(schema_err!("sequence field {name:?} must be per-token"))
+        }
     }
 }
 
@@ -209,4 +255,84 @@ fn token_rows_of_ranges<'a>(
 fn select0<'a>(t: &TensorRef<'a>, index: u64) -> Result<TensorRef<'a>> {
     let row = t.narrow0(index, 1)?;
     TensorRef::strided(row.dtype, &row.shape[1..], &row.strides[1..], row.bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::dtype::DType;
+    use crate::schema::spec::Tier;
+    use crate::tier::codec::TierCodec;
+    use crate::tier::packed::Packed;
+    use crate::tier::scalar::Scalar;
+
+    fn data<'a>(tier: Tier, input: FieldInput<'a>) -> FieldData<'a> {
+        let spec = FieldSpec {
+            name: "x".into(),
+            tier,
+            dtype: DType::I64,
+            wire_dtype: None,
+            shape: vec![],
+            pack_dim: 0,
+        };
+        FieldData { spec, input }
+    }
+
+    #[test]
+    fn the_rows_token_offsets_come_from_each_input_kind() {
+        let bytes = [0u8; 96];
+        let t = |shape: &[u64]| TensorRef::contiguous(DType::I64, shape, &bytes).unwrap();
+        let offsets = |tier, input| PerToken.token_offsets(&data(tier, input));
+        let rows = FieldInput::Segments {
+            segments: vec![t(&[2]), t(&[0]), t(&[3])],
+            row_offsets: vec![0, 1, 2, 3],
+            ids: None,
+        };
+        assert_eq!(
+            offsets(Tier::PerToken, rows),
+            Ok(Some(SeqOffsets(vec![0, 2, 2, 5])))
+        );
+        let padded = FieldInput::Padded {
+            padded: t(&[2, 6]),
+            lengths: vec![6, 1],
+        };
+        assert_eq!(
+            offsets(Tier::PerToken, padded),
+            Ok(Some(SeqOffsets(vec![0, 6, 7])))
+        );
+        let jagged = FieldInput::Jagged {
+            values: t(&[5]),
+            offsets: vec![1, 3, 5],
+        };
+        assert_eq!(
+            offsets(Tier::PerToken, jagged),
+            Ok(Some(SeqOffsets(vec![0, 2, 4])))
+        );
+        // Rows that are not tokens have none.
+        let dense = || data(Tier::Scalar, FieldInput::Dense(t(&[4])));
+        assert_eq!(Scalar.token_offsets(&dense()), Ok(None));
+        assert_eq!(Packed.token_offsets(&dense()), Ok(None));
+    }
+
+    #[test]
+    fn rows_of_other_than_one_tensor_or_a_dense_input_are_refused() {
+        let bytes = [0u8; 16];
+        let t = TensorRef::contiguous(DType::I64, &[2], &bytes).unwrap();
+        let two_per_row = FieldInput::Segments {
+            segments: vec![t.clone(), t.clone()],
+            row_offsets: vec![0, 2],
+            ids: None,
+        };
+        let err = PerToken
+            .token_offsets(&data(Tier::PerToken, two_per_row))
+            .unwrap_err();
+        assert!(
+            err.message().contains("exactly one tensor per row"),
+            "{err}"
+        );
+        let err = PerToken
+            .token_offsets(&data(Tier::PerToken, FieldInput::Dense(t)))
+            .unwrap_err();
+        assert_eq!(err.kind(), "schema");
+    }
 }

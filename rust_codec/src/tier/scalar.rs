@@ -2,8 +2,8 @@
 //! tensor; a gather copies spans of rows.
 
 use crate::batch_err;
+use crate::encode::input::{FieldData, FieldInput};
 use crate::encode::layout::Layout;
-use crate::encode::{FieldData, FieldInput};
 use crate::error::Result;
 
 use super::check::{check_dims, check_dtype, Where};

@@ -1,0 +1,48 @@
+"""py_wire._tiers: one implementation per tier, chosen in one place."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+import torch
+
+import py_wire
+from py_wire import _tiers as tiers
+from py_wire._native import BatchError
+from py_wire._schema import Tier
+
+
+def test_every_tier_a_schema_names_has_one_implementation() -> None:
+    names = typing.get_args(Tier)
+    assert set(names) == {"packed", "per_token", "scalar"}
+    codecs = [tiers.of(name) for name in names]
+    assert len({id(c) for c in codecs}) == len(names)
+    assert {c.items for c in codecs} == {"rows", "tokens", "segments"}
+
+
+@pytest.mark.parametrize(
+    ("tier", "value", "kind"),
+    [
+        ("packed", [torch.zeros(2, 3), None], "rows"),
+        ("per_token", [torch.zeros(2), torch.zeros(1)], "rows"),
+        (
+            "per_token",
+            torch.nested.as_nested_tensor([torch.zeros(2)], layout=torch.jagged),
+            "jagged",
+        ),
+        ("scalar", torch.zeros(2), "dense"),
+    ],
+)
+def test_each_tier_names_the_input_kind_the_codec_is_handed(
+    tier: str, value: object, kind: str
+) -> None:
+    field = py_wire.load_schema("text_grpo").fields["input_ids"]
+    assert tiers.of(tier).input_kind("x", field, value, None)[0] == kind
+
+
+@pytest.mark.parametrize("tier", ["packed", "per_token", "scalar"])
+def test_a_value_a_tier_does_not_take_is_a_batch_error_naming_the_field(tier: str) -> None:
+    field = py_wire.load_schema("text_grpo").fields["input_ids"]
+    with pytest.raises(BatchError, match="field 'x'"):
+        tiers.of(tier).input_kind("x", field, object(), None)
