@@ -236,6 +236,18 @@ def items(
     return out
 
 
+def names(what: str, value: object) -> list[str]:
+    """A sequence of strings (keys, column or field names), each checked: a ``TypeError``
+    naming ``what`` (and the index) for one str or bytes, or an item that is not a str."""
+    if isinstance(value, str | bytes):
+        raise TypeError(f"{what} must be a sequence of str, not one {type(value).__name__}")
+    out = items(what, value)
+    for i, name in enumerate(out):
+        if not isinstance(name, str):
+            raise TypeError(f"{what}[{i}] must be a str, not {type(name).__name__} {name!r:.60}")
+    return out
+
+
 def path(name: str, value: object) -> str:
     """A file path argument (a str or ``os.PathLike``) as a str; a ``TypeError`` naming
     ``name`` otherwise, and a :class:`WireError` for a path with a NUL byte."""

@@ -38,6 +38,7 @@ __all__ = [
     "__version__",
     "canonical_json",
     "check_contracts",
+    "check_schema_source",
     "check_schema_text",
     "encode",
     "encode_parts",
@@ -70,6 +71,8 @@ __all__ = [
     "resolve_contract",
     "resolve_field",
     "resolve_schema",
+    "schema_data",
+    "schema_stages",
     "MAX_DECLARED_ITEMS",
     "SCHEMA_DEFAULTS",
     "validate_field_spec",
@@ -354,3 +357,6 @@ def streaming_threshold() -> tuple[int, int | None, int | None]: ...
 def validate_field_spec(decl_json: str) -> str: ...
 def canonical_json(text: str) -> str: ...
 def check_schema_text(text: str, fingerprint: str) -> None: ...
+def check_schema_source(text: str, syntax: str, source: str) -> None: ...
+def schema_data(value: object, dump: Callable[[object], object]) -> str: ...
+def schema_stages(text: str) -> str: ...

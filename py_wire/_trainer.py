@@ -2,7 +2,7 @@
 packing, padded-batch options, and moving a decoded batch to a device in one call.
 
 Row windows cost O(fields) torch calls plus O(rows in the window) for rebased offsets; the
-batching arithmetic over the sequence offsets runs in Rust (``rust_codec/src/batching.rs``).
+batching arithmetic over the sequence offsets runs in Rust (``rust_codec/src/ops/batching.rs``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Regenerates (or checks) the wire-cast golden data in rust_codec/tests/data/ from torch.
 
-The codec's float casts (rust_codec/src/cast.rs) must be bit-identical to torch's ``.to()``.
+The codec's float casts (rust_codec/src/schema/cast.rs) must be bit-identical to torch's ``.to()``.
 This script computes, with the installed torch:
 
 - cast_f32.txt / cast_f64.txt: torch's casts of each listed input bit pattern (the first

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from py_wire._args import batch_mapping, flag, optional_count, padded_cells_backed
+from py_wire._args import batch_mapping, flag, names, optional_count, padded_cells_backed
 from py_wire._args import items as items_arg
 from py_wire._decode import MAX_PAD_MULTIPLE, Writable, decode
 from py_wire._encode import encode
@@ -44,7 +44,6 @@ from py_wire._packed import ID_LEN, PackedTensor
 from py_wire._schema import Schema, load_schema
 from py_wire._source import as_frame
 from py_wire.interop import transfer_queue as ptq
-from py_wire.interop.transfer_queue.meta import names
 
 __all__ = [
     "batched_data_dict_class",

@@ -74,7 +74,7 @@ from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError, WireError
 from py_wire._packed import PackedTensor
 from py_wire._rowvalues import encode_rows, json_text, shared_rows
-from py_wire._schema import FieldDef, Schema, load_schema
+from py_wire._schema import FieldDef, Schema, gathering_field, load_schema
 from py_wire._source import as_frame
 
 __all__ = [
@@ -247,7 +247,7 @@ def _undeclared(key: str, sch: Schema) -> bool:
 def _gathered_keys(non_tensor: Mapping[str, Any], sch: Schema) -> dict[str, Any]:
     """The ``non_tensor_batch`` columns no field declares that the schema's gathering field
     (``gather = [patterns]``) takes, in the batch's order."""
-    gathering = sch.gathering_field()
+    gathering = gathering_field(sch)
     if gathering is None:
         return {}
     name, patterns = gathering
@@ -274,7 +274,7 @@ def _gather(columns: Mapping[str, Any], sch: Schema) -> tuple[str, Any, dict[str
     """One JSON object per row holding each gathered column's value (numpy values as the
     Python values ``tolist`` gives), and the record that spreads them back (each column's
     dtype and row shape)."""
-    gathering = sch.gathering_field()
+    gathering = gathering_field(sch)
     assert gathering is not None
     name = gathering[0]
     rows: list[dict[str, Any]] | None = None

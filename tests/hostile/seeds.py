@@ -41,7 +41,7 @@ class Seed:
 
 def _small_gemma3() -> py_wire.Schema:
     """gemma3 with 8x8 images instead of 896x896 (a 896 image is 9.6 MB)."""
-    from py_wire._schema import _load_path, bundled_schemas  # noqa: F401
+    from py_wire._schema.files import _load_path, bundled_schemas  # noqa: F401
 
     path = next(p for p in _schema_files() if p.stem == "gemma3")
     text = re.sub(r"\b896\b", "8", path.read_text())

@@ -3,9 +3,11 @@ NeMo-RL's own PackedTensor with its dedup CSR) to a frame and back, with no edit
 
 from __future__ import annotations
 
+import ast
 import pickle
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -521,3 +523,16 @@ def test_nemo_rl_recorded_width_is_bounded_by_the_frame() -> None:
     assert info.value.field == nemo_rl.PADDED_WIDTH_KEY
     honest = with_metadata(rows, **{nemo_rl.PADDED_WIDTH_KEY: "16"})
     assert tuple(nemo_rl.from_frame(honest)["input_ids"].shape) == (64, 16)
+
+
+def test_the_adapter_uses_only_the_transfer_queue_packages_public_names() -> None:
+    """``nemo_rl`` reaches the TQ adapter through its package (its ``__all__``), never a module
+    inside it: what both adapters share comes from the core."""
+    source = Path(nemo_rl.__file__).read_text()
+    inside = [
+        node.module
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom)
+        and (node.module or "").startswith("py_wire.interop.transfer_queue.")
+    ]
+    assert inside == []

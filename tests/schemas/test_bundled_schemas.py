@@ -12,7 +12,7 @@ import torch
 
 import py_wire
 from py_wire import ContractError, PackedTensor, PlaceholderContract, Schema
-from py_wire._schema import schema_file_json_schema
+from py_wire._schema import column_fields, schema_file_json_schema
 from py_wire.synth import GENERATORS, generate, nemotron_omni_batch, smolvlm_batch
 from py_wire.testing import assert_batch_equal
 from tests.helpers import VERL_RESPONSE_ALIGNED, media_fields
@@ -505,8 +505,8 @@ grid_field = "image_grid_thw"
 
 def test_columns_are_declared_and_checked_at_load() -> None:
     schema = Schema.from_toml(COLUMN_BASE)
-    assert schema.column_fields("media") == ["pixel_values", "image_grid_thw"]
-    assert schema.column_fields("text") == ["input_ids"]
+    assert column_fields(schema, "media") == ["pixel_values", "image_grid_thw"]
+    assert column_fields(schema, "text") == ["input_ids"]
     # the default column is left out of the canonical form: fingerprints of schemas that
     # declare none are unchanged
     assert '"column":"text"' not in schema.canonical_json

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from unittest import mock
 
@@ -14,7 +15,18 @@ import torch
 
 import py_wire
 from py_wire import _native
-from py_wire import _schema as schema_module
+from py_wire._schema import codecs, files, registry, view_cache
+
+
+@contextmanager
+def _unheld() -> Iterator[None]:
+    """Encodes that do not hold their schema in this process (as a peer's would not): neither
+    ``load_schema`` nor a compact codec pins it."""
+    with (
+        mock.patch.object(files, "_hold", lambda schema: None),
+        mock.patch.object(codecs, "_hold", lambda schema: None),
+    ):
+        yield
 
 
 def _peer_schema(i: int, description_bytes: int) -> py_wire.Schema:
@@ -33,7 +45,7 @@ def _peer_frames(schema: py_wire.Schema) -> tuple[bytes, bytes]:
     process holds no schema for having encoded them (writing a compact frame needs its schema
     held, so it is held as learnt meanwhile, and every learnt schema let go after)."""
     batch: dict[str, Any] = {"r": torch.tensor([1.0, 2.0])}
-    with mock.patch.object(schema_module, "_hold", lambda schema: None):
+    with _unheld():
         embedded = bytes(memoryview(py_wire.encode(batch, schema)))
         _native.hold_schema(json.dumps(schema.model_dump()), True)
         compact = bytes(memoryview(py_wire.encode(batch, schema, compact=True)))
@@ -43,7 +55,7 @@ def _peer_frames(schema: py_wire.Schema) -> tuple[bytes, bytes]:
 
 
 def _peer_embedded_frame(schema: py_wire.Schema) -> bytes:
-    with mock.patch.object(schema_module, "_hold", lambda schema: None):
+    with _unheld():
         return bytes(memoryview(py_wire.encode({"r": torch.tensor([1.0, 2.0])}, schema)))
 
 
@@ -80,7 +92,7 @@ def test_learnt_schemas_stay_within_a_byte_budget_least_recently_used_out(
     # The typed views are charged to the same budget: those of schemas let go are dropped.
     count, kept, budget = _native.learnt_schemas()
     assert kept <= budget
-    assert len(schema_module._VIEWS) < 2 * len(schemas) - 4
+    assert len(view_cache._VIEWS) < 2 * len(schemas) - 4
 
 
 def test_a_schema_view_is_served_only_while_the_codec_holds_its_schema() -> None:
@@ -141,13 +153,13 @@ def test_the_default_budget_counts_what_received_schemas_keep() -> None:
 
 
 def test_the_budget_variable_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(schema_module.LEARNT_SCHEMA_BYTES_ENV, "lots")
+    monkeypatch.setenv(registry.LEARNT_SCHEMA_BYTES_ENV, "lots")
     with pytest.raises(py_wire.WireError, match="PY_WIRE_LEARNT_SCHEMA_BYTES='lots'"):
-        schema_module._learnt_budget_from_env()
-    monkeypatch.setenv(schema_module.LEARNT_SCHEMA_BYTES_ENV, str(3 << 20))
+        registry._learnt_budget_from_env()
+    monkeypatch.setenv(registry.LEARNT_SCHEMA_BYTES_ENV, str(3 << 20))
     previous = _native.learnt_schemas()[2]
     try:
-        schema_module._learnt_budget_from_env()
+        registry._learnt_budget_from_env()
         assert _native.learnt_schemas()[2] == 3 << 20
     finally:
         _native.set_learnt_schema_budget(previous)
@@ -172,7 +184,7 @@ def test_a_held_compact_frame_decodes_after_its_learnt_schema_is_let_go(read_sch
         "r": torch.tensor([1.0, 2.0]),
         "img": [torch.ones(2, 2), None],
     }
-    with mock.patch.object(schema_module, "_hold", lambda schema: None):
+    with _unheld():
         embedded = bytes(memoryview(py_wire.encode(batch, schema)))
         _native.hold_schema(json.dumps(schema.model_dump()), True)
         compact = bytes(memoryview(py_wire.encode(batch, schema, compact=True)))

@@ -11,11 +11,12 @@ from typing import Any
 import torch
 
 from py_wire import _native
+from py_wire._args import names
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
-from py_wire._schema import Schema, hold_schema, load_schema
+from py_wire._schema import Schema, column_fields, hold_schema, load_schema
 from py_wire._typing import as_jagged
-from py_wire.interop.transfer_queue.meta import names, tq_module
+from py_wire.interop.transfer_queue.meta import tq_module
 
 #: One group's checked fields, as the codec takes them (``py_wire._encode.checked_fields``).
 Raw = list[tuple[str, str, Any, Any]]
@@ -90,7 +91,7 @@ SCHEMA_HOLDER = "py_wire.schema_key"
 def media_fields(schema: Schema | str | Path) -> tuple[str, ...]:
     """The fields stored in the media column: those the schema declares ``column = "media"``
     (images, their grids and masks), in schema order."""
-    return tuple(load_schema(schema).column_fields("media"))
+    return tuple(column_fields(load_schema(schema), "media"))
 
 
 def column_of(sch: Schema, name: str) -> str:

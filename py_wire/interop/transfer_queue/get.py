@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from py_wire import _native
+from py_wire._args import names
 from py_wire._decode import (
     FrameViews,
     Writable,
@@ -46,7 +47,6 @@ from py_wire.interop.transfer_queue.columns import (
 from py_wire.interop.transfer_queue.meta import (
     key_list,
     meta_keys,
-    names,
     refuse_repeats,
     retrieve_meta,
     selected,

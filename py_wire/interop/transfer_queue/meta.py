@@ -7,7 +7,7 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
-from py_wire._args import items
+from py_wire._args import names
 from py_wire._errors import with_context
 from py_wire._native import BatchError
 
@@ -19,17 +19,6 @@ def tq_module() -> Any:
 
 def with_field(err: BatchError, field: str) -> BatchError:
     return with_context(err, field=field)
-
-
-def names(what: str, value: object) -> list[str]:
-    """A sequence of strings (TQ keys, column or field names), checked before TQ sees it."""
-    if isinstance(value, str | bytes):
-        raise TypeError(f"{what} must be a sequence of str, not one {type(value).__name__}")
-    out = items(what, value)
-    for i, name in enumerate(out):
-        if not isinstance(name, str):
-            raise TypeError(f"{what}[{i}] must be a str, not {type(name).__name__} {name!r:.60}")
-    return out
 
 
 def partition(partition_id: object) -> str:

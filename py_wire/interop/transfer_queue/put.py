@@ -12,13 +12,13 @@ import numpy as np
 import torch
 
 from py_wire import _native
-from py_wire._args import batch_mapping, count, items
+from py_wire._args import batch_mapping, count, items, names
 from py_wire._encode import checked_fields, plain_tensors
 from py_wire._errors import with_context
 from py_wire._native import BatchError, Frame, FrameError
 from py_wire._ops import concat, split
 from py_wire._packed import PackedTensor
-from py_wire._schema import Schema, load_schema
+from py_wire._schema import Schema, column_fields, load_schema
 from py_wire._typing import as_jagged
 from py_wire.interop.transfer_queue.columns import (
     COLUMNS,
@@ -40,7 +40,6 @@ from py_wire.interop.transfer_queue.columns import (
     stores_frames_as_objects,
 )
 from py_wire.interop.transfer_queue.meta import (
-    names,
     partition,
     refuse_repeats,
     tq_module,
@@ -186,7 +185,7 @@ def _stored_codecs(
     schema by fingerprint in the ``compact`` columns)."""
     return {
         c: [
-            column_codec(sch, c, stage, sch.column_fields(c[len("py_wire.") :]), g, c in compact)
+            column_codec(sch, c, stage, column_fields(sch, c[len("py_wire.") :]), g, c in compact)
             for g in groups
         ]
         for c in columns

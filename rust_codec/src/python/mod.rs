@@ -19,6 +19,7 @@ mod padding;
 mod registry;
 mod rows;
 mod schema;
+mod schema_data;
 mod staged;
 mod tensor_getters;
 mod transport;
@@ -68,8 +69,10 @@ mod _native {
     #[pymodule_export]
     use super::schema::{
         canonical_json, check_schema_text, reserved_metadata_key, resolve_contract, resolve_field,
-        resolve_schema, validate_field_spec,
+        resolve_schema, schema_stages, validate_field_spec,
     };
+    #[pymodule_export]
+    use super::schema_data::{check_schema_source, schema_data};
     #[pymodule_export]
     use super::transport::{
         encoded_nbytes, frame_nbytes, frame_validation_ranges, interleaved_shard_ranges,

@@ -38,6 +38,16 @@ pub fn resolve_schema(py: Python<'_>, text: &str) -> PyResult<(String, String, S
         .map_err(to_py)
 }
 
+/// Which fields and contracts each stage of a schema (given as JSON, fields in declared order)
+/// needs, as JSON (`schema::stages`: the rules, which Python's view only reads).
+#[pyfunction]
+pub fn schema_stages(py: Python<'_>, text: &str) -> PyResult<String> {
+    let value = schema_json(text)?;
+    py.detach(|| crate::schema::model::stage_plan(&value))
+        .map(|plan| plan.to_json())
+        .map_err(to_py)
+}
+
 /// Reads one field outside a schema (`schema::model::resolve_field`); returns its full JSON.
 #[pyfunction]
 pub fn resolve_field(text: &str) -> PyResult<String> {

@@ -13,7 +13,7 @@
 //! 3. nesting: arrays and objects nest at most
 //!    [`MAX_NESTING`](crate::schema::text::MAX_NESTING) deep (counted outside strings);
 //! 4. JSON, as CPython's `json.loads` reads it ([`parse`](crate::schema::text::parse));
-//! 5. canonical form: the text is byte for byte what [`canonical`] writes of the value it holds;
+//! 5. canonical form: the text is byte for byte what [`canonical`](crate::schema::text::canonical) writes of the value it holds;
 //! 6. the schema model ([`model::resolve`]): types, defaults, every field and contract rule;
 //!    and the text is the model's own canonical form (no key left to a default);
 //! 7. the reader derives the frame's field table and sequence field from the resolved fields

@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::schema::cast::widens_exactly;
 use crate::schema::dtype::DType;
 use crate::schema::spec::{FieldDecl, FieldSpec, Tier};
+use crate::schema::stages::{Declared, StagePlan};
 use crate::schema::text::{canonical, code_points_to_string, fingerprint, Json};
 use crate::schema_err;
 
@@ -98,59 +99,7 @@ pub struct Resolved {
 /// Reads a whole schema: see the module docs. Every failure is a `SchemaError` that names the
 /// key's path (`fields.pixel_values.pad_value: ...`) and the value found.
 pub fn resolve(value: &Json) -> Result<Resolved> {
-    let obj = Obj::of(value, "")?;
-    obj.only(&[
-        "name",
-        "version",
-        "description",
-        "sequence_field",
-        "lengths_field",
-        "stages",
-        "fields",
-        "contracts",
-    ])?;
-    let name = obj.req("name", string)?;
-    let version = obj.opt("version", |v, at| int_in(v, at, 0, (1 << 31) - 1))?;
-    let description = obj.opt("description", string)?;
-    let sequence_field = obj.opt("sequence_field", |v, at| nullable(v, at, string))?;
-    let lengths_field = obj.opt("lengths_field", |v, at| nullable(v, at, string))?;
-    let stages = obj
-        .opt("stages", |v, at| list(v, at, string))?
-        .unwrap_or_else(|| DEFAULT_STAGES.iter().map(|s| s.to_string()).collect());
-    let fields_value = obj.get("fields").ok_or_else(|| missing("fields"))?;
-    let Json::Object(items) = fields_value else {
-        return Err(at_err(
-            "fields",
-            format!("must be a table, not {}", kind(fields_value)),
-        ));
-    };
-    if items.len() > MAX_DECLARED_ITEMS {
-        return Err(at_err(
-            "fields",
-            format!("{} entries; at most {MAX_DECLARED_ITEMS}", items.len()),
-        ));
-    }
-    let mut fields: Vec<(String, Field)> = Vec::with_capacity(items.len());
-    for (key, decl) in last_values(items) {
-        let field_name = code_points_to_string(key)
-            .ok_or_else(|| at_err("fields", "a field name holds a lone surrogate".into()))?;
-        let field = Field::read(decl, &format!("fields.{field_name}"), &field_name)?;
-        fields.push((field_name, field));
-    }
-    let contracts = obj
-        .opt("contracts", |v, at| list(v, at, Contract::read))?
-        .unwrap_or_default();
-    let schema = Schema {
-        name,
-        version: version.unwrap_or(1),
-        description: description.unwrap_or_default(),
-        sequence_field: sequence_field.flatten(),
-        lengths_field: lengths_field.flatten(),
-        stages,
-        fields,
-        contracts,
-    };
-    schema.check()?;
+    let schema = Schema::read(value)?;
     let canonical = canonical(&schema.to_json(false));
     Ok(Resolved {
         fingerprint: fingerprint(&canonical),
@@ -159,6 +108,87 @@ pub fn resolve(value: &Json) -> Result<Resolved> {
         specs: schema.fields.iter().map(|(_, f)| f.spec.clone()).collect(),
         sequence_field: schema.sequence_field.clone(),
     })
+}
+
+/// Reads a whole schema as [`resolve`] does and returns which fields and contracts each of its
+/// stages needs (the rules: [`stages`](crate::schema::stages)).
+pub fn stage_plan(value: &Json) -> Result<StagePlan> {
+    let schema = Schema::read(value)?;
+    let fields: Vec<Declared<'_>> = schema
+        .fields
+        .iter()
+        .map(|(name, f)| Declared {
+            name,
+            stages: f.stages.as_deref(),
+            required: f.required,
+        })
+        .collect();
+    let media: Vec<&str> = schema
+        .contracts
+        .iter()
+        .map(|c| c.contract.media_field.as_str())
+        .collect();
+    Ok(crate::schema::stages::plan(&schema.stages, &fields, &media))
+}
+
+impl Schema {
+    /// The schema `value` declares: keys typed, defaults filled, every rule applied.
+    fn read(value: &Json) -> Result<Schema> {
+        let obj = Obj::of(value, "")?;
+        obj.only(&[
+            "name",
+            "version",
+            "description",
+            "sequence_field",
+            "lengths_field",
+            "stages",
+            "fields",
+            "contracts",
+        ])?;
+        let name = obj.req("name", string)?;
+        let version = obj.opt("version", |v, at| int_in(v, at, 0, (1 << 31) - 1))?;
+        let description = obj.opt("description", string)?;
+        let sequence_field = obj.opt("sequence_field", |v, at| nullable(v, at, string))?;
+        let lengths_field = obj.opt("lengths_field", |v, at| nullable(v, at, string))?;
+        let stages = obj
+            .opt("stages", |v, at| list(v, at, string))?
+            .unwrap_or_else(|| DEFAULT_STAGES.iter().map(|s| s.to_string()).collect());
+        let fields_value = obj.get("fields").ok_or_else(|| missing("fields"))?;
+        let Json::Object(items) = fields_value else {
+            return Err(at_err(
+                "fields",
+                format!("must be a table, not {}", kind(fields_value)),
+            ));
+        };
+        if items.len() > MAX_DECLARED_ITEMS {
+            return Err(at_err(
+                "fields",
+                format!("{} entries; at most {MAX_DECLARED_ITEMS}", items.len()),
+            ));
+        }
+        let mut fields: Vec<(String, Field)> = Vec::with_capacity(items.len());
+        for (key, decl) in last_values(items) {
+            let field_name = code_points_to_string(key)
+                .ok_or_else(|| at_err("fields", "a field name holds a lone surrogate".into()))?;
+            let field = Field::read(decl, &format!("fields.{field_name}"), &field_name)?;
+            fields.push((field_name, field));
+        }
+        let contracts = obj
+            .opt("contracts", |v, at| list(v, at, Contract::read))?
+            .unwrap_or_default();
+        let schema = Schema {
+            name,
+            version: version.unwrap_or(1),
+            description: description.unwrap_or_default(),
+            sequence_field: sequence_field.flatten(),
+            lengths_field: lengths_field.flatten(),
+            stages,
+            fields,
+            contracts,
+        };
+        schema.check()?;
+        Ok(schema)
+    }
 }
 
 /// The schema a frame written by the codec alone embeds (an encode request with no schema of

@@ -1,7 +1,8 @@
 //! A field as the codec holds it: its tier, dtypes, segment shape and pack dim ([`FieldSpec`]),
 //! and the field rules, owned here and nowhere else ([`FieldSpec::validate`],
 //! [`FieldDecl::resolve`]). The whole schema (its keys, defaults and every other rule) is
-//! `schema::model`'s; Python's schema models are typed views of what the codec returns.
+//! `schema::model`'s, what each stage needs `schema::stages`'; Python's schema models are typed
+//! views of what the codec returns, with no default or rule of their own.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 

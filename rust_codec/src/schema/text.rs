@@ -1,19 +1,8 @@
-//! The embedded schema's text (`py_wire.schema`) and fingerprint (`py_wire.fingerprint`): every
-//! check a reader makes on them, and what the schema implies of the frame's field table.
-//!
-//! [`parse_frame`](crate::frame::layout::parse_frame) runs [`embedded_facts`] on every embedded
-//! frame, so a damaged schema is a `FrameError` from the codec whichever reader meets it (the
-//! Python layer, the frame ops, the fuzz targets). The checks, in order (each cheap before the
-//! next, so hostile text is refused before it is parsed):
-//!
-//! 1. size: at most [`MAX_SCHEMA_BYTES`] bytes;
-//! 2. fingerprint: `"sha256:" + hex(sha256(text))`, lowercase hex, equals `py_wire.fingerprint`;
-//! 3. nesting: arrays and objects nest at most [`MAX_NESTING`] deep (counted outside strings);
-//! 4. JSON, as CPython's `json.loads` reads it (see [`parse`]);
-//! 5. canonical form: the text is byte for byte what [`canonical`] writes of the value it holds;
-//! 6. the schema's fields pass the codec's field rules ([`FieldDecl::resolve`]): the reader
-//!    derives the frame's field table and sequence field from them
-//!    ([`schema_field_table`](crate::frame::layout::schema_field_table)).
+//! A schema's text: JSON as CPython's `json` module reads it ([`parse`]) and writes it
+//! ([`canonical`], [`in_order`]), the fingerprint ([`fingerprint`]), and the gate every schema
+//! text passes before a parser reads it ([`check_source`]: size and nesting, for TOML and JSON;
+//! [`check_nesting`]). The checks a reader makes on a frame's embedded schema, in order, are
+//! `schema::embedded`'s.
 //!
 //! # The canonical form
 //!
@@ -45,7 +34,7 @@ use std::fmt::Write as _;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::frame_err;
+use crate::{frame_err, schema_err};
 
 /// The largest schema text (a frame's `py_wire.schema`, a schema file) read at all, in bytes.
 pub const MAX_SCHEMA_BYTES: usize = 1 << 20;
@@ -558,6 +547,87 @@ pub fn check_nesting(text: &str) -> Result<()> {
     Ok(())
 }
 
+/// The language a schema's source text is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Syntax {
+    /// A schema file.
+    Toml,
+    /// A schema's JSON (a frame's, or `Schema.from_json`'s).
+    Json,
+}
+
+/// The gate every schema text passes before a parser reads it (a file's TOML, JSON handed to
+/// `Schema.from_json`): at most [`MAX_SCHEMA_BYTES`] characters, and brackets nested at most
+/// [`MAX_NESTING`] deep outside strings and comments, so no parser recurses on hostile text.
+/// The error (a `SchemaError`) names `source`.
+pub fn check_source(text: &str, syntax: Syntax, source: &str) -> Result<()> {
+    let chars = text.chars().count();
+    if chars > MAX_SCHEMA_BYTES {
+        return Err(schema_err!(
+            "{source}: {chars} characters; a schema is at most {MAX_SCHEMA_BYTES}"
+        ));
+    }
+    let deep = match syntax {
+        Syntax::Json => check_nesting(text).is_err(),
+        Syntax::Toml => toml_too_deep(text),
+    };
+    if deep {
+        return Err(schema_err!(
+            "{source}: nested deeper than {MAX_NESTING} levels"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether TOML `text`'s arrays and inline tables nest deeper than [`MAX_NESTING`], counting
+/// brackets outside strings (basic and literal, one-line and multi-line) and comments, in one
+/// pass. A one-line string or a comment ends at a newline; a backslash in a basic string
+/// escapes the next character.
+fn toml_too_deep(text: &str) -> bool {
+    #[derive(Clone, Copy, PartialEq)]
+    enum In {
+        Code,
+        Basic,
+        Literal,
+        MultiBasic,
+        MultiLiteral,
+        Comment,
+    }
+    let s = text.as_bytes();
+    let (mut depth, mut state, mut i) = (0usize, In::Code, 0usize);
+    while i < s.len() {
+        let b = s[i];
+        let triple = |q: u8| s.get(i..i + 3) == Some(&[q, q, q][..]);
+        let mut step = 1;
+        match state {
+            In::Code => match b {
+                b'[' | b'{' => {
+                    depth += 1;
+                    if depth > MAX_NESTING {
+                        return true;
+                    }
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                b'"' if triple(b'"') => (state, step) = (In::MultiBasic, 3),
+                b'\'' if triple(b'\'') => (state, step) = (In::MultiLiteral, 3),
+                b'"' => state = In::Basic,
+                b'\'' => state = In::Literal,
+                b'#' => state = In::Comment,
+                _ => {}
+            },
+            In::Basic | In::MultiBasic if b == b'\\' => step = 2,
+            In::Basic if b == b'"' || b == b'\n' => state = In::Code,
+            In::Literal if b == b'\'' || b == b'\n' => state = In::Code,
+            In::Comment if b == b'\n' => state = In::Code,
+            In::MultiBasic if triple(b'"') => (state, step) = (In::Code, 3),
+            In::MultiLiteral if triple(b'\'') => (state, step) = (In::Code, 3),
+            _ => {}
+        }
+        i += step;
+    }
+    false
+}
+
 /// Checks `text` is the canonical form of the JSON it holds, returning that value.
 pub fn check_canonical(text: &str) -> Result<Json> {
     let value = parse(text)?;
@@ -584,6 +654,33 @@ pub fn check_canonical(text: &str) -> Result<Json> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_source_gate_counts_brackets_outside_strings_and_comments() {
+        let deep = |open: &str| format!("a = {}{}", open.repeat(33), "]".repeat(33));
+        let refused = |text: &str, syntax| check_source(text, syntax, "s.toml").is_err();
+        assert!(refused(&deep("["), Syntax::Toml));
+        assert!(!refused(&deep("[").replace("[[[", "[["), Syntax::Toml));
+        let decoy = "[".repeat(40);
+        for text in [
+            format!("a = \"{decoy}\""),
+            format!("a = '{decoy}'"),
+            format!("a = \"\"\"\n{decoy}\n\"\"\""),
+            format!("a = '''{decoy}'''"),
+            format!("# {decoy}\na = 1"),
+            format!("a = \"\\\"{decoy}\""),
+        ] {
+            assert!(!refused(&text, Syntax::Toml), "{text}");
+        }
+        // A one-line string ends at a newline: brackets after it count.
+        assert!(refused(&format!("a = \"x\n{decoy}"), Syntax::Toml));
+        assert!(refused(&"[".repeat(33), Syntax::Json));
+        let err = check_source(&" ".repeat(MAX_SCHEMA_BYTES + 1), Syntax::Json, "s.json");
+        assert!(err
+            .unwrap_err()
+            .message()
+            .starts_with("s.json: 1048577 characters"));
+    }
 
     fn canon(text: &str) -> String {
         canonical(&parse(text).unwrap())
