@@ -721,6 +721,7 @@ def main() -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     path_env = os.pathsep.join([here, os.path.dirname(here)])
     ray.init(
+        address="local",
         num_cpus=4,
         include_dashboard=False,
         log_to_driver=False,

@@ -312,6 +312,7 @@ def print_rows(
 def start(args: argparse.Namespace, backend: str) -> None:
     """Ray (TQ's controller and each of its 2 storage units take one CPU) and TQ on ``backend``."""
     ray.init(
+        address="local",
         num_cpus=4,
         include_dashboard=False,
         object_store_memory=2 << 30,

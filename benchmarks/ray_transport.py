@@ -44,7 +44,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=44)
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=2 << 30, log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=2 << 30,
+        log_to_driver=False,
+    )
     batch = generate("qwen2_5_vl", args.rows)
     schema = py_wire.load_schema("qwen2_5_vl")
     frame = py_wire.encode(batch, schema)

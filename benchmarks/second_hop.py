@@ -277,6 +277,7 @@ def main() -> None:
     install_nemo_model()
     print(machine.describe(), "\n")
     ray.init(
+        address="local",
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,

@@ -450,6 +450,7 @@ def ray_section(
             return True
 
     ray.init(
+        address="local",
         num_cpus=4,
         include_dashboard=False,
         log_to_driver=False,

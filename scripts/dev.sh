@@ -66,7 +66,10 @@ run_tests() {
     allow=(--allowlist scripts/stubtest-allowlist-py311.txt)
   fi
   "$PY" -m mypy.stubtest py_wire._native "${allow[@]}"
-  echo "== pytest"; "$PY" -m pytest "$@"
+  # Two processes, each module in one of them (its Ray or TransferQueue started once):
+  # PY_WIRE_TEST_WORKERS=0 runs the suite in this process alone.
+  echo "== pytest"
+  "$PY" -m pytest --numprocesses "${PY_WIRE_TEST_WORKERS:-2}" --dist loadfile "$@"
 }
 
 # The artefacts users install, into target/dist: an abi3 manylinux_2_28 wheel for x86-64 and one

@@ -97,6 +97,7 @@ def local_ray(object_store_mb: int) -> Iterator[None]:
     import ray  # requirements-dev.txt installs it: a missing ray fails the test that asks
 
     ray.init(
+        address="local",
         num_cpus=1,
         include_dashboard=False,
         log_to_driver=False,

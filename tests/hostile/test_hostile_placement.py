@@ -61,7 +61,7 @@ LIVE: dict[str, Any] = {}
 def ray_cluster() -> Iterator[None]:
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     live = placement_group([{"CPU": 1}])
     gone = placement_group([{"CPU": 1}])
     ray.get([live.ready(), gone.ready()], timeout=120)

@@ -58,7 +58,7 @@ def _fresh(n: int = 2) -> list[str]:
 def transfer_queue() -> Iterator[None]:
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     logging.getLogger("transfer_queue").setLevel(logging.CRITICAL)
     tq.init(OmegaConf.create({"backend": {"storage_backend": "SimpleStorage"}}))
     try:

@@ -37,7 +37,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[str]:
     faulthandler.dump_traceback_later(WATCHDOG_S, exit=True, file=sys.stderr)
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     # TQ logs an error that RayStore has no bootstrap (it needs none: its client makes its actor).
     logging.getLogger("transfer_queue").setLevel(logging.CRITICAL)
     tq.init(OmegaConf.create({"backend": {"storage_backend": request.param}}))

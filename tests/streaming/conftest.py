@@ -20,7 +20,7 @@ def ray_session() -> Iterator[None]:
 
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:
@@ -39,7 +39,7 @@ def tq_running(config: StreamConfig) -> Iterator[None]:
     faulthandler.dump_traceback_later(240, exit=True, file=sys.stderr)
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     logging.getLogger("transfer_queue").setLevel(logging.CRITICAL)
     tq.init(tq_config(config))
     try:

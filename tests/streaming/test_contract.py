@@ -54,7 +54,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[str]:
 
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         yield "ray"
     finally:
