@@ -33,17 +33,34 @@ from typing import Any
 import numpy as np
 import torch
 
-from py_wire._args import batch_mapping, flag, names, optional_count, padded_cells_backed
-from py_wire._args import items as items_arg
-from py_wire._decode import MAX_PAD_MULTIPLE, Writable, decode
-from py_wire._encode import encode
-from py_wire._errors import with_context
-from py_wire._micro import Groups, MicroBatches
-from py_wire._native import BatchError, Frame, FrameError, WireError, fill_padding_with_first_token
-from py_wire._packed import ID_LEN, PackedTensor
-from py_wire._schema import Schema, load_schema
-from py_wire._source import as_frame
+from py_wire import (
+    BatchError,
+    Frame,
+    FrameError,
+    PackedTensor,
+    Schema,
+    WireError,
+    decode,
+    encode,
+    load_schema,
+)
+from py_wire.adapters import (
+    ID_LEN,
+    MAX_PAD_MULTIPLE,
+    Groups,
+    Writable,
+    as_frame,
+    batch_mapping,
+    fill_padding_with_first_token,
+    flag,
+    names,
+    optional_count,
+    padded_cells_backed,
+    with_context,
+)
+from py_wire.adapters import items as items_arg
 from py_wire.interop import transfer_queue as ptq
+from py_wire.trainer import MicroBatches
 
 __all__ = [
     "batched_data_dict_class",

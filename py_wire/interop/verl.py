@@ -66,16 +66,33 @@ from typing import Any
 import numpy as np
 import torch
 
-from py_wire._args import count, fill_value, optional_count, padded_cells_backed
-from py_wire._decode import Writable, checked_schema, decode
-from py_wire._dtypes import DTYPES
-from py_wire._encode import encode
-from py_wire._errors import with_context
-from py_wire._native import BatchError, Frame, FrameError, WireError
-from py_wire._packed import PackedTensor
-from py_wire._rowvalues import encode_rows, json_text, shared_rows
-from py_wire._schema import FieldDef, Schema, gathering_field, load_schema
-from py_wire._source import as_frame
+from py_wire import (
+    BatchError,
+    FieldDef,
+    Frame,
+    FrameError,
+    PackedTensor,
+    Schema,
+    WireError,
+    decode,
+    encode,
+    load_schema,
+)
+from py_wire.adapters import (
+    DTYPES,
+    Writable,
+    as_frame,
+    checked_schema,
+    count,
+    encode_rows,
+    fill_value,
+    gathering_field,
+    json_text,
+    optional_count,
+    padded_cells_backed,
+    shared_rows,
+    with_context,
+)
 
 __all__ = [
     "dataproto_class",

@@ -108,6 +108,7 @@ def _documented_contracts() -> dict[str, set[str]]:
 CONTRACT_MODULES = [
     "py_wire.trainer",
     "py_wire.distributed",
+    "py_wire.adapters",
     "py_wire.interop.nemo_rl",
     "py_wire.interop.verl",
     "py_wire.interop.transfer_queue",

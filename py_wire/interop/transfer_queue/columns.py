@@ -10,15 +10,20 @@ from typing import Any
 
 import torch
 
-from py_wire import _native
-from py_wire._args import names
-from py_wire._errors import with_context
-from py_wire._native import BatchError, Frame, FrameError
-from py_wire._schema import Schema, column_fields, hold_schema, load_schema
-from py_wire._typing import as_jagged
+from py_wire import BatchError, Frame, FrameError, Schema, load_schema
+from py_wire.adapters import (
+    Codec,
+    as_jagged,
+    codec_nbytes,
+    column_fields,
+    encode_with_codec,
+    hold_schema,
+    names,
+    with_context,
+)
 from py_wire.interop.transfer_queue.meta import tq_module
 
-#: One group's checked fields, as the codec takes them (``py_wire._encode.checked_fields``).
+#: One group's checked fields, as the codec takes them (``py_wire.adapters.checked_fields``).
 Raw = list[tuple[str, str, Any, Any]]
 
 #: TQ column names, one frame per TQ row in each.
@@ -137,7 +142,7 @@ def columns_for(
 
 
 #: Per (schema fingerprint, column, stage, compact): the codec of that column's frames.
-_CODECS: dict[tuple[str, str, str | None, bool], _native.Codec] = {}
+_CODECS: dict[tuple[str, str, str | None, bool], Codec] = {}
 
 
 _MAX_CODECS = 256
@@ -150,7 +155,7 @@ def column_codec(
     carried: Sequence[str],
     group: str | None = None,
     compact: bool = False,
-) -> _native.Codec:
+) -> Codec:
     """The codec of one column's frames: the contracts ``stage`` is held to whose media field
     the column carries (``names``); with ``group``, frames that carry that group identity
     (``GROUP_KEY``; built each time: a codec costs microseconds). ``compact``: frames that
@@ -170,7 +175,7 @@ def column_codec(
             metadata[COLUMN_KEY] = column
         if group is not None:
             metadata[GROUP_KEY] = group
-        codec = _native.Codec(
+        codec = Codec(
             list(sch._specs.values()), contracts, sch.sequence_field, sch.lengths_field, metadata
         )
         if group is not None:
@@ -209,14 +214,14 @@ def _column(sizes: Sequence[int], fill: Callable[[int, Any], None]) -> torch.Ten
     return torch.nested.nested_tensor_from_jagged(buf, offsets)
 
 
-def packed_column(codecs: Sequence[_native.Codec], raws: Sequence[Raw]) -> torch.Tensor:
+def packed_column(codecs: Sequence[Codec], raws: Sequence[Raw]) -> torch.Tensor:
     """One column as a jagged ``uint8`` nested tensor, one frame per group (``codecs[i]``
     encodes ``raws[i]``), each at a 64-byte aligned offset of one buffer (its length padded to
     a multiple of 64)."""
-    sizes = [_native.encoded_nbytes(c, raw) for c, raw in zip(codecs, raws, strict=True)]
+    sizes = [codec_nbytes(c, raw) for c, raw in zip(codecs, raws, strict=True)]
 
     def fill(i: int, view: Any) -> None:
-        _native.encode(codecs[i], raws[i], None, None, view)
+        encode_with_codec(codecs[i], raws[i], None, None, view)
 
     return _column(sizes, fill)
 

@@ -9,20 +9,23 @@ from typing import Any
 
 import torch
 
-from py_wire import _native
-from py_wire._args import names
-from py_wire._decode import (
+from py_wire import BatchError, Frame, FrameError, Schema, concat, take_rows
+from py_wire.adapters import (
     FrameViews,
     Writable,
     add_missing_fields,
+    checked_fields,
     checked_schema,
     decode_selected,
+    encode_with_codec,
+    frame_fingerprint,
+    hold_schema,
+    holds_schema,
+    names,
+    plain_tensors,
+    prefixed,
+    with_context,
 )
-from py_wire._encode import checked_fields, plain_tensors
-from py_wire._errors import prefixed, with_context
-from py_wire._native import BatchError, Frame, FrameError
-from py_wire._ops import concat, take_rows
-from py_wire._schema import Schema, frame_fingerprint, hold_schema
 from py_wire.interop.transfer_queue.columns import (
     COLUMN_KEY,
     COLUMNS,
@@ -136,7 +139,7 @@ def resolve_schemas(meta: Any, keys: Sequence[str]) -> set[str]:
     for fingerprint, (key, holder) in wanted.items():
         if fingerprint in _LEARNT:
             _LEARNT.move_to_end(fingerprint)
-        elif not _native.holds_schema(fingerprint):
+        elif not holds_schema(fingerprint):
             partition_ids = getattr(meta, "partition_ids", None) or [None]
             _learn_schema(fingerprint, key, holder, partition_ids[0])
     return set(wanted)
@@ -610,7 +613,7 @@ def _merged_write_backs(
         codec = column_codec(sch, column, None, (), groups[i])
         with plain_tensors():
             raw = checked_fields(values, sch, None, required=False)
-            frame = _native.encode(codec, raw, None, None, None)
+            frame = encode_with_codec(codec, raw, None, None, None)
         frame.schema = sch
         merged.append(frame)
     out[WRITE_BACK + ",".join(names)] = merged

@@ -7,9 +7,8 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
-from py_wire._args import names
-from py_wire._errors import with_context
-from py_wire._native import BatchError
+from py_wire import BatchError
+from py_wire.adapters import names, with_context
 
 
 def tq_module() -> Any:

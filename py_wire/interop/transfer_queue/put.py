@@ -11,15 +11,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from py_wire import _native
-from py_wire._args import batch_mapping, count, items, names
-from py_wire._encode import checked_fields, plain_tensors
-from py_wire._errors import with_context
-from py_wire._native import BatchError, Frame, FrameError
-from py_wire._ops import concat, split
-from py_wire._packed import PackedTensor
-from py_wire._schema import Schema, column_fields, load_schema
-from py_wire._typing import as_jagged
+from py_wire import BatchError, Frame, FrameError, PackedTensor, Schema, concat, load_schema, split
+from py_wire.adapters import (
+    Codec,
+    as_jagged,
+    batch_mapping,
+    checked_fields,
+    column_fields,
+    count,
+    encode_with_codec,
+    items,
+    names,
+    plain_tensors,
+    with_context,
+)
 from py_wire.interop.transfer_queue.columns import (
     COLUMNS,
     GROUP,
@@ -153,7 +158,7 @@ def _group_plans(
 
 
 def encode_columns(
-    codecs: Mapping[str, Sequence[_native.Codec]],
+    codecs: Mapping[str, Sequence[Codec]],
     plans: Mapping[str, Sequence[Raw]],
     as_objects: bool,
 ) -> dict[str, Any]:
@@ -166,7 +171,7 @@ def encode_columns(
                 continue
             if as_objects:
                 out[column] = [
-                    _native.encode(codec, raw, None, None, None)
+                    encode_with_codec(codec, raw, None, None, None)
                     for codec, raw in zip(column_codecs, raws, strict=True)
                 ]
             else:
@@ -180,7 +185,7 @@ def _stored_codecs(
     columns: Sequence[str],
     groups: Sequence[str],
     compact: Sequence[str] = (),
-) -> dict[str, list[_native.Codec]]:
+) -> dict[str, list[Codec]]:
     """Per column, one codec per group: its frames carry the group's identity (and name the
     schema by fingerprint in the ``compact`` columns)."""
     return {
@@ -382,7 +387,7 @@ def refuse_overwriting_media(keys: Sequence[str], partition_id: str) -> None:
 def _put_per_sample(
     keys: list[str],
     partition_id: str,
-    codecs: Mapping[str, Sequence[_native.Codec]],
+    codecs: Mapping[str, Sequence[Codec]],
     plans: Mapping[str, Sequence[Raw]],
     as_objects: bool,
     key_tags: list[dict[str, Any]],

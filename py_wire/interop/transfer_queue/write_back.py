@@ -9,14 +9,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from py_wire._args import flag
-from py_wire._decode import checked_schema, decode_selected
-from py_wire._encode import checked_fields
-from py_wire._errors import with_context
-from py_wire._native import BatchError, Frame, FrameError
-from py_wire._ops import concat, split
-from py_wire._schema import Schema
-from py_wire._typing import as_jagged
+from py_wire import BatchError, Frame, FrameError, Schema, concat, split
+from py_wire.adapters import (
+    as_jagged,
+    checked_fields,
+    checked_schema,
+    decode_selected,
+    flag,
+    with_context,
+)
 from py_wire.interop.transfer_queue.columns import (
     TEXT,
     WRITE_BACK,

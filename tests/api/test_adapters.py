@@ -1,0 +1,81 @@
+"""``py_wire.adapters``: the framework adapters are built from public names only, and share
+one face."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+import py_wire
+
+INTEROP = Path(py_wire.__file__).parent / "interop"
+
+
+def _private_imports(path: Path, root: Path) -> list[str]:
+    """Each import of a private py_wire module in ``path`` (``py_wire._x``, ``py_wire._x.y`` or
+    ``from py_wire import _x``), as ``file:line: module``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for module in modules:
+            head, *rest = module.split(".")
+            if head == "py_wire" and any(part.startswith("_") for part in rest):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {module}")
+                break
+    return found
+
+
+def test_no_interop_module_imports_a_private_module_of_the_core() -> None:
+    files = sorted(INTEROP.rglob("*.py"))
+    assert len(files) >= 9  # interop/__init__, nemo_rl, verl, the TQ package's six
+    found = [hit for path in files for hit in _private_imports(path, INTEROP.parent.parent)]
+    assert not found, "import these from py_wire or py_wire.adapters:\n" + "\n".join(found)
+
+
+def test_the_check_names_each_private_import_by_file_and_line(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import torch\n"
+        "from py_wire import Frame\n"
+        "from py_wire.adapters import names\n"
+        "from py_wire._args import names\n"
+        "from py_wire import _native\n"
+        "import py_wire._schema.files\n"
+    )
+    assert _private_imports(probe, tmp_path) == [
+        "probe.py:4: py_wire._args",
+        "probe.py:5: py_wire._native",
+        "probe.py:6: py_wire._schema.files",
+    ]
+
+
+@pytest.mark.parametrize("name", ["py_wire.interop.nemo_rl", "py_wire.interop.verl"])
+def test_each_framework_adapter_offers_to_frame_and_from_frame(name: str) -> None:
+    module = importlib.import_module(name)
+    for verb in ("to_frame", "from_frame"):
+        assert verb in module.__all__, f"{name} lacks {verb}"
+        assert callable(getattr(module, verb)), f"{name}.{verb}"
+
+
+def test_the_adapters_module_holds_what_the_adapters_import_from_it() -> None:
+    """Small on purpose: every name of ``py_wire.adapters`` is one an adapter imports, and
+    each name an adapter imports from it is in its ``__all__``."""
+    import py_wire.adapters
+
+    imported = {
+        alias.name
+        for path in INTEROP.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module == "py_wire.adapters"
+        for alias in node.names
+    }
+    assert imported == set(py_wire.adapters.__all__)
+    assert len(py_wire.adapters.__all__) == len(imported)  # no name twice
