@@ -8,9 +8,10 @@ errors) and this module, which holds what the adapters share beyond that: argume
 field checks, selected decode, error context, per-row values, the schema keys only adapters
 read, and direct access to a compiled codec. No adapter imports an underscore module of the core.
 
-**The common face.** A framework adapter offers ``to_frame(obj, schema, ...) -> Frame`` (the
-framework's batch, checked against the schema, as one frame) and ``from_frame(frame, ...)``
-(the frame, or anything :func:`as_frame` takes, decoded back into the framework's batch), plus
+**The common face.** A framework adapter offers ``to_frame(obj, schema, stage=None, ...) ->
+Frame`` (the framework's batch, checked against the schema, as one frame) and
+``from_frame(frame, stage=None, *, ..., writable="auto")`` (the frame, or anything
+:func:`as_frame` takes, decoded back into the framework's batch), plus
 its extras (NeMo-RL: ``from_nemo``, ``put``/``get`` over TransferQueue, ``iter_micro_batches``;
 verl: ``dataproto_class``). The TransferQueue adapter is a data plane rather than a framework:
 its verbs are ``put``, ``get`` and ``write_back``.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 from pathlib import Path
 
 import pytest
@@ -59,10 +60,18 @@ def test_the_check_names_each_private_import_by_file_and_line(tmp_path: Path) ->
 
 @pytest.mark.parametrize("name", ["py_wire.interop.nemo_rl", "py_wire.interop.verl"])
 def test_each_framework_adapter_offers_to_frame_and_from_frame(name: str) -> None:
+    """The common face: ``to_frame(obj, schema, stage, ...)`` and ``from_frame(frame, stage, *,
+    ..., writable)``, the same positions and keywords in every framework adapter."""
     module = importlib.import_module(name)
     for verb in ("to_frame", "from_frame"):
         assert verb in module.__all__, f"{name} lacks {verb}"
-        assert callable(getattr(module, verb)), f"{name}.{verb}"
+    to_params = list(inspect.signature(module.to_frame).parameters.values())
+    assert [p.name for p in to_params[1:3]] == ["schema", "stage"], name
+    assert to_params[2].default is None
+    from_params = inspect.signature(module.from_frame).parameters
+    assert list(from_params)[:2] == ["frame", "stage"], name
+    assert from_params["writable"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert from_params["writable"].default == "auto"
 
 
 def test_the_adapters_module_holds_what_the_adapters_import_from_it() -> None:
