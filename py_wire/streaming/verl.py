@@ -68,6 +68,7 @@ from py_wire.streaming._step import VERSION_KEY, Stream
 __all__ = [
     "SAMPLE_FIELD",
     "VerlQueueClient",
+    "rollout_samples",
     "sample_schema",
     "verl_stream_config",
 ]

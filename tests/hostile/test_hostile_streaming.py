@@ -50,6 +50,7 @@ from tests.streaming.offline import ReachedBackend, offline, offline_ray_buffer
 
 CONFIG = StreamConfig(max_staleness=1000, batch_groups=1000, admission_timeout_s=1.0)
 SAMPLE = py_wire.encode(small_text_batch((2,)), "text_grpo")
+VERSIONED = py_wire.encode(small_text_batch((2,)), "text_grpo", metadata={"policy_version": "0"})
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -99,6 +100,8 @@ TARGETS: list[Target] = [
     *_targets("RayBuffer.reserve", _ray("reserve"), "version", "timeout_s", "samples"),
     *_targets("RayBuffer.put", _ray("put", gid="g", frame=SAMPLE), "gid", "frame",
               "timeout_s", "sample", gid="group"),
+    *_targets("RayBuffer.reserve_and_put", _ray("reserve_and_put", frame=VERSIONED), "frame",
+              "timeout_s"),
     *_targets("RayBuffer.take", _ray("take"), "ranks", "timeout_s", "lease_s"),
     *_targets("RayBuffer.ack", _ray("ack", step="lease"), "step"),
     *_targets("RayBuffer.release", _ray("release", step="lease"), "step"),
@@ -126,6 +129,8 @@ TARGETS: list[Target] = [
     *_targets("TQBuffer.reserve", _tqb("reserve"), "version", "timeout_s", "samples"),
     *_targets("TQBuffer.put", _tqb("put", gid="g", frame=SAMPLE), "gid", "frame",
               "timeout_s", "sample", gid="group"),
+    *_targets("TQBuffer.reserve_and_put", _tqb("reserve_and_put", frame=VERSIONED), "frame",
+              "timeout_s"),
     *_targets("TQBuffer.take", _tqb("take"), "ranks", "timeout_s", "lease_s"),
     *_targets("TQBuffer.ack", _tqb("ack", step="1"), "step"),
     *_targets("TQBuffer.release", _tqb("release", step="1"), "step"),
