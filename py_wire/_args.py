@@ -31,7 +31,7 @@ def integer(name: str, value: object) -> int:
         raise TypeError(f"{name} must be an int, not the bool {value!r}")
     try:
         return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
+    except (TypeError, RuntimeError):  # RuntimeError: a tensor without values (torch's meta)
         raise TypeError(f"{name} must be an int, not {type(value).__name__} {value!r}") from None
 
 

@@ -33,7 +33,7 @@ def resolve_slice(rows: slice, num_rows: int, argument: str = "rows") -> range:
             raise TypeError(f"{argument}: slice bounds must be ints or None, not {part!r}")
         try:
             parts.append(operator.index(part))
-        except TypeError:
+        except (TypeError, RuntimeError):  # RuntimeError: a tensor without values (meta)
             raise TypeError(
                 f"{argument}: slice bounds must be ints or None, not {type(part).__name__} {part!r}"
             ) from None

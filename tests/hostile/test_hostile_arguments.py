@@ -310,3 +310,14 @@ def teardown_module() -> None:
 def test_the_sweep_escapes(call: Any, error: type[Exception], names: str) -> None:
     with pytest.raises(error, match=names):
         call()
+
+
+def test_an_int_argument_given_a_tensor_without_values_is_a_type_error_naming_it() -> None:
+    """A 0-d tensor on torch's meta device has ``__index__`` but no value: reading it raises
+    torch's RuntimeError, which must come out as a TypeError naming the argument (found by
+    the TQ sweep for ``nemo_rl.put(group_size=...)``)."""
+    meta = torch.tensor(2, device="meta")
+    with pytest.raises(TypeError, match="chunks must be an int"):
+        py_wire.chunk(FRAME, meta)
+    with pytest.raises(TypeError, match="rows: slice bounds"):
+        py_wire.decode(FRAME, rows=slice(meta, None))
