@@ -92,7 +92,10 @@ def test_learnt_schemas_stay_within_a_byte_budget_least_recently_used_out(
     # The typed views are charged to the same budget: those of schemas let go are dropped.
     count, kept, budget = _native.learnt_schemas()
     assert kept <= budget
-    assert len(view_cache._VIEWS) < 2 * len(schemas) - 4
+    # Counted among this test's schemas only: other tests in the same process keep views too.
+    ours = {s.fingerprint for s in schemas}
+    views_kept = [key for key in list(view_cache._VIEWS._views) if key[0] in ours]
+    assert len(views_kept) < 2 * len(schemas) - 4
 
 
 def test_a_schema_view_is_served_only_while_the_codec_holds_its_schema() -> None:
