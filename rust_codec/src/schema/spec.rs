@@ -1,6 +1,7 @@
 //! A field as the codec holds it: its tier, dtypes, segment shape and pack dim ([`FieldSpec`]),
 //! and the field rules, owned here and nowhere else ([`FieldSpec::validate`],
-//! [`FieldDecl::resolve`]). The whole schema (its keys, defaults and every other rule) is
+//! [`FieldDecl::resolve`]) but what each tier asks of a shape and a pack dim, which is the
+//! tier's own (`tier::rules`, chosen by `Tier::rules`). The whole schema (its keys, defaults and every other rule) is
 //! `schema::model`'s, what each stage needs `schema::stages`'; Python's schema models are typed
 //! views of what the codec returns, with no default or rule of their own.
 
