@@ -44,7 +44,7 @@ from py_wire._dtypes import DTYPES
 from py_wire._encode import checked_fields, plain_tensors
 from py_wire._errors import prefixed, with_context
 from py_wire._micro import Groups
-from py_wire._native import Codec, fill_padding_with_first_token, holds_schema
+from py_wire._native import Codec, holds_schema
 from py_wire._native import encode as encode_with_codec
 from py_wire._native import encoded_nbytes as codec_nbytes
 from py_wire._packed import ID_LEN
@@ -77,7 +77,6 @@ __all__ = [
     "as_frame",
     "decode_selected",
     "broadcast_first_token",
-    "fill_padding_with_first_token",
     "row_lengths",
     # error context: py_wire's structured attributes on an error
     "prefixed",
