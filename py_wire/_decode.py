@@ -243,6 +243,44 @@ def decode(
     says the frame carries none. For a device frame the bytes are copied to the host for the
     check.
     """
+    return _decode(
+        data,
+        schema,
+        stage=stage,
+        layout=layout,
+        source_dtype=source_dtype,
+        rows=rows,
+        pad_to_multiple_of=pad_to_multiple_of,
+        pad_values=pad_values,
+        attention_mask=attention_mask,
+        writable=writable,
+        verify=verify,
+    )
+
+
+def decode_micro_batches(data: Any, micro: MicroPadding, **options: Any) -> dict[str, Any]:
+    """``decode(data, layout="padded", **options)`` with the per-token fields (and the
+    attention mask) also padded for each micro-batch of ``micro`` at its own width, in the same
+    codec call (:class:`MicroPadding` holds them); a field whose micro-batches do not make up
+    the batch at its width comes back as :data:`PER_MICRO_BATCH` (not built)."""
+    return _decode(data, micro=micro, **options)
+
+
+def _decode(
+    data: Any,
+    schema: Schema | str | Path | None = None,
+    *,
+    micro: MicroPadding | None = None,
+    stage: str | None = None,
+    layout: Layout | None = None,
+    source_dtype: bool = False,
+    rows: range | slice | None = None,
+    pad_to_multiple_of: int | None = None,
+    pad_values: Mapping[str, float | int | bool] | None = None,
+    attention_mask: bool = False,
+    writable: Writable = "auto",
+    verify: bool = False,
+) -> dict[str, Any]:
     policy = writable_policy(writable)
     flag("verify", verify)
     _check_layout(layout)
@@ -271,6 +309,7 @@ def decode(
         pad_to_multiple_of=pad_to_multiple_of,
         pad_values=pad_values,
         attention_mask=attention_mask,
+        micro=micro,
     )
 
 
@@ -289,6 +328,7 @@ def decode_fields(
     pad_values: Mapping[str, float | int | bool] | None = None,
     attention_mask: bool = False,
     torch_padding: bool = False,
+    micro: MicroPadding | None = None,
 ) -> dict[str, Any]:
     """``decode``'s body, on a frame already chosen by the ``writable`` policy: the fields in
     ``keep`` (None: all) of ``frame`` (its values over ``payload`` where given: a copy of the
@@ -298,7 +338,7 @@ def decode_fields(
     field of ``keep`` that the frame lacks comes back as rows without segments (never for rows
     whose tokens hold that field's placeholder runs: a :class:`ContractError` instead);
     otherwise it is left out (a reader that merges several frames of one batch fills after
-    merging)."""
+    merging). ``micro``: see :func:`decode_micro_batches`."""
     pad_multiple, pads = _check_trainer_options(
         frame_schema, layout, pad_to_multiple_of, pad_values, attention_mask, source_dtype
     )
@@ -308,14 +348,20 @@ def decode_fields(
     fields = _FieldDecoder(views, frame_schema, selection, options)
     host = views.payload is views.base and not torch_padding
     if layout == "padded" and selection.window is None and host:
-        fields.pad_all([n for n, f in views.fields.items() if selection.keeps(n)])
+        names = [n for n, f in views.fields.items() if selection.keeps(n)]
+        if micro is None:
+            fields.pad_all(names)
+        else:
+            fields.pad_micro_batches(names, micro, attention_mask)
     out = {name: fields.value(f) for name, f in views.fields.items() if selection.keeps(name)}
     if selection.keep is not None and fill_missing:
         tokens = _sequence_tokens(views, frame_schema, selection)
         add_missing_fields(out, frame_schema, selection.keep, selection.num_rows, layout, tokens)
     if layout == "padded" and fields.seq_lengths is not None:
         _add_lengths(out, frame_schema, selection, fields.seq_lengths, fields.device)
-    if attention_mask:
+    if micro is not None and micro.mask is not None:
+        out[ATTENTION_MASK] = micro.mask
+    elif attention_mask:
         out[ATTENTION_MASK] = _attention_mask(selection, pad_multiple, fields.device)
     return out
 
@@ -535,7 +581,7 @@ class _FieldDecoder:
         self.clone = options.clone
         self.torch_padding = options.torch_padding
         #: Per-token fields padded by :meth:`pad_all`, by name.
-        self.padded: dict[str, torch.Tensor] = {}
+        self.padded: dict[str, Any] = {}
         #: Each token's cell in the padded layout, where the values lie (torch padding).
         self.cells: torch.Tensor | None = None
 
@@ -543,11 +589,8 @@ class _FieldDecoder:
     def seq_offsets(self) -> torch.Tensor | None:
         return self.selection.seq_offsets
 
-    def pad_all(self, names: list[str]) -> None:
-        """The per-token fields among ``names`` (those decoded as stored) padded in one codec
-        call, into one new buffer: one pass over the frame's tokens with the GIL released, each
-        field then a tensor over exactly its own block, and the rows' lengths from it too."""
-        fields = self.views.fields
+    def _pad_plan(self, names: list[str]) -> tuple[list[tuple[str, bytes]], list[Any]]:
+        """What the codec pads of ``names`` (those decoded as stored) and how each is built."""
         pads = self.options.pad_values
         # repr and type tell -0.0 from 0.0 and True from 1 (equal, and so one key, otherwise).
         key = (
@@ -557,21 +600,63 @@ class _FieldDecoder:
         )
         plan = _PAD_PLANS.get(key)
         if plan is None:
-            plan = _pad_plan(self.schema, fields, names, pads, self.options.source_dtype)
+            plan = _pad_plan(self.schema, self.views.fields, names, pads, self.options.source_dtype)
             if len(_PAD_PLANS) < 1024:
                 _PAD_PLANS[key] = plan
-        if not plan[0]:
+        return plan
+
+    def pad_all(self, names: list[str]) -> None:
+        """The per-token fields among ``names`` (those decoded as stored) padded in one codec
+        call, into one new buffer: one pass over the frame's tokens with the GIL released, each
+        field then a tensor over exactly its own block, and the rows' lengths from it too."""
+        asks, builds = self._pad_plan(names)
+        if not asks:
             return
         buf, width, lengths_at, blocks = _native.pad_fields(
-            self.views.frame, plan[0], self.options.pad_to_multiple_of
+            self.views.frame, asks, self.options.pad_to_multiple_of
         )
         array = np.frombuffer(memoryview(buf), np.uint8)
         rows = self.views.frame.num_rows
         self.seq_lengths = _block(array, lengths_at, (rows,), _LENGTHS)
         self.width = width
         padded = self.padded
-        for (name, dtype, token_shape), at in zip(plan[1], blocks, strict=True):
+        for (name, dtype, token_shape), at in zip(builds, blocks, strict=True):
             padded[name] = _block(array, at, (rows, width, *token_shape), dtype)
+
+    def pad_micro_batches(self, names: list[str], micro: MicroPadding, mask: bool) -> None:
+        """:meth:`pad_all` for ``micro``'s row groups, each at its own width, in one codec call
+        (the attention mask too when ``mask``): each field's micro-batches go to
+        ``micro.blocks``, and the field itself is the batch over the same bytes when they make
+        it up at one width (:data:`PER_MICRO_BATCH` otherwise)."""
+        asks, builds = self._pad_plan(names)
+        if not asks and not mask:
+            return
+        # As NeMo-RL's broadcast reads it: a [B, L] field's (one element a token).
+        first = {name for name, _, shape in builds if name in micro.first_token and not shape}
+        buf, width, widths, lengths_at, blocks, mask_at = _native.pad_micro_batches(
+            self.views.frame,
+            [(name, pad, name in first) for name, pad in asks],
+            micro.groups,
+            self.options.pad_to_multiple_of,
+            micro.narrow,
+            mask,
+        )
+        array = np.frombuffer(memoryview(buf), np.uint8)
+        rows = self.views.frame.num_rows
+        self.seq_lengths = _block(array, lengths_at, (rows,), _LENGTHS)
+        self.width = width
+        whole = micro.covers(rows) and all(w == width for w in widths)
+        micro.widths = widths
+        parts = [(n, d, shape, at) for (n, d, shape), at in zip(builds, blocks, strict=True)]
+        if mask_at is not None:
+            parts.append((ATTENTION_MASK, _MASK, (), mask_at))
+        for name, dtype, token_shape, at in parts:
+            micro.blocks[name] = _group_blocks(array, at, micro, token_shape, dtype)
+            value = _block(array, at, (rows, width, *token_shape), dtype) if whole else None
+            if name == ATTENTION_MASK:
+                micro.mask = PER_MICRO_BATCH if value is None else value
+            else:
+                self.padded[name] = PER_MICRO_BATCH if value is None else value
 
     def value(self, f: FieldLayout) -> Any:
         padded = self.padded.get(f.name)
@@ -886,6 +971,89 @@ def _block(
     if host is not None:  # numpy shapes it: one torch call
         return torch.from_numpy(part.view(host).reshape(shape))
     return torch.from_numpy(part).view(torch_dtype).view(shape)
+
+
+class _PerMicroBatch:
+    """The value a field takes in :func:`decode_micro_batches` when only its micro-batches
+    were padded (they do not make up the batch at one width)."""
+
+    def __repr__(self) -> str:
+        return "PER_MICRO_BATCH"
+
+
+PER_MICRO_BATCH: Any = _PerMicroBatch()
+_MASK = (torch.bool, np.dtype(np.bool_))
+
+
+class MicroPadding:
+    """What :func:`decode_micro_batches` pads per micro-batch, and what it built.
+
+    ``groups``: the micro-batches' rows, ``(start, stop)`` each; ``narrow``: each is padded to
+    its longest row rounded up to this multiple (never past the batch's width), None: at the
+    batch's width; ``first_token``: fields whose padding in a row with tokens is copies of the
+    row's first token (NeMo-RL's ``advantages`` broadcast). Filled by the decode: ``blocks``
+    (each padded field's micro-batches, in ``groups``' order, each over exactly its own bytes),
+    ``widths`` and ``mask`` (the batch's attention mask, when asked for)."""
+
+    __slots__ = ("blocks", "first_token", "groups", "mask", "narrow", "size", "widths")
+
+    def __init__(
+        self,
+        groups: list[tuple[int, int]],
+        narrow: int | None,
+        first_token: tuple[str, ...] = (),
+        size: int | None = None,
+    ) -> None:
+        self.groups = groups
+        self.narrow = narrow
+        self.first_token = first_token
+        #: The groups are ``size`` rows each from row 0, in order (the last may be shorter).
+        self.size = size
+        self.blocks: dict[str, list[torch.Tensor]] = {}
+        self.widths: list[int] = []
+        self.mask: Any = None
+
+    def covers(self, rows: int) -> bool:
+        """Whether the groups are the rows ``0..rows``, in order, each once."""
+        if self.size is not None:
+            return True
+        at = 0
+        for a, b in self.groups:
+            if a != at:
+                return False
+            at = b
+        return at == rows
+
+
+def _group_blocks(
+    array: np.ndarray,
+    at: int,
+    micro: MicroPadding,
+    token_shape: tuple[int, ...],
+    dtype: tuple[torch.dtype, np.dtype | None],
+) -> list[torch.Tensor]:
+    """Each group's ``[rows, width, *token_shape]`` block, one after another from byte ``at``
+    of ``array``, each a tensor over exactly its own bytes. Groups of ``micro.size`` rows at
+    one width come from one reshape and one C-level loop (no Python frame per block)."""
+    groups, widths = micro.groups, micro.widths
+    torch_dtype, host = dtype
+    token = math.prod(token_shape)
+    size = micro.size
+    out: list[torch.Tensor] = []
+    start = 0
+    if size is not None and host is not None and groups and min(widths) == max(widths):
+        full = (groups[-1][1] - groups[0][0]) // size
+        cells = full * size * widths[0] * token
+        if full and cells:
+            whole = array[at : at + cells * torch_dtype.itemsize].view(host)
+            out = list(map(torch.from_numpy, whole.reshape(full, size, widths[0], *token_shape)))
+            at += cells * torch_dtype.itemsize
+            start = full
+    for (a, b), w in zip(groups[start:], widths[start:], strict=True):
+        shape = (b - a, w, *token_shape)
+        out.append(_block(array, at, shape, dtype))
+        at += (b - a) * w * token * torch_dtype.itemsize
+    return out
 
 
 def _as_is(t: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -13,12 +14,19 @@ import torch
 
 from py_wire import _tiers as tiers
 from py_wire._args import flag
-from py_wire._decode import checked_schema, decode, decode_fields
+from py_wire._decode import (
+    PER_MICRO_BATCH,
+    MicroPadding,
+    checked_schema,
+    decode,
+    decode_fields,
+    decode_micro_batches,
+)
 from py_wire._jagged import jagged, jagged_values
 from py_wire._native import Frame, WireError
 from py_wire._ops import take_rows
 from py_wire._packed import PackedTensor
-from py_wire._padding import ATTENTION_MASK, round_up
+from py_wire._padding import ATTENTION_MASK, broadcast_first_token, round_up, row_lengths
 from py_wire._rows import row_index_error, row_range
 from py_wire._source import as_frame
 from py_wire._staging import Stager, checked_device, checked_pin_memory, staged
@@ -26,9 +34,11 @@ from py_wire._storage import RowCutter
 
 Groups = int | Sequence[range | Sequence[int] | Any]
 
-#: A padded micro-batch narrower than the batch stays a view of its rows (which pickles with
-#: the rows' full width) while the batch is at most this many times wider; past that it is a
-#: copy of its own cells. Either way it carries <= 1.2x its own bytes, never another row's.
+#: Where a padded micro-batch narrower than the batch is cut from the batch's padding (a device
+#: or a cast field: the host pads each micro-batch at its own width in the decode), it stays a
+#: view of its rows (which pickles with the rows' full width) while the batch is at most this
+#: many times wider; past that it is a copy of its own cells. Either way it carries <= 1.2x
+#: its own bytes, never another row's.
 NARROW_VIEW = 1.2
 
 
@@ -54,8 +64,11 @@ def iter_micro_batches(
     The frame is decoded once, here (the whole batch is :attr:`MicroBatches.decoded`);
     iterating then narrows every field to each group's rows: views, O(fields) per
     micro-batch, no payload copy. With ``layout="padded"`` each micro-batch's per-token fields
-    and attention mask are narrowed to its own longest row (rounded up to
-    ``pad_to_multiple_of``), as NeMo-RL's dynamic batching does. A group of rows in any other
+    and attention mask are padded to its own longest row (rounded up to
+    ``pad_to_multiple_of``), as NeMo-RL's dynamic batching does: on the host, in the decode's
+    one pass (one codec call, one buffer for every field of every micro-batch, each
+    micro-batch's cells written once at its own width, never padded wider and cut). A group
+    of rows in any other
     order than contiguous and ascending is gathered (:func:`py_wire.take_rows`: a copy of
     those rows only) and decoded with the same options.
 
@@ -90,7 +103,8 @@ class MicroBatches:
     Each micro-batch is built from its own rows' bytes: dense fields and jagged values are cut
     with :class:`py_wire._storage.RowCutter` (a tensor over exactly those rows' bytes), jagged
     fields are rebuilt from those values and the rows' own offsets, packed fields keep only the
-    rows' segments. So a micro-batch pickles, saves or moves as its own bytes, never the frame.
+    rows' segments, padded fields (host, row ranges) are each micro-batch's own block of the
+    decode's buffer. So a micro-batch pickles, saves or moves as its own bytes, never the frame.
     """
 
     def __init__(
@@ -105,11 +119,13 @@ class MicroBatches:
         pin_memory: bool = False,
         packed_as: Callable[[PackedTensor], Any] | None = None,
         pad_on_device: bool = False,
+        first_token: tuple[str, ...] = (),
     ) -> None:
         """``packed_as`` (NeMo-RL's interop) converts each packed field of the whole batch once,
         to a value whose ``slice(list(range(a, b)))`` gives rows ``a..b`` (NeMo-RL's own
         ``PackedTensor``, as ``BatchedDataDict.slice`` calls it): micro-batches then slice
-        that, not py_wire's field."""
+        that, not py_wire's field. ``first_token``: padded fields whose padding in each row
+        with tokens is copies of the row's first token (NeMo-RL's ``advantages``)."""
         if "rows" in options:
             raise WireError("iter_micro_batches: pass row groups as `groups`, not rows=")
         self._stager: Stager | None = None
@@ -130,9 +146,7 @@ class MicroBatches:
         self._size = groups if isinstance(groups, int) else None
         self._frame = frame
         self._options = options
-        #: The whole batch, decoded once with the given options.
-        self.decoded: dict[str, Any] = self._decode(frame)
-        schema = checked_schema(frame)
+        self._first_token = first_token
         self._padded = options.get("layout") == "padded"
         # Each micro-batch's width: its longest row rounded up to this multiple (the batch's own
         # pad_to_multiple_of unless the caller pads the batch to a width of its own).
@@ -140,22 +154,30 @@ class MicroBatches:
             options.get("pad_to_multiple_of") if narrow_multiple is None else narrow_multiple
         )
         self._narrow = narrow
+        # Padded on the host over row ranges: every micro-batch padded at its own width in the
+        # decode's one codec call.
+        self._micro: MicroPadding | None = None
+        #: Each group's ``(start, stop)`` when every group is a row range (None otherwise).
+        self._bounds = _bounds(self._plan, self._size)
+        if self._padded and self._on_device is None and self._bounds:
+            self._micro = MicroPadding(
+                self._bounds,
+                (self._multiple or 1) if narrow else None,
+                first_token,
+                self._size,
+            )
+        self._decoded: dict[str, Any] = self._decode(frame)
+        schema = checked_schema(frame)
         per_token = {n for n, f in schema.fields.items() if tiers.items(f.tier) == "tokens"}
-        self._offsets: list[int] | None = None
-        self._lengths: list[int] | None = None
-        self._offsets_tensor: torch.Tensor | None = None
-        seq = frame.layout.seq_offsets
-        if seq is not None:
-            table = np.frombuffer(memoryview(frame), np.int64, seq.nbytes // 8, seq.offset)
-            self._offsets = table.tolist()
-            self._lengths = np.diff(table).tolist()
-            self._offsets_tensor = torch.tensor(table)
         # What each micro-batch does per field, decided once: the loop in _window is then one
         # cut (and, for jagged fields, one constructor call) per field.
         self._fields: list[tuple[str, str, Any]] = []
-        for name, value in self.decoded.items():
-            if isinstance(value, PackedTensor) and packed_as is not None:
-                self.decoded[name] = converted = packed_as(value)
+        blocks = self._micro.blocks if self._micro is not None else {}
+        for name, value in self._decoded.items():
+            if name in blocks:
+                self._fields.append((name, "micro", blocks[name]))
+            elif isinstance(value, PackedTensor) and packed_as is not None:
+                self._decoded[name] = converted = packed_as(value)
                 self._fields.append((name, "converted", converted))
             elif isinstance(value, PackedTensor):
                 self._fields.append((name, "packed", value))
@@ -173,10 +195,44 @@ class MicroBatches:
             if kind == "packed" and value._frame is not None:
                 value._frame._tables()  # Python tables once, shared by every row range
 
+    @property
+    def decoded(self) -> dict[str, Any]:
+        """The whole batch, decoded with the given options. Where the micro-batches were padded
+        at widths of their own, its padded fields are decoded on first use (a pass of their
+        own); elsewhere the micro-batches are its rows, over the same bytes."""
+        later = [k for k, v in self._decoded.items() if v is PER_MICRO_BATCH]
+        if later:
+            whole = self._decode_whole(self._frame)
+            for name in later:
+                self._decoded[name] = whole[name]
+        return self._decoded
+
+    @cached_property
+    def _seq(self) -> tuple[list[int], list[int], torch.Tensor] | None:
+        """The frame's sequence offsets, as a list, its row lengths, and as a tensor (None: no
+        per-token fields): what a row window reads."""
+        seq = self._frame.layout.seq_offsets
+        if seq is None:
+            return None
+        table = np.frombuffer(memoryview(self._frame), np.int64, seq.nbytes // 8, seq.offset)
+        return table.tolist(), np.diff(table).tolist(), torch.tensor(table)
+
+    def _filled(self, out: dict[str, Any], frame: Frame) -> dict[str, Any]:
+        """``out`` (a padded decode of ``frame``) with :attr:`_first_token`'s broadcast, in
+        place."""
+        if self._first_token and self._padded:
+            broadcast_first_token(out, self._first_token, row_lengths(frame))
+        return out
+
     def _decode(self, frame: Frame) -> dict[str, Any]:
+        if self._micro is not None:  # the first_token broadcast is the codec's, in its pass
+            return decode_micro_batches(frame, self._micro, **self._options)
+        return self._decode_whole(frame)
+
+    def _decode_whole(self, frame: Frame) -> dict[str, Any]:
         if self._on_device is None:
-            return decode(frame, **self._options)
-        return padded_on_device(frame, *self._on_device, self._options)
+            return self._filled(decode(frame, **self._options), frame)
+        return self._filled(padded_on_device(frame, *self._on_device, self._options), frame)
 
     def __len__(self) -> int:
         return len(self._plan)
@@ -195,18 +251,19 @@ class MicroBatches:
             return
         for i, group in enumerate(self._plan):
             if isinstance(group, list):
-                yield self._decode(take_rows(self._frame, group))
+                yield self._decode_whole(take_rows(self._frame, group))
             else:
                 yield self._window(group.start, group.stop, i, columns)
 
     def _widths(self) -> list[int] | None:
         """Each row range's narrowed width (its longest row, rounded up), None when micro-batches
         keep the batch's width; a list-of-rows group gets 0 (it is decoded on its own)."""
-        lengths = self._lengths
-        if lengths is None or not self._narrow:
+        seq = self._seq
+        if seq is None or not self._narrow:
             return None
-        if not (self._padded or ATTENTION_MASK in self.decoded):
+        if not (self._padded or ATTENTION_MASK in self._decoded):
             return None
+        lengths = seq[1]
         return [
             round_up(max(lengths[g.start : g.stop], default=0), self._multiple)
             if isinstance(g, range)
@@ -219,15 +276,16 @@ class MicroBatches:
         ranges in one pass (every group a row range): dense rows (and padded fields no
         micro-batch narrows) through :meth:`RowCutter.ranges`, lists and whole values. Jagged,
         packed and narrowed fields are left to :meth:`_window`."""
-        plan = self._plan
-        if not plan or any(isinstance(g, list) for g in plan):
+        bounds = self._bounds
+        if not bounds:
             return {}
-        bounds = [(g.start, g.stop) for g in plan if isinstance(g, range)]
-        widths = self._widths()
         columns: dict[str, list[Any]] = {}
         for name, kind, value in self._fields:
-            if kind == "narrowed":
+            if kind == "micro":
+                columns[name] = value
+            elif kind == "narrowed":
                 tensor, cutter = value
+                widths = self._widths()
                 if widths is not None and min(widths) < tensor.shape[1]:
                     continue
                 columns[name] = cutter.ranges(bounds, self._size)
@@ -243,13 +301,9 @@ class MicroBatches:
         self, a: int, b: int, index: int = -1, columns: dict[str, list[Any]] | None = None
     ) -> dict[str, Any]:
         width = None
-        lengths = self._lengths
-        if (
-            lengths is not None
-            and self._narrow
-            and (self._padded or ATTENTION_MASK in self.decoded)
-        ):
-            width = round_up(max(lengths[a:b], default=0), self._multiple)
+        seq = self._seq
+        if seq is not None and self._narrow and (self._padded or ATTENTION_MASK in self._decoded):
+            width = round_up(max(seq[1][a:b], default=0), self._multiple)
         jagged_offsets = None
         t0 = t1 = 0
         out: dict[str, Any] = {}
@@ -261,9 +315,9 @@ class MicroBatches:
                 out[name] = value[1](a, b)
             elif kind == "nested":
                 if jagged_offsets is None:
-                    offsets = self._offsets_tensor
-                    assert offsets is not None and self._offsets is not None
-                    t0, t1 = self._offsets[a], self._offsets[b]
+                    assert seq is not None
+                    listed, _, offsets = seq
+                    t0, t1 = listed[a], listed[b]
                     # One offsets tensor per micro-batch (its own bytes): its fields share one
                     # ragged dim.
                     jagged_offsets = offsets[a : b + 1] - t0
@@ -281,6 +335,8 @@ class MicroBatches:
                 else:  # much narrower than the batch: a copy of exactly its cells (not
                     # contiguous(): a one-row slice already is, and would keep the whole field)
                     out[name] = tensor[a:b, :width].clone(memory_format=torch.contiguous_format)
+            elif kind == "micro":
+                out[name] = value[index]
             elif kind == "packed":
                 out[name] = value.slice(slice(a, b))
             elif kind == "converted":
@@ -348,7 +404,7 @@ def _plan(groups: Groups, num_rows: int) -> list[range | list[int]]:
     if isinstance(groups, int):
         if groups < 1:
             raise WireError(f"groups: a micro-batch needs at least one row, got {groups}")
-        return [range(a, min(a + groups, num_rows)) for a in range(0, num_rows, groups)]
+        return list(map(range, *_fixed(groups, num_rows)))
     if isinstance(groups, str | bytes) or not isinstance(groups, Sequence):
         raise TypeError(
             f"groups must be a row count or a list of row groups, not {type(groups).__name__}"
@@ -369,6 +425,23 @@ def _plan(groups: Groups, num_rows: int) -> list[range | list[int]]:
         else:
             plan.append(picked)
     return plan
+
+
+def _fixed(size: int, num_rows: int) -> tuple[range, list[int]]:
+    """The starts and stops of ``size``-row groups from row 0 (the last one shorter)."""
+    stops = [*range(size, num_rows, size), num_rows]
+    return range(0, num_rows, size), stops[: -(-num_rows // size)]
+
+
+def _bounds(plan: list[range | list[int]], size: int | None) -> list[tuple[int, int]] | None:
+    """Each group's ``(start, stop)`` when every group of ``plan`` is a row range, else None
+    (``size``: the plan is ``size``-row groups from row 0)."""
+    if size is not None:
+        num_rows = plan[-1].stop if plan and isinstance(plan[-1], range) else 0
+        return list(zip(*_fixed(size, num_rows), strict=True))
+    if all(isinstance(g, range) for g in plan):
+        return [(g.start, g.stop) for g in plan if isinstance(g, range)]
+    return None
 
 
 def _row(r: Any, num_rows: int, group: int) -> int:

@@ -52,6 +52,7 @@ __all__ = [
     "pack_into",
     "pack_rows",
     "pad_fields",
+    "pad_micro_batches",
     "pad_rows",
     "fill_padding_with_first_token",
     "placeholder_runs",
@@ -325,6 +326,14 @@ def pad_rows(
 def pad_fields(
     frame: Frame, fields: list[tuple[str, bytes]], multiple: int | None = None
 ) -> tuple[ReceiveBuffer, int, int, list[int]]: ...
+def pad_micro_batches(
+    frame: Frame,
+    fields: list[tuple[str, bytes, bool]],
+    groups: list[tuple[int, int]],
+    multiple: int | None = None,
+    narrow: int | None = None,
+    mask: bool = False,
+) -> tuple[ReceiveBuffer, int, list[int], int, list[int], int | None]: ...
 def fill_padding_with_first_token(out: torch.Tensor, lengths: torch.Tensor) -> None: ...
 def gather(
     frames: Sequence[Frame],

@@ -118,10 +118,10 @@ class RowCutter:
     def ranges(self, bounds: list[tuple[int, int]], size: int | None = None) -> list[torch.Tensor]:
         """``[self(lo, hi) for lo, hi in bounds]``, the same tensors, each over exactly its rows'
         bytes. ``size``: the bounds are ``size`` rows each from row 0, in order (the last one
-        may be shorter), so all of them but the last come from one reshape and one C-level loop
-        (no Python frame per cut)."""
+        may be shorter, none empty), so all of them but the last come from one reshape and one
+        C-level loop (no Python frame per cut)."""
         elements = self._elements
-        if elements is None or size is None or not bounds or any(b <= a for a, b in bounds):
+        if elements is None or size is None or not bounds:
             return [self(a, b) for a, b in bounds]
         full = len(elements) // size
         if full == 0:  # one micro-batch, shorter than size (which may be any int)

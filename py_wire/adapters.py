@@ -48,16 +48,11 @@ from py_wire._dtypes import DTYPES
 from py_wire._encode import checked_fields, plain_tensors
 from py_wire._errors import prefixed, with_context
 from py_wire._micro import Groups
-from py_wire._native import (
-    Codec,
-    content_digest,
-    fill_padding_with_first_token,
-    holds_schema,
-    reserved_metadata_key,
-)
+from py_wire._native import Codec, content_digest, holds_schema, reserved_metadata_key
 from py_wire._native import encode as encode_with_codec
 from py_wire._native import encoded_nbytes as codec_nbytes
 from py_wire._packed import ID_LEN
+from py_wire._padding import broadcast_first_token, row_lengths
 from py_wire._rowvalues import encode_rows, json_text, shared_rows
 from py_wire._schema import column_fields, frame_fingerprint, gathering_field, hold_schema
 from py_wire._source import as_frame
@@ -88,7 +83,8 @@ __all__ = [
     "add_missing_fields",
     "as_frame",
     "decode_selected",
-    "fill_padding_with_first_token",
+    "broadcast_first_token",
+    "row_lengths",
     # error context: py_wire's structured attributes on an error
     "prefixed",
     "with_context",

@@ -51,11 +51,12 @@ from py_wire.adapters import (
     Writable,
     as_frame,
     batch_mapping,
-    fill_padding_with_first_token,
+    broadcast_first_token,
     flag,
     names,
     optional_count,
     padded_cells_backed,
+    row_lengths,
     tier_items,
     with_context,
 )
@@ -211,7 +212,7 @@ def from_frame(
         pad_to_multiple_of=_batch_width(frame, pad_to_multiple_of, pad_to_seqlen),
         writable=writable,
     )
-    _broadcast_into_padding(out, _row_lengths(frame))
+    _broadcast_into_padding(out, row_lengths(frame))
     batch = _as_nemo_batch(out)
     _restore_plan(batch, frame)
     return batch
@@ -373,8 +374,8 @@ def iter_micro_batches(
         # NeMo-RL's PackedTensor built once over the batch (each segment a tensor of its own
         # bytes); each micro-batch is its own slice of it, as make_microbatch_iterator's.
         packed_as=None if nemo is None else lambda value: _as_nemo(value, nemo),
+        first_token=BROADCAST_FIELDS,
     )
-    _broadcast_into_padding(batches.decoded, _row_lengths(frame))
     for mb in batches:
         yield _as_nemo_batch(mb)
 
@@ -397,33 +398,10 @@ def _check_fits(pad_to_seqlen: int, longest: int) -> None:
         raise WireError(f"pad_to_seqlen={pad_to_seqlen}: the longest row has {longest} tokens")
 
 
-def _row_lengths(frame: Frame) -> torch.Tensor | None:
-    """Each row's tokens, from the frame's sequence offsets (None: no sequence field)."""
-    seq = frame.layout.seq_offsets
-    if seq is None:
-        return None
-    offsets = np.frombuffer(memoryview(frame), np.int64, seq.nbytes // 8, seq.offset)
-    return torch.from_numpy(np.diff(offsets))
-
-
 def _broadcast_into_padding(out: dict[str, Any], row_lengths: torch.Tensor | None) -> None:
     """Each :data:`BROADCAST_FIELDS` field's padded cells set to its row's first value, in
     place (the tensors are the padded layout's own copies). A row without tokens keeps 0."""
-    if row_lengths is None:
-        return
-    for name in BROADCAST_FIELDS:
-        value = out.get(name)
-        if not isinstance(value, torch.Tensor) or value.dim() != 2 or value.shape[1] == 0:
-            continue
-        if value.device.type == "cpu" and value.is_contiguous():
-            # The codec writes the padding cells only, in place: no pass over the valid ones.
-            fill_padding_with_first_token(value, row_lengths)
-            continue
-        lengths = row_lengths.to(value.device)
-        # One elementwise pass over the cells, in place (where reads each cell before it writes).
-        padding = torch.arange(value.shape[1], device=value.device) >= lengths[:, None]
-        padding &= (lengths > 0)[:, None]
-        torch.where(padding, value[:, :1], value, out=value)
+    broadcast_first_token(out, BROADCAST_FIELDS, row_lengths)
 
 
 def _recorded_width(frame: Frame) -> int | None:

@@ -353,10 +353,19 @@ def test_a_micro_batch_pickles_to_its_own_bytes(
 
 
 def test_a_narrowed_padded_micro_batch_is_its_own_cells(vlm: py_wire.Frame) -> None:
-    """Padded micro-batches are views of the decoded batch's rows while at most 1.2x narrower
-    than the batch (their storage: those rows, at most 1.2x their cells), a copy of their own
-    cells when narrower still."""
-    batches = py_wire.trainer.iter_micro_batches(vlm, 3, layout="padded")
+    """On the host, padded micro-batches are each written at their own width (their storage:
+    exactly their cells). Padded by torch (``pad_on_device``), they are views of the padded
+    batch's rows while at most 1.2x narrower than the batch (their storage: those rows, at most
+    1.2x their cells), a copy of their own cells when narrower still."""
+    host = py_wire.trainer.iter_micro_batches(vlm, 3, layout="padded")
+    full = host.decoded["input_ids"]
+    for a, mb in zip(range(0, 12, 3), host, strict=True):
+        ids = mb["input_ids"]
+        assert ids.untyped_storage().nbytes() == ids.nbytes
+        assert torch.equal(ids, full[a : a + 3, : ids.shape[1]])
+    batches = py_wire.trainer.iter_micro_batches(
+        vlm, 3, layout="padded", device="cpu", pad_on_device=True
+    )
     full = batches.decoded["input_ids"]
     kinds = set()
     for a, mb in zip(range(0, 12, 3), batches, strict=True):

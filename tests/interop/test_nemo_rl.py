@@ -359,6 +359,28 @@ def test_padding_filled_with_each_rows_first_token_by_the_codec() -> None:
     assert out.tolist() == want
 
 
+@pytest.mark.parametrize("narrow", [False, True])
+@pytest.mark.parametrize("groups", [3, [[0, 5, 1], range(2, 5), [6]]], ids=["fixed", "gathered"])
+def test_every_micro_batch_has_advantages_broadcast_into_its_padding(
+    narrow: bool, groups: object
+) -> None:
+    """Every micro-batch (fixed, gathered rows, at the batch's width or its own) holds
+    NeMo-RL's ``advantages``: each row's padding its first value (a row without tokens keeps
+    0), the valid cells the frame's; the other fields keep their pad values."""
+    lengths = (5, 0, 7, 1, 3, 2, 4)
+    frame = py_wire.encode(small_text_batch(lengths), "text_grpo")
+    plans = [[0, 1, 2], [3, 4, 5], [6]] if groups == 3 else [[0, 5, 1], [2, 3, 4], [6]]
+    mbs = list(nemo_rl.iter_micro_batches(frame, groups, per_micro_batch_width=narrow))  # type: ignore[arg-type]
+    assert len(mbs) == len(plans)
+    for mb, rows in zip(mbs, plans, strict=True):
+        adv, ids = mb["advantages"], mb["input_ids"]
+        for i, r in enumerate(rows):
+            n = lengths[r]
+            assert torch.equal(adv[i, :n], torch.full((n,), 0.5)), (rows, r)
+            assert torch.equal(adv[i, n:], torch.full((adv.shape[1] - n,), 0.5 if n else 0.0))
+            assert torch.equal(ids[i, n:], torch.zeros(ids.shape[1] - n, dtype=ids.dtype))
+
+
 def test_pad_to_seqlen() -> None:
     batch = nemo_batch("nemo_rl/text", 8, False)
     frame = nemo_rl.to_frame(batch, "nemo_rl/text")

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import py_wire
 from py_wire import _micro, _native
@@ -167,3 +169,99 @@ def test_every_bundled_schema_s_micro_batches_are_its_rows_decoded_alone(
             assert len(mbs) == len(rows)
             for mb, picked in zip(mbs, rows, strict=True):
                 _same(mb, py_wire.decode(py_wire.take_rows(frame, picked), **options))
+
+
+def _text_frame(lengths: list[int]) -> py_wire.Frame:
+    """text_grpo rows of ``lengths`` tokens, each value distinct (a cut in the wrong place, or a
+    cell of another row, shows)."""
+    gen = torch.Generator().manual_seed(sum(lengths) + len(lengths))
+    return py_wire.encode(
+        {
+            "input_ids": [torch.randint(1, 1000, (n,), generator=gen) for n in lengths],
+            "advantages": [torch.randn(n, generator=gen) for n in lengths],
+            "generation_logprobs": [torch.randn(n, generator=gen) for n in lengths],
+            "input_lengths": torch.tensor(lengths, dtype=torch.int64),
+            "loss_multiplier": torch.rand(len(lengths), generator=gen),
+            "reward": torch.randn(len(lengths), generator=gen),
+        },
+        "text_grpo",
+    )
+
+
+def test_a_narrow_micro_batch_is_padded_at_its_own_width_in_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the host every micro-batch's padded fields and mask are written at its own width by
+    one codec call for the whole step (never padded at the batch's width and cut): each
+    tensor's storage is exactly its own cells, and the values are its rows decoded alone."""
+    lengths = [3, 1, 0, 2, 30, 29, 5, 5, 7]
+    frame = _text_frame(lengths)
+    calls: list[int] = []
+    pad = _native.pad_micro_batches
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return pad(*args, **kwargs)
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("padded at the batch's width")
+
+    monkeypatch.setattr(_native, "pad_micro_batches", counted)
+    monkeypatch.setattr(_native, "pad_fields", refused)
+    monkeypatch.setattr(_native, "pad_rows", refused)
+    options: dict[str, Any] = {"layout": "padded", "attention_mask": True, "pad_to_multiple_of": 4}
+    batches = py_wire.trainer.iter_micro_batches(frame, 2, **options)
+    mbs = list(batches)
+    assert len(calls) == 1
+    assert [mb["input_ids"].shape[1] for mb in mbs] == [4, 4, 32, 8, 8]
+    monkeypatch.undo()
+    for i, mb in enumerate(mbs):
+        alone = py_wire.decode(py_wire.take_rows(frame, range(2 * i, min(2 * i + 2, 9))), **options)
+        _same(mb, alone)
+        for k, v in mb.items():
+            assert v.untyped_storage().nbytes() == v.nbytes, k  # its own cells, nothing more
+    # The whole batch is still there, decoded on first use (the micro-batches are narrower).
+    _same(batches.decoded, py_wire.decode(frame, **options))
+
+
+def test_micro_batches_at_the_batch_s_width_are_views_of_the_decoded_batch() -> None:
+    """Not narrowed (NeMo-RL's default): the micro-batches are the rows of ``decoded``, over
+    the same bytes (one buffer written once), each tensor over exactly its rows' bytes."""
+    frame = _text_frame([3, 1, 0, 2, 30, 29, 5])
+    batches = py_wire.trainer.MicroBatches(frame, 3, {"layout": "padded"}, narrow=False)
+    mbs = list(batches)
+    whole = batches.decoded["input_ids"]
+    assert whole.shape == (7, 30)
+    for a, mb in zip(range(0, 7, 3), mbs, strict=True):
+        ids = mb["input_ids"]
+        assert ids.data_ptr() == whole[a].data_ptr() and torch.equal(ids, whole[a : a + 3])
+        assert ids.untyped_storage().nbytes() == ids.nbytes
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    lengths=st.lists(st.integers(0, 9), min_size=0, max_size=7),
+    size=st.integers(1, 4),
+    multiple=st.sampled_from([None, 1, 3]),
+    mask=st.booleans(),
+)
+def test_padded_micro_batches_are_their_rows_decoded_alone_property(
+    lengths: list[int], size: int, multiple: int | None, mask: bool
+) -> None:
+    """Any row lengths (no rows, one row, rows without tokens), any micro-batch size and
+    multiple: each padded micro-batch is its rows decoded alone, bit for bit, and at the
+    batch's width (``narrow=False``) it is the batch's rows."""
+    frame = _text_frame(lengths)
+    options: dict[str, Any] = {"layout": "padded", "attention_mask": mask}
+    if multiple is not None:
+        options["pad_to_multiple_of"] = multiple
+    rows = len(lengths)
+    groups = [range(a, min(a + size, rows)) for a in range(0, rows, size)]
+    mbs = list(py_wire.trainer.iter_micro_batches(frame, size, **options))
+    assert len(mbs) == len(groups)
+    for mb, group in zip(mbs, groups, strict=True):
+        _same(mb, py_wire.decode(py_wire.take_rows(frame, group), **options))
+    wide = py_wire.trainer.MicroBatches(frame, size, options, narrow=False)
+    whole = py_wire.decode(frame, **options)
+    for mb, group in zip(wide, groups, strict=True):
+        _same(mb, {k: v[group.start : group.stop] for k, v in whole.items()})

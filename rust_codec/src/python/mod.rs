@@ -60,7 +60,7 @@ mod _native {
     #[pymodule_export]
     use super::ops::{gather, split_rows};
     #[pymodule_export]
-    use super::padding::{fill_padding_with_first_token, pad_fields, pad_rows};
+    use super::padding::{fill_padding_with_first_token, pad_fields, pad_micro_batches, pad_rows};
     #[pymodule_export]
     use super::registry::{
         charge_schema_view, held_schema, hold_schema, holds_schema, learnt_schemas, pin_schema,

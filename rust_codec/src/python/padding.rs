@@ -24,11 +24,67 @@ pub fn pad_fields(
     fields: Vec<(String, Vec<u8>)>,
     multiple: Option<u64>,
 ) -> PyResult<(ReceiveBuffer, usize, usize, Vec<usize>)> {
+    let fields: Vec<_> = fields.into_iter().map(|(n, p)| (n, p, false)).collect();
     let frame = frame.get();
+    let picked = picked_fields(frame, &fields)?;
+    let (buf, plan) = padded(py, frame, &picked, |offsets, sizes| {
+        pad::padded_plan(offsets, sizes, multiple)
+    })?;
+    Ok((buf, plan.width, plan.lengths_at, plan.blocks))
+}
+
+/// `pad_fields` for a step's micro-batches: each row group of `groups` (`(start, stop)`)
+/// padded at its own width (its longest row rounded up to `narrow`, never past the batch's
+/// width; `narrow=None`: the batch's width) into one new buffer, one pass without the GIL.
+/// `fields` are `(name, pad element's bytes, first_token)`: `first_token` pads each row that
+/// has tokens with copies of its first token. Returns `(buffer, batch width, [each group's
+/// width], lengths_at, [each field's first byte], mask's first byte or None)`: a field's block
+/// holds the groups' `[rows, width, ...]` one after another (`frame::pad::grouped_plan`);
+/// `mask=True` adds one bool a cell, True on real tokens.
+#[pyfunction]
+#[pyo3(signature = (frame, fields, groups, multiple=None, narrow=None, mask=false))]
+#[allow(clippy::type_complexity)]
+pub fn pad_micro_batches(
+    py: Python<'_>,
+    frame: &Bound<'_, Frame>,
+    fields: Vec<(String, Vec<u8>, bool)>,
+    groups: Vec<(usize, usize)>,
+    multiple: Option<u64>,
+    narrow: Option<u64>,
+    mask: bool,
+) -> PyResult<(
+    ReceiveBuffer,
+    usize,
+    Vec<usize>,
+    usize,
+    Vec<usize>,
+    Option<usize>,
+)> {
+    let frame = frame.get();
+    let picked = picked_fields(frame, &fields)?;
+    let (buf, plan) = padded(py, frame, &picked, |offsets, sizes| {
+        pad::grouped_plan(offsets, sizes, multiple, &groups, narrow, mask)
+    })?;
+    Ok((
+        buf,
+        plan.width,
+        plan.widths,
+        plan.lengths_at,
+        plan.blocks,
+        plan.mask_at,
+    ))
+}
+
+/// Each named per-token field's values in `frame` with its pad, checked: a name that is not a
+/// per-token field of the frame, or a pad that does not tile its tokens, is a `BatchError`.
+fn picked_fields<'a>(
+    frame: &'a Frame,
+    fields: &'a [(String, Vec<u8>, bool)],
+) -> PyResult<Vec<PadField<'a>>> {
     let layout = frame.layout();
     let bytes = frame.bytes();
     let mut picked = Vec::with_capacity(fields.len());
-    for (name, pad) in &fields {
+    for (name, pad, first_token) in fields {
         let field = layout
             .field(name)
             .filter(|f| tier::of(f.spec.tier).items() == Items::Tokens)
@@ -60,8 +116,21 @@ pub fn pad_fields(
             values,
             token_bytes,
             pad,
+            first_token: *first_token,
         });
     }
+    Ok(picked)
+}
+
+/// `picked` padded by the plan `plan_of` makes from the frame's sequence offsets and the
+/// fields' token sizes, into one new (pooled) buffer, without the GIL.
+fn padded(
+    py: Python<'_>,
+    frame: &Frame,
+    picked: &[PadField<'_>],
+    plan_of: impl FnOnce(&[u64], &[usize]) -> crate::error::Result<pad::PaddedPlan> + Send,
+) -> PyResult<(ReceiveBuffer, pad::PaddedPlan)> {
+    let (bytes, layout) = (frame.bytes(), frame.layout());
     py.detach(|| {
         guarded(OnPanic::Frame, || {
             let offsets =
@@ -69,17 +138,12 @@ pub fn pad_fields(
                     crate::frame_err!("padded decode: the frame has no sequence offsets")
                 })?;
             let sizes: Vec<usize> = picked.iter().map(|f| f.token_bytes).collect();
-            let plan = pad::padded_plan(&offsets, &sizes, multiple)?;
+            let plan = plan_of(&offsets, &sizes)?;
             let mut buf = AlignedBuf::recycled(plan.nbytes).ok_or_else(|| {
                 crate::frame_err!("padded decode: cannot allocate {} bytes", plan.nbytes)
             })?;
-            pad::pad_fields(&offsets, &picked, &plan, buf.as_mut_slice())?;
-            Ok((
-                ReceiveBuffer::from_buf(buf),
-                plan.width,
-                plan.lengths_at,
-                plan.blocks,
-            ))
+            pad::pad_fields(&offsets, picked, &plan, buf.as_mut_slice())?;
+            Ok((ReceiveBuffer::from_buf(buf), plan))
         })
     })
     .map_err(to_py)
