@@ -130,25 +130,22 @@ class _Buffer:
         if samples is not None:
             samples = _checks.whole("samples", samples, minimum=1, maximum=MAX_SAMPLES)
         self._expire()
-        if version is not None and is_stale(
-            version, self.trainer_version, self.config.max_staleness
-        ):
-            # Its group could never train: refused rather than generated and dropped.
-            raise StreamError(
-                f"reserve: version {version} is past the staleness bound: the trainer is at "
-                f"version {self.trainer_version} and max_staleness is "
-                f"{self.config.max_staleness}"
-            )
+        if version is not None:
+            self._refuse_stale(version)
         if admits(self._open(), self.stored_bytes, 0, self.config) is not None:
             return None
         version = self.trainer_version if version is None else int(version)
-        gid = uuid.uuid4().hex
-        self.groups[gid] = Group(gid, version, next(self.seq))
+        gid = self._new_group(version)
         if samples is not None:
             self.samples[gid] = [None] * int(samples)
         self.reserved_until[gid] = time.monotonic() + self.config.reservation_s
-        self.counts.reserved += 1
         return gid, version
+
+    def _new_group(self, version: int) -> str:
+        gid = uuid.uuid4().hex
+        self.groups[gid] = Group(gid, version, next(self.seq))
+        self.counts.reserved += 1
+        return gid
 
     def why_not(self) -> str | None:
         """Why a producer may not reserve now (None when it may)."""
@@ -164,20 +161,27 @@ class _Buffer:
         metadata: refused, as :meth:`reserve` and :meth:`put` refuse them."""
         version = _checks.version("version", version)
         self._expire()
-        if is_stale(version, self.trainer_version, self.config.max_staleness):
-            self.reserve(version)  # raises, with reserve's words
+        self._refuse_stale(version)
         what = "reserve_and_put"
         self._same_schema(frame, what)
         self.metadata = same_metadata(self.metadata, frame.metadata, version, what)
-        reason = admits(self._open(), self.stored_bytes, 0, self.config) or admits(
-            self._open(), self.stored_bytes, frame.nbytes, self.config
-        )
+        # One check: a slot in the window and room in the byte budget, for the group as it is.
+        reason = admits(self._open(), self.stored_bytes, frame.nbytes, self.config, new_group=True)
         if reason is not None:
             return reason
-        slot = self.reserve(version)
-        assert slot is not None  # admitted just above, in the same actor turn
-        self.put(slot[0], frame, tokens, ref, inline)
-        return slot
+        gid = self._new_group(version)
+        self._commit(self.groups[gid], frame, tokens, ref, inline)
+        return gid, version
+
+    def _refuse_stale(self, version: int) -> None:
+        """A group generated at ``version`` past the bound could never train: refused rather
+        than stored and dropped."""
+        if is_stale(version, self.trainer_version, self.config.max_staleness):
+            raise StreamError(
+                f"reserve: version {version} is past the staleness bound: the trainer is at "
+                f"version {self.trainer_version} and max_staleness is "
+                f"{self.config.max_staleness}"
+            )
 
     def put(
         self, gid: str, frame: Frame, tokens: int, ref: Any = None, inline: bool = False
@@ -204,6 +208,12 @@ class _Buffer:
         if reason is not None:
             return reason
         del self.reserved_until[gid]
+        self._commit(group, frame, tokens, ref, inline)
+        return None
+
+    def _commit(self, group: Group, frame: Frame, tokens: int, ref: Any, inline: bool) -> None:
+        """Stores ``group``'s frame (admitted already): ``ref``, ``inline`` as :meth:`put`."""
+        gid, nbytes = group.gid, frame.nbytes
         group.ready, group.tokens, group.nbytes = True, tokens, nbytes
         if ref is not None:
             self.refs[gid], self.pinned[gid] = ref, frame
@@ -215,7 +225,6 @@ class _Buffer:
         self.stored_total += nbytes
         self.peak_bytes = max(self.peak_bytes, self.stored_bytes)
         self.counts.stored += 1
-        return None
 
     def put_sample(
         self,
