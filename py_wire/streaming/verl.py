@@ -24,8 +24,12 @@ What changes against verl's queue:
   in this process until then (it loads once, in the process that got it, as verl's trainer
   does; ``pickled=False`` hands out the object itself).
 - **A full queue holds the producer back** instead of dropping the oldest sample: at most the
-  stream's window (``(k + 1) * batch_groups``) samples are open at once, and ``put_sample``
-  waits for a slot.
+  stream's window (``(k + 1) * batch_groups``) samples are open at once. On a ``RayBuffer``
+  a put does not wait for the buffer's answer (:meth:`RayBuffer.reserve_and_put_nowait
+  <py_wire.streaming.RayBuffer.reserve_and_put_nowait>`): at most ``in_flight`` of a
+  process's puts stay unanswered, each waiting in the buffer until it is admitted, and the
+  next ``put_sample`` waits for the oldest; on TQ (or ``in_flight=0``) each waits for a slot.
+  ``put_sample(None)`` and :meth:`VerlQueueClient.flush` wait for every put in flight.
 - **The staleness bound holds at the queue.** A sample's version is verl's trajectory version
   (``non_tensor_batch["max_global_steps"]``, the oldest of its rows; the trainer's version at
   admission when the agent loop sets none). The trainer's version is verl's
@@ -34,7 +38,10 @@ What changes against verl's queue:
   (:meth:`VerlQueueClient.set_trainer_version` sets it, e.g. after a checkpoint resume). A
   sample already past the bound is refused at ``put_sample``, which returns False (verl's
   rollouter counts it in ``dropped_stale_samples``); one that goes past it while stored is
-  dropped at the take; both are counted in ``get_statistics()["dropped_samples"]``.
+  dropped at the take; both are counted in ``get_statistics()["dropped_samples"]``. With puts
+  in flight, "already past" is judged against the trainer version the buffer last answered
+  this process (a lower bound: versions only grow); a sample the trainer outran since is
+  refused on arrival, and counted at this process's next put or flush.
 
 The end signal (``put_sample(None)``), validation data and the shutdown flag go through a
 small Ray actor beside the stream; samples never do.
@@ -199,7 +206,8 @@ class VerlQueueClient:
     0.9.1's rollouter and trainer pass them (False: ``RolloutSample`` objects);
     ``stage``: the schema stage a rollout's sample fills (what the trainer computes next,
     log-probs; None: every required field); ``trainer_version``: the trainer's version at its
-    first step (a resumed run's).
+    first step (a resumed run's); ``in_flight``: the most puts of a process left unanswered
+    by a ``RayBuffer`` (0: each ``put_sample`` waits for its answer).
 
     Build it in the driver and hand it to both sides (it pickles: the stream's and the control
     actor's handles). Its ``put_*`` calls are the rollouter's, its ``get_sample`` the trainer's
