@@ -408,6 +408,21 @@ class VerlRollouter:
 
         return asyncio.run(put_all())
 
+    def call_floor(self, sink: Any, seeds: list[int]) -> dict[str, float]:
+        """Ray's own cost of the rollouter's hop, per sample, in the same setting (the four
+        rollouters at once): an actor call carrying the sample's pickle (verl's put_sample
+        without its queue), and an empty actor call (the least any blocking put costs)."""
+        carrying = empty = 0.0
+        for seed in seeds:
+            pickled = ray.cloudpickle.dumps(verl_sample(seed, 0))
+            t0 = time.perf_counter()
+            ray.get(sink.take.remote(pickled))
+            t1 = time.perf_counter()
+            ray.get(sink.take.remote(None))
+            carrying += t1 - t0
+            empty += time.perf_counter() - t1
+        return {"carrying": carrying, "empty": empty}
+
 
 def verl_queue(args: argparse.Namespace) -> list[str]:
     """verl's real ``MessageQueue`` (and its ``MessageQueueClient``) beside py_wire's
@@ -448,9 +463,12 @@ def verl_queue(args: argparse.Namespace) -> list[str]:
         client.get_statistics_sync()  # its actors are up before anything is timed
         return client, stream
 
-    def train(client: Any, steps: int, train_s: float) -> tuple[float, list[str]]:
+    concat: dict[str, float] = {}
+
+    def train(client: Any, steps: int, train_s: float, kind: str) -> tuple[float, list[str]]:
         async def loop() -> tuple[float, list[str]]:
             data_s, got = 0.0, []
+            concat[kind] = 0.0
             for _ in range(steps):
                 samples = []
                 while len(samples) < required:
@@ -463,6 +481,7 @@ def verl_queue(args: argparse.Namespace) -> list[str]:
                 t0 = time.perf_counter()
                 DataProto.concat([s.full_batch for s in samples])
                 data_s += time.perf_counter() - t0
+                concat[kind] += time.perf_counter() - t0
                 got += [s.sample_id for s in samples]
                 time.sleep(train_s)
             return data_s, got
@@ -484,7 +503,7 @@ def verl_queue(args: argparse.Namespace) -> list[str]:
         made = ray.get(
             [r.run.remote(client, seeds[i :: args.producers], 0) for i, r in enumerate(rollouters)]
         )
-        train_s, got = train(client, total // required, 0.0)
+        train_s, got = train(client, total // required, 0.0, kind)
         put_s = sum(m["data_s"] for m in made)
         data[kind] = put_s + train_s
         floor[kind] = sum(m["dumps_s"] + m["loads_s"] for m in made)
@@ -506,6 +525,23 @@ def verl_queue(args: argparse.Namespace) -> list[str]:
         f"verl-queue floor: verl's cloudpickle.dumps of each sample and one loads of it "
         f"{base * 1e3:.1f} ms (verl's run {floor['verl'] * 1e3:.1f}, py_wire's "
         f"{floor['py_wire'] * 1e3:.1f}), a cost verl's code puts on both queues; goal: 5x lower"
+    )
+    sink = Sink.remote()
+    ray.get(sink.take.remote(None))
+    calls = ray.get(
+        [r.call_floor.remote(sink, seeds[i :: args.producers]) for i, r in enumerate(rollouters)]
+    )
+    carrying, empty = (sum(c[k] for c in calls) for k in ("carrying", "empty"))
+    ray.kill(sink)
+    both = base + concat["py_wire"]
+    print(
+        f"verl-queue Ray's floor, the same rollouters at once, summed over the {total} samples: "
+        f"an actor call carrying each sample's pickle {carrying * 1e3:.1f} ms (verl's put "
+        f"without its queue), an empty actor call {empty * 1e3:.1f} ms (the least a blocking "
+        f"put costs); verl's DataProto.concat of each step on the trainer "
+        f"{concat['verl'] * 1e3:.1f} ms (verl's run), {concat['py_wire'] * 1e3:.1f} ms "
+        "(py_wire's); verl's pickling and "
+        f"concat together cap the ratio at {data['verl'] / both:.2f}x"
     )
     for kind in ("py_wire", "py_wire-objects"):
         ratio = data["verl"] / data[kind]
@@ -532,7 +568,7 @@ def verl_queue(args: argparse.Namespace) -> list[str]:
             ray.get(jobs)  # verl's puts never wait: the queue drops its oldest instead
             stats = client.get_statistics_sync()
             steps = min(steps, stats["queue_size"] // required)
-        _, got = train(client, steps, args.train_s)
+        _, got = train(client, steps, args.train_s, kind + " (verl's queue size)")
         ray.get(jobs)
         stats = client.get_statistics_sync()
         lost = total - len(got) - stats["queue_size"]

@@ -92,11 +92,18 @@ def encode_rows(name: str, values: Sequence[Any], encoding: Encoding) -> PackedT
     """One segment of UTF-8 bytes per row (``utf8``: ``None`` is a row with no segment;
     ``json``: ``None`` is JSON ``null``); equal texts share a segment."""
     texts: list[str | None] = []
+    # Rows holding the same object (a sample's record repeated over its rows, a string numpy
+    # repeats) have one text: checked and written once. Each value is held in ``seen`` for
+    # the loop (an iterator may make fresh objects), so an id is never reused within it.
+    seen: dict[int, tuple[Any, str]] = {}
     for row, value in enumerate(values):
         if value is None and encoding == "utf8":
             texts.append(None)
-        else:
-            texts.append(_text(name, row, value, encoding))
+            continue
+        hit = seen.get(id(value))
+        if hit is None:
+            hit = seen[id(value)] = (value, _text(name, row, value, encoding))
+        texts.append(hit[1])
     distinct, offsets, refs = _share(texts, lambda t: t)
     segments = [torch.from_numpy(np.frombuffer(bytearray(t.encode()), np.uint8)) for t in distinct]
     return PackedTensor.from_csr(segments, offsets, refs)

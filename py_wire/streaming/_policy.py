@@ -93,7 +93,9 @@ class Counts:
     abandoned: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
+        # Flat ints: a dict copy, not dataclasses.asdict's deep copy (the Ray buffer's actor
+        # reads the counts around every call).
+        return dict(vars(self))
 
 
 @dataclasses.dataclass
@@ -256,10 +258,14 @@ def admits(
     stored_bytes: int,
     incoming_bytes: int,
     config: StreamConfig,
+    *,
+    new_group: bool = False,
 ) -> str | None:
     """Why a producer may not reserve (``incoming_bytes == 0``) or store a group now, or None
-    when it may. ``open_groups``: groups reserved, in flight or stored and not yet acked."""
-    if incoming_bytes == 0 and open_groups >= config.window:
+    when it may. ``open_groups``: groups reserved, in flight or stored and not yet acked.
+    ``new_group``: a group that reserves and stores at once (its ``incoming_bytes``): the
+    window and the byte budget, in one check."""
+    if (new_group or incoming_bytes == 0) and open_groups >= config.window:
         return (
             f"{open_groups} groups are open, the most the staleness bound allows "
             f"((k + 1) * batch_groups = {config.window}): the trainer is "

@@ -130,25 +130,22 @@ class _Buffer:
         if samples is not None:
             samples = _checks.whole("samples", samples, minimum=1, maximum=MAX_SAMPLES)
         self._expire()
-        if version is not None and is_stale(
-            version, self.trainer_version, self.config.max_staleness
-        ):
-            # Its group could never train: refused rather than generated and dropped.
-            raise StreamError(
-                f"reserve: version {version} is past the staleness bound: the trainer is at "
-                f"version {self.trainer_version} and max_staleness is "
-                f"{self.config.max_staleness}"
-            )
+        if version is not None:
+            self._refuse_stale(version)
         if admits(self._open(), self.stored_bytes, 0, self.config) is not None:
             return None
         version = self.trainer_version if version is None else int(version)
-        gid = uuid.uuid4().hex
-        self.groups[gid] = Group(gid, version, next(self.seq))
+        gid = self._new_group(version)
         if samples is not None:
             self.samples[gid] = [None] * int(samples)
         self.reserved_until[gid] = time.monotonic() + self.config.reservation_s
-        self.counts.reserved += 1
         return gid, version
+
+    def _new_group(self, version: int) -> str:
+        gid = uuid.uuid4().hex
+        self.groups[gid] = Group(gid, version, next(self.seq))
+        self.counts.reserved += 1
+        return gid
 
     def why_not(self) -> str | None:
         """Why a producer may not reserve now (None when it may)."""
@@ -164,20 +161,27 @@ class _Buffer:
         metadata: refused, as :meth:`reserve` and :meth:`put` refuse them."""
         version = _checks.version("version", version)
         self._expire()
-        if is_stale(version, self.trainer_version, self.config.max_staleness):
-            self.reserve(version)  # raises, with reserve's words
+        self._refuse_stale(version)
         what = "reserve_and_put"
         self._same_schema(frame, what)
         self.metadata = same_metadata(self.metadata, frame.metadata, version, what)
-        reason = admits(self._open(), self.stored_bytes, 0, self.config) or admits(
-            self._open(), self.stored_bytes, frame.nbytes, self.config
-        )
+        # One check: a slot in the window and room in the byte budget, for the group as it is.
+        reason = admits(self._open(), self.stored_bytes, frame.nbytes, self.config, new_group=True)
         if reason is not None:
             return reason
-        slot = self.reserve(version)
-        assert slot is not None  # admitted just above, in the same actor turn
-        self.put(slot[0], frame, tokens, ref, inline)
-        return slot
+        gid = self._new_group(version)
+        self._commit(self.groups[gid], frame, tokens, ref, inline)
+        return gid, version
+
+    def _refuse_stale(self, version: int) -> None:
+        """A group generated at ``version`` past the bound could never train: refused rather
+        than stored and dropped."""
+        if is_stale(version, self.trainer_version, self.config.max_staleness):
+            raise StreamError(
+                f"reserve: version {version} is past the staleness bound: the trainer is at "
+                f"version {self.trainer_version} and max_staleness is "
+                f"{self.config.max_staleness}"
+            )
 
     def put(
         self, gid: str, frame: Frame, tokens: int, ref: Any = None, inline: bool = False
@@ -204,6 +208,12 @@ class _Buffer:
         if reason is not None:
             return reason
         del self.reserved_until[gid]
+        self._commit(group, frame, tokens, ref, inline)
+        return None
+
+    def _commit(self, group: Group, frame: Frame, tokens: int, ref: Any, inline: bool) -> None:
+        """Stores ``group``'s frame (admitted already): ``ref``, ``inline`` as :meth:`put`."""
+        gid, nbytes = group.gid, frame.nbytes
         group.ready, group.tokens, group.nbytes = True, tokens, nbytes
         if ref is not None:
             self.refs[gid], self.pinned[gid] = ref, frame
@@ -215,7 +225,6 @@ class _Buffer:
         self.stored_total += nbytes
         self.peak_bytes = max(self.peak_bytes, self.stored_bytes)
         self.counts.stored += 1
-        return None
 
     def put_sample(
         self,
@@ -435,12 +444,13 @@ class _BufferActor:
         return min(untils, default=math.inf)
 
     async def _attempt(
-        self, attempt: Callable[[], _T], done: Callable[[_T], bool], wait_s: float
+        self, attempt: Callable[[], _T], done: Callable[[_T], bool], wait_s: float | None
     ) -> _T:
         """Calls ``attempt()`` until ``done`` of its result, waiting between tries for the state
-        to change (or the next reservation or lease to lapse), for at most ``wait_s``; returns
-        the last result. Wakes the other waiters when a try changed the state."""
-        deadline = time.monotonic() + wait_s
+        to change (or the next reservation or lease to lapse), for at most ``wait_s`` (None: for
+        as long as it takes); returns the last result. Wakes the other waiters when a try
+        changed the state."""
+        deadline = math.inf if wait_s is None else time.monotonic() + wait_s
         while True:
             changed = self._changed
             before = self._signature()
@@ -451,7 +461,8 @@ class _BufferActor:
             now = time.monotonic()
             if done(out) or now >= deadline:
                 return out
-            timeout = max(min(deadline, self._next_expiry() + 1e-3) - now, 1e-3)
+            until = min(deadline, self._next_expiry() + 1e-3)
+            timeout = None if until == math.inf else max(until - now, 1e-3)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
@@ -478,16 +489,18 @@ class _BufferActor:
         )
 
     async def reserve_and_put(
-        self, version: int, refs: list[Any], tokens: int, wait_s: float
-    ) -> tuple[str, int] | str:
-        """:meth:`_Buffer.reserve_and_put`, waiting for a slot and the byte budget; ``refs``
-        as :meth:`put` takes it."""
+        self, version: int, refs: list[Any], tokens: int, wait_s: float | None
+    ) -> tuple[str, int, int] | str:
+        """:meth:`_Buffer.reserve_and_put`, waiting for a slot and the byte budget (``wait_s``
+        None: until they come); ``refs`` as :meth:`put` takes it. The group's id, its version
+        and the trainer's version then."""
         frame, ref = await _arrived(refs[0])
-        return await self._attempt(
+        out = await self._attempt(
             lambda: self.state.reserve_and_put(version, frame, tokens, ref, ref is None),
             lambda o: not isinstance(o, str),
             wait_s,
         )
+        return out if isinstance(out, str) else (*out, self.state.trainer_version)
 
     async def rehome(self, lease: str) -> dict[str, Any]:
         return self.state.rehome(lease)
@@ -583,6 +596,9 @@ class RayBuffer:
             ) from None
         # Every placement argument, defaults included, for the messages of a pending actor.
         self._options = {"resources": None, "scheduling_strategy": None, "name": None, **options}
+        #: The trainer's version as the buffer last answered this process (its puts' answers,
+        #: its own set_trainer_version): a lower bound of the version now.
+        self.trainer_seen = 0
         self._placed = False
         self._ready: Any = None
 
@@ -715,14 +731,38 @@ class RayBuffer:
         frame = _checks.frame("frame", frame)
         timeout_s = _checks.optional_seconds("timeout_s", timeout_s)
         version = stated_version(frame)
-        gid, got = self._wait(
+        gid, got, trainer = self._wait(
             "reserve_and_put",
             (version, [_sent(frame)], _tokens(frame)),
             lambda out: not isinstance(out, str),
             timeout_s or self.config.admission_timeout_s,
             "reserve_and_put",
         )
+        self.trainer_seen = max(self.trainer_seen, int(trainer))
         return str(gid), int(got)
+
+    def reserve_and_put_nowait(self, frame: Frame) -> PendingPut:
+        """:meth:`reserve_and_put`, sent without waiting for its answer: a producer that
+        does not need the group's id goes on generating while the buffer admits the group.
+        The call waits in the actor for a slot and the byte budget for as long as that takes
+        (backpressure: a group generated already is never dropped for want of room, and it
+        commits whole even if this producer dies meanwhile); :meth:`PendingPut.result` gives
+        its answer or raises its refusal (a frame of another schema or metadata; a version
+        the trainer had moved past the bound by the time it arrived). A ``policy_version``
+        already past the bound at the trainer version the buffer last answered this process
+        (:attr:`trainer_seen`: versions only grow, so it is past it now) is refused here, a
+        :class:`StreamError`, and nothing is sent."""
+        frame = _checks.frame("frame", frame)
+        version = stated_version(frame)
+        if is_stale(version, self.trainer_seen, self.config.max_staleness):
+            raise StreamError(
+                f"reserve_and_put: version {version} is past the staleness bound: the trainer "
+                f"was at version {self.trainer_seen} when the buffer last answered, and "
+                f"max_staleness is {self.config.max_staleness}"
+            )
+        self._placed_within(self.config.admission_timeout_s, "reserve_and_put")
+        sent = self.actor.reserve_and_put.remote(version, [_sent(frame)], _tokens(frame), None)
+        return PendingPut(self, sent)
 
     def _put_sample(self, gid: str, frame: Frame, index: int, timeout_s: float | None) -> None:
         text, media, digest = _samples.split(frame)
@@ -839,7 +879,9 @@ class RayBuffer:
         self._call("release", _checks.text("step", step))
 
     def set_trainer_version(self, version: int) -> None:
-        self._call("set_version", _checks.version("version", version))
+        version = _checks.version("version", version)
+        self._call("set_version", version)
+        self.trainer_seen = version
 
     def stats(self) -> dict[str, Any]:
         return dict(self._call("stats"))
@@ -849,6 +891,38 @@ class RayBuffer:
         import ray
 
         ray.kill(self.actor)
+
+
+class PendingPut:
+    """A :meth:`RayBuffer.reserve_and_put_nowait` sent and not yet answered."""
+
+    def __init__(self, buffer: RayBuffer, answer: Any) -> None:
+        self._buffer, self._answer = buffer, answer
+
+    def done(self) -> bool:
+        """Whether the buffer has answered (:meth:`result` then returns at once)."""
+        import ray
+
+        ready, _ = ray.wait([self._answer], timeout=0)
+        return bool(ready)
+
+    def result(self, timeout_s: float | None = None) -> tuple[str, int]:
+        """The group's id and version once committed, waiting at most ``timeout_s`` (None:
+        for as long as the buffer holds the group back; :class:`AdmissionTimeout` after it);
+        raises the refusal :meth:`RayBuffer.reserve_and_put` raises."""
+        import ray
+
+        timeout_s = _checks.optional_seconds("timeout_s", timeout_s)
+        try:
+            gid, version, trainer = ray.get(self._answer, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise AdmissionTimeout(
+                f"reserve_and_put: waited {timeout_s:g} s and the buffer still holds the "
+                "group back (the window or the byte budget is full)"
+            ) from None
+        # An answer may be older than what this process heard since: versions only grow.
+        self._buffer.trainer_seen = max(self._buffer.trainer_seen, int(trainer))
+        return str(gid), int(version)
 
 
 def _fetch(refs: list[Any]) -> list[Frame]:

@@ -24,8 +24,12 @@ What changes against verl's queue:
   in this process until then (it loads once, in the process that got it, as verl's trainer
   does; ``pickled=False`` hands out the object itself).
 - **A full queue holds the producer back** instead of dropping the oldest sample: at most the
-  stream's window (``(k + 1) * batch_groups``) samples are open at once, and ``put_sample``
-  waits for a slot.
+  stream's window (``(k + 1) * batch_groups``) samples are open at once. On a ``RayBuffer``
+  a put does not wait for the buffer's answer (:meth:`RayBuffer.reserve_and_put_nowait
+  <py_wire.streaming.RayBuffer.reserve_and_put_nowait>`): at most ``in_flight`` of a
+  process's puts stay unanswered, each waiting in the buffer until it is admitted, and the
+  next ``put_sample`` waits for the oldest; on TQ (or ``in_flight=0``) each waits for a slot.
+  ``put_sample(None)`` and :meth:`VerlQueueClient.flush` wait for every put in flight.
 - **The staleness bound holds at the queue.** A sample's version is verl's trajectory version
   (``non_tensor_batch["max_global_steps"]``, the oldest of its rows; the trainer's version at
   admission when the agent loop sets none). The trainer's version is verl's
@@ -34,7 +38,10 @@ What changes against verl's queue:
   (:meth:`VerlQueueClient.set_trainer_version` sets it, e.g. after a checkpoint resume). A
   sample already past the bound is refused at ``put_sample``, which returns False (verl's
   rollouter counts it in ``dropped_stale_samples``); one that goes past it while stored is
-  dropped at the take; both are counted in ``get_statistics()["dropped_samples"]``.
+  dropped at the take; both are counted in ``get_statistics()["dropped_samples"]``. With puts
+  in flight, "already past" is judged against the trainer version the buffer last answered
+  this process (a lower bound: versions only grow); a sample the trainer outran since is
+  refused on arrival, and counted at this process's next put or flush.
 
 The end signal (``put_sample(None)``), validation data and the shutdown flag go through a
 small Ray actor beside the stream; samples never do.
@@ -49,6 +56,7 @@ import json
 import math
 import os
 import pickle
+import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -176,6 +184,10 @@ class _Control:
         return self.validate.popleft() if self.validate else None
 
 
+#: The most puts a process has sent to a :class:`~py_wire.streaming.RayBuffer` and not had
+#: answered: past it, ``put_sample`` waits for the oldest (the stream's backpressure).
+MAX_IN_FLIGHT = 8
+
 #: The verbs of the streaming contract the client calls.
 _VERBS = ("reserve", "put", "reserve_and_put", "take", "ack", "release", "stats")
 
@@ -191,7 +203,8 @@ class VerlQueueClient:
     0.9.1's rollouter and trainer pass them (False: ``RolloutSample`` objects);
     ``stage``: the schema stage a rollout's sample fills (what the trainer computes next,
     log-probs; None: every required field); ``trainer_version``: the trainer's version at its
-    first step (a resumed run's).
+    first step (a resumed run's); ``in_flight``: the most puts of a process left unanswered
+    by a ``RayBuffer`` (0: each ``put_sample`` waits for its answer).
 
     Build it in the driver and hand it to both sides (it pickles: the stream's and the control
     actor's handles). Its ``put_*`` calls are the rollouter's, its ``get_sample`` the trainer's
@@ -207,6 +220,7 @@ class VerlQueueClient:
         stage: str | None = "logprob",
         trainer_version: int = 0,
         poll_s: float = 1.0,
+        in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         import ray
 
@@ -228,6 +242,9 @@ class VerlQueueClient:
             raise TypeError(f"pickled must be a bool, not {type(pickled).__name__}")
         if not isinstance(trainer_version, int) or trainer_version < 0:
             raise StreamError(f"trainer_version must be an int >= 0, not {trainer_version!r}")
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 0:
+            raise StreamError(f"in_flight must be an int >= 0, not {in_flight!r}")
+        self.in_flight = in_flight
         self.stream = stream
         # Held in this process: the stream hands its trainer compact frames of it.
         self.schema = hold_schema(sample_schema(schema))
@@ -244,17 +261,25 @@ class VerlQueueClient:
         # Whether this process has put a sample (its later samples go compact).
         self._sent = False
         self._queued = 0
+        self._local()
+
+    def _local(self) -> None:
+        """This process's own state: its puts sent and not yet answered (oldest first)."""
+        self._pending: collections.deque[Any] = collections.deque()
+        self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_cache"] = collections.deque()  # a trainer's samples in hand stay its own
         state["_sent"] = False
         state["schema"] = self.schema.canonical_json  # a Schema object's pin is per process
+        del state["_pending"], state["_lock"]  # a process's puts in flight are its own
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state["schema"] = hold_schema(Schema.from_dict(json.loads(state["schema"])))
         self.__dict__.update(state)
+        self._local()
 
     # -- the rollouter's side -------------------------------------------------------------
 
@@ -268,11 +293,15 @@ class VerlQueueClient:
         import ray
 
         if sample is None:
+            self.flush()  # every sample this process put is in the stream before the end
             ray.get(self.control.end.remote())
             return True
         if isinstance(sample, bytes | bytearray | memoryview):
             sample = pickle.loads(sample)
         fields, version = self._fields(sample)
+        nowait = getattr(self.stream, "reserve_and_put_nowait", None)
+        if version is not None and nowait is not None:
+            return self._put_nowait(nowait, fields, version)
         while True:
             try:
                 if version is None:
@@ -292,6 +321,61 @@ class VerlQueueClient:
                     raise
                 ray.get(self.control.refuse.remote())
                 return False
+
+    def _put_nowait(self, nowait: Any, fields: dict[str, Any], version: int) -> bool:
+        """A sample of a known version, sent without waiting for the stream's answer (a
+        :class:`~py_wire.streaming.RayBuffer`): at most :attr:`in_flight` of this process's
+        puts stay unanswered, so a full window still holds the rollouter back. The first put
+        of a process waits for its answer (the stream then holds the schema its later, compact
+        frames name)."""
+        import ray
+
+        frame = self._encode(fields, version)  # embedded until a put of this process went in
+        with self._lock:
+            self._settle(block=False)
+            try:
+                pending = nowait(frame)
+            except StreamError as e:  # past the bound at the trainer version last heard of
+                if "staleness bound" not in str(e):
+                    raise
+                ray.get(self.control.refuse.remote())
+                return False
+            self._pending.append(pending)
+            limit = self.in_flight if self._sent else 0
+            answer = True
+            while len(self._pending) > limit:
+                answer = self._settle_one()
+            if limit:
+                return True  # in flight: committed, or refused on arrival and counted then
+            self._sent = self._sent or answer
+            return answer  # this put's own answer, the last settled
+
+    def _settle_one(self) -> bool:
+        """Waits for this process's oldest put in flight: True once its sample is in the
+        stream; False when the stream refused it as past the bound (the trainer moved on
+        before it arrived), counted as refused."""
+        import ray
+
+        pending = self._pending.popleft()
+        try:
+            pending.result()
+        except StreamError as e:
+            if "staleness bound" not in str(e):
+                raise
+            ray.get(self.control.refuse.remote())
+            return False
+        return True
+
+    def _settle(self, block: bool) -> None:
+        while self._pending and (block or self._pending[0].done()):
+            self._settle_one()
+
+    def flush(self) -> None:
+        """Waits until every sample this process put is in the stream (or refused as past the
+        bound, and counted), raising the first refusal of another cause (a sample of another
+        schema). ``put_sample(None)`` flushes before it signals the end."""
+        with self._lock:
+            self._settle(block=True)
 
     def _encode(self, fields: dict[str, Any], version: int) -> Frame:
         """The sample's frame: embedded until this process has put one (the stream's actor,

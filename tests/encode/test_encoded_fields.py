@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import py_wire
+from py_wire._rowvalues import encode_rows
 
 SCHEMA = py_wire.Schema.from_dict(
     {
@@ -47,6 +48,22 @@ def test_equal_values_are_stored_once_and_shared_after_decode() -> None:
     assert (layout["info"].num_segments, layout["info"].num_refs) == (4, 5)
     out = py_wire.decode(f)
     assert out["info"][0] is out["info"][3]
+
+
+def test_rows_of_one_object_and_fresh_objects_each_keep_their_own_value() -> None:
+    """A record repeated over rows (one object) is written once; values an iterator makes
+    afresh per row (a numpy array's scalars, freed as the next is made) keep their own."""
+    import numpy as np
+
+    record = {"rows": 2, "fields": {"sample_id": "s0"}}
+    scores = np.array([3, 1, 4, 1, 5], dtype=np.int64)
+    for info in ([record] * 5, scores, np.array([record, {"x": 1}] * 2 + [7], dtype=object)):
+        batch = {"score": torch.arange(5.0), "uid": UIDS, "info": info}
+        got = py_wire.decode(py_wire.encode(batch, SCHEMA))["info"]
+        assert got == [v.item() if isinstance(v, np.generic) else v for v in info]
+    # The rows as they reach the field's writer: the numpy array itself, iterated once.
+    rows = encode_rows("info", scores, "json")
+    assert [bytes(r[0].numpy()).decode() for r in rows.rows()] == ["3", "1", "4", "1", "5"]
 
 
 def test_rows_windows_and_frame_operations_keep_the_values() -> None:

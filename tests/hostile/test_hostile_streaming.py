@@ -102,6 +102,8 @@ TARGETS: list[Target] = [
               "timeout_s", "sample", gid="group"),
     *_targets("RayBuffer.reserve_and_put", _ray("reserve_and_put", frame=VERSIONED), "frame",
               "timeout_s"),
+    *_targets("RayBuffer.reserve_and_put_nowait", _ray("reserve_and_put_nowait",
+              frame=VERSIONED), "frame"),
     *_targets("RayBuffer.take", _ray("take"), "ranks", "timeout_s", "lease_s"),
     *_targets("RayBuffer.ack", _ray("ack", step="lease"), "step"),
     *_targets("RayBuffer.release", _ray("release", step="lease"), "step"),

@@ -58,6 +58,42 @@ def test_admission_window_and_bytes() -> None:
     assert "budget of 100" in str(admits(1, 70, 40, config))
     # A group larger than the whole budget still goes into an empty buffer (no deadlock).
     assert admits(0, 0, 500, config) is None
+    # A group that reserves and stores at once: the window and the bytes in one check.
+    assert "staleness bound" in str(admits(4, 0, 40, config, new_group=True))
+    assert "budget of 100" in str(admits(1, 70, 40, config, new_group=True))
+    assert admits(3, 60, 40, config, new_group=True) is None
+
+
+def test_reserve_and_put_admits_by_window_and_bytes_and_a_refusal_reserves_nothing() -> None:
+    """``_Buffer.reserve_and_put``: a full window and a byte budget the frame would pass are
+    each its answer (why it waits), and a refusal leaves no reservation or count behind; an
+    admitted frame is committed at once, ready for a take, its bytes counted."""
+    frame = py_wire.encode(small_text_batch((3, 4)), "text_grpo", metadata={VERSION_KEY: "0"})
+    # The window (1 group) holds the first; the second waits for it.
+    buffer = _Buffer(StreamConfig(max_staleness=0, batch_groups=1))
+    gid, version = _admitted(buffer.reserve_and_put(0, frame, 7, inline=True))
+    assert version == 0 and buffer.groups[gid].ready and buffer.groups[gid].tokens == 7
+    assert buffer.stored_bytes == frame.nbytes and gid not in buffer.reserved_until
+    assert "staleness bound" in str(buffer.reserve_and_put(0, frame, 7, inline=True))
+    # Room in the window, not in the byte budget: the byte reason.
+    budget = StreamConfig(max_staleness=1, batch_groups=2, max_bytes=frame.nbytes + 1)
+    buffer = _Buffer(budget)
+    _admitted(buffer.reserve_and_put(0, frame, 7, inline=True))
+    assert f"budget of {frame.nbytes + 1}" in str(buffer.reserve_and_put(0, frame, 7, inline=True))
+    counts = buffer.stats()
+    assert (counts["reserved"], counts["stored"], counts["open_groups"]) == (1, 1, 1)
+    taken = buffer.take(1, None)
+    assert taken is None  # a step of 2 groups, one stored
+    # A frame larger than the whole budget still goes into an empty buffer.
+    buffer = _Buffer(StreamConfig(max_staleness=0, batch_groups=1, max_bytes=1))
+    _admitted(buffer.reserve_and_put(0, frame, 7, inline=True))
+    taken = buffer.take(1, None)
+    assert taken is not None and [v for _, v, _ in taken[1][0]] == [0]
+
+
+def _admitted(out: tuple[str, int] | str) -> tuple[str, int]:
+    assert not isinstance(out, str), out
+    return out
 
 
 def test_wait_until_times_out_with_the_reason() -> None:

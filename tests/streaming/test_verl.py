@@ -163,8 +163,8 @@ def test_verls_rollouter_and_trainer_run_on_the_stream(
         return sent
 
     sent: list[RolloutSample] = []
-    # The rollouter in a thread of its own: the stream's window (4) holds its fifth put back
-    # until the trainer has taken a step.
+    # The rollouter in a thread of its own: the stream's window (4) and the client's puts in
+    # flight hold it back until the trainer has taken a step.
     producer = threading.Thread(target=lambda: sent.extend(asyncio.run(produce())))
     producer.start()
     t = trainer(client)
@@ -204,7 +204,7 @@ def test_a_full_queue_holds_the_rollouter_back_where_verls_drops(
     ray.kill(queue)
 
     stream = make(verl_stream_config(CONFIG))
-    client = VerlQueueClient(stream, CONFIG)
+    client = VerlQueueClient(stream, CONFIG, in_flight=0)  # each put waits for its answer
     assert client.max_queue_size == 4
     for s in samples[:4]:
         assert client.put_sample_sync(ray.cloudpickle.dumps(s))
@@ -230,6 +230,73 @@ def test_a_full_queue_holds_the_rollouter_back_where_verls_drops(
     asyncio.run(client.clear_queue())
     assert client.get_queue_size_sync() == 0
     assert asyncio.run(client.get_memory_usage())["estimated_memory_bytes"] == 0
+    stream.close()
+
+
+def test_puts_in_flight_are_held_back_past_the_window_and_never_lost(
+    make: Callable[[StreamConfig], Stream],
+) -> None:
+    """``in_flight=2``: a rollouter's puts past the window (4) stay unanswered, at most two of
+    them (on a RayBuffer they return at once; on TQ each waits), and the next waits; every
+    sample trains once the trainer takes its steps, none dropped."""
+    samples = [prompt(i) for i in range(8)]
+    for i, s in enumerate(samples):
+        s.full_batch = generated(i, 0)
+    stream = make(verl_stream_config(CONFIG))
+    client = VerlQueueClient(stream, CONFIG, in_flight=2)
+    returned: list[bool] = []
+
+    def produce() -> None:
+        for s in samples:
+            returned.append(client.put_sample_sync(ray.cloudpickle.dumps(s)))
+        client.put_sample_sync(None)  # flushes, then the end
+
+    client.get_statistics_sync()  # the stream's actor is up
+    thread = threading.Thread(target=produce)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while client.get_queue_size_sync() < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # time for puts past the window to return, were they not held back
+    assert 4 <= len(returned) <= 4 + 2 and client.get_queue_size_sync() == 4
+    got = []
+    while (out := client.get_sample_sync()) and out[0] is not None:
+        got.append(ray.cloudpickle.loads(out[0]).sample_id)
+    thread.join(30)
+    assert returned == [True] * 8 and not thread.is_alive()
+    assert sorted(got) == sorted(s.sample_id for s in samples)
+    assert client.get_statistics_sync()["dropped_samples"] == 0
+    stream.close()
+
+
+def test_a_put_the_trainer_outran_in_flight_is_refused_and_counted(
+    make: Callable[[StreamConfig], Stream], backend: str
+) -> None:
+    """A rollouter (its own copy of the client, as in its own process) that last heard of
+    version 0 puts a version-0 sample after the trainer moved to 2 (bound 1): on a RayBuffer
+    the put goes in flight and answers True, and the stream refuses it on arrival; on TQ the
+    put waits and answers False (verl's rollouter counts it as dropped). Either way it never
+    trains, and ``dropped_samples`` counts it once the rollouter flushes."""
+    import pickle
+
+    stream = make(verl_stream_config(CONFIG))
+    client = VerlQueueClient(stream, CONFIG, in_flight=2)
+    rollouter_side = pickle.loads(pickle.dumps(client))
+    first, second, late = prompt(0), prompt(1), prompt(2)
+    first.full_batch, second.full_batch = generated(0, 2), generated(1, 2)
+    late.full_batch = generated(2, 0)
+    assert rollouter_side.put_sample_sync(ray.cloudpickle.dumps(first))  # waits: its first
+    stream.set_trainer_version(2)  # the trainer's side moves on
+    assert rollouter_side.put_sample_sync(ray.cloudpickle.dumps(second))
+    answer = rollouter_side.put_sample_sync(ray.cloudpickle.dumps(late))
+    assert answer is (backend == "ray")
+    rollouter_side.flush()
+    assert client.get_statistics_sync()["dropped_samples"] == 1
+    client.set_trainer_version(2)
+    got = [ray.cloudpickle.loads(client.get_sample_sync()[0]).sample_id for _ in range(2)]
+    assert sorted(got) == ["sample_0_0", "sample_0_1"]
+    stats = client.get_statistics_sync()
+    assert (stats["total_produced"], stats["queue_size"], stats["dropped_samples"]) == (2, 0, 1)
     stream.close()
 
 
