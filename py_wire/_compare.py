@@ -201,7 +201,7 @@ def assert_batch_equal(
                 if a != b or type(a) is not type(b):
                     _fail(f"{where}, row {r}", f"decoded {a!r:.80}, expected {b!r:.80}")
             n = len(found_values)
-        elif field.tier == "packed":
+        elif tiers.items(field.tier) == "segments":
             want = _packed_rows(original[name], where)
             found_value = decoded[name]
             found = _packed_rows(found_value, where)

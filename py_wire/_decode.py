@@ -668,11 +668,11 @@ def add_missing_fields(
     missing = [n for n in schema.fields if n in keep and n not in out]
     media = {c.media_field for c in schema.contracts}
     for name in sorted(missing, key=lambda n: n not in media):  # a media field named first
-        if schema.fields[name].tier == "packed":
+        if tiers.items(schema.fields[name].tier) == "segments":
             _check_no_placeholders(schema, name, tokens)
     for name in missing:
         field = schema.fields[name]
-        if field.tier != "packed":
+        if tiers.items(field.tier) != "segments":
             continue
         if field.encoding is not None:
             out[name] = [None] * num_rows

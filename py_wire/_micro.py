@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from py_wire import _tiers as tiers
 from py_wire._args import flag
 from py_wire._decode import checked_schema, decode, decode_fields
 from py_wire._jagged import jagged, jagged_values
@@ -139,7 +140,7 @@ class MicroBatches:
             options.get("pad_to_multiple_of") if narrow_multiple is None else narrow_multiple
         )
         self._narrow = narrow
-        per_token = {n for n, f in schema.fields.items() if f.tier == "per_token"}
+        per_token = {n for n, f in schema.fields.items() if tiers.items(f.tier) == "tokens"}
         self._offsets: list[int] | None = None
         self._lengths: list[int] | None = None
         self._offsets_tensor: torch.Tensor | None = None

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from py_wire import _native
+from py_wire import _tiers as tiers
 from py_wire._args import MAX_COUNT, count, flag, host_indices, integer, items, optional_count
 from py_wire._decode import checked_schema
 from py_wire._errors import prefixed
@@ -130,7 +131,7 @@ def _per_row_specs(per_row: object, schema: Schema) -> list[tuple[str, str]]:
                 f"per_row: schema {schema.name!r} has no field {name!r} to hold metadata {key!r} "
                 "per row"
             )
-        if field.tier != "scalar" or field.shape:
+        if tiers.items(field.tier) != "rows" or field.shape:
             raise SchemaError(
                 f"per_row: field {name!r} is a {field.tier} field of shape {list(field.shape)}; "
                 f"metadata {key!r} needs a 0-d scalar field"
@@ -242,7 +243,7 @@ def truncate(frame: Frame, max_len: int) -> Frame:
     keep: torch.Tensor | None = None
     offsets: torch.Tensor | None = None
     for name, value in batch.items():
-        if schema.fields[name].tier != "per_token":
+        if tiers.items(schema.fields[name].tier) != "tokens":
             continue
         if keep is None:  # every per-token field shares the frame's sequence offsets
             lengths = torch.diff(value.offsets())

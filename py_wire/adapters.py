@@ -4,9 +4,11 @@ A framework adapter (``py_wire.interop.nemo_rl``, ``py_wire.interop.verl``,
 ``py_wire.interop.transfer_queue``, or one of your own for another framework) converts that
 framework's batch objects to and from py_wire frames. It is built from two public modules only:
 ``py_wire`` itself (``Frame``, ``Schema``, ``encode``, ``decode``, the frame operations, the
-errors) and this module, which holds what the adapters share beyond that: argument checks,
-field checks, selected decode, error context, per-row values, the schema keys only adapters
-read, and direct access to a compiled codec. No adapter imports an underscore module of the core.
+errors) and this module, which holds what the adapters (and ``py_wire.streaming``'s backends)
+share beyond that: argument checks, field checks, selected decode, error context, per-row
+values, the schema keys only adapters read, frame metadata keys and content digests, what a
+field's tier makes its rows (``tier_items``), and direct access to a compiled codec. No adapter
+or streaming backend imports an underscore module of the core.
 
 **The common face.** A framework adapter offers ``to_frame(obj, schema, stage=None, ...) ->
 Frame`` (the framework's batch, checked against the schema, as one frame) and
@@ -23,10 +25,12 @@ may change without notice.
 """
 
 from py_wire._args import (
+    MAX_COUNT,
     batch_mapping,
     count,
     fill_value,
     flag,
+    integer,
     items,
     names,
     optional_count,
@@ -44,21 +48,30 @@ from py_wire._dtypes import DTYPES
 from py_wire._encode import checked_fields, plain_tensors
 from py_wire._errors import prefixed, with_context
 from py_wire._micro import Groups
-from py_wire._native import Codec, fill_padding_with_first_token, holds_schema
+from py_wire._native import (
+    Codec,
+    content_digest,
+    fill_padding_with_first_token,
+    holds_schema,
+    reserved_metadata_key,
+)
 from py_wire._native import encode as encode_with_codec
 from py_wire._native import encoded_nbytes as codec_nbytes
 from py_wire._packed import ID_LEN
 from py_wire._rowvalues import encode_rows, json_text, shared_rows
 from py_wire._schema import column_fields, frame_fingerprint, gathering_field, hold_schema
 from py_wire._source import as_frame
+from py_wire._tiers import items as tier_items
 from py_wire._typing import as_jagged
 
 __all__ = [
     # argument checks: each raises a TypeError/ValueError naming the argument and its value
+    "MAX_COUNT",
     "batch_mapping",
     "count",
     "fill_value",
     "flag",
+    "integer",
     "items",
     "names",
     "optional_count",
@@ -92,6 +105,11 @@ __all__ = [
     "gathering_field",
     "hold_schema",
     "holds_schema",
+    # frame metadata and identity: py_wire's reserved metadata keys, a frame's content digest
+    "content_digest",
+    "reserved_metadata_key",
+    # tiers: what a field's rows are, asked instead of the tier's name
+    "tier_items",
     # codec access: encode with a codec compiled once
     "Codec",
     "codec_nbytes",

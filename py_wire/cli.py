@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from py_wire import _tiers as tiers
 from py_wire._native import Frame, FrameError, WireError
 from py_wire._schema import (
     Schema,
@@ -154,7 +155,7 @@ def _schema_check(args: argparse.Namespace) -> int:
                 _shape(f.shape),
                 "yes" if f.required else "no",
                 ",".join(schema.field_stages(name)),
-                str(f.pack_dim) if f.tier == "packed" else "-",
+                str(f.pack_dim) if tiers.items(f.tier) == "segments" else "-",
             ]
         )
     headers = ["field", "tier", "dtype", "wire dtype", "shape", "required", "stages", "pack dim"]
@@ -208,7 +209,7 @@ def _warnings(schema: Schema) -> list[str]:
     multimodal = [
         n
         for n, f in schema.fields.items()
-        if f.tier == "packed" or n in ("mm_token_type_ids", "token_type_ids")
+        if tiers.items(f.tier) == "segments" or n in ("mm_token_type_ids", "token_type_ids")
     ]
     out = []
     for name in multimodal:
@@ -278,7 +279,7 @@ def _print_frame(name: str, frame: Frame, header: int) -> None:
     for f in fields:
         nbytes = f.values.nbytes
         segments = "-"
-        if f.tier == "packed":
+        if tiers.items(f.tier) == "segments":
             tables = (f.seg_shapes, f.seg_offsets, f.row_offsets, f.row_segments)
             nbytes += sum(t.nbytes for t in tables if t is not None)
             segments = f"{f.num_segments}/{f.num_refs}"
@@ -289,7 +290,7 @@ def _print_frame(name: str, frame: Frame, header: int) -> None:
                 f.dtype,
                 f.stored_dtype,
                 _shape(["*" if d is None else d for d in f.shape]),
-                str(f.pack_dim) if f.tier == "packed" else "-",
+                str(f.pack_dim) if tiers.items(f.tier) == "segments" else "-",
                 _shape(f.values.shape),
                 segments,
                 str(nbytes),

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import string
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import torch
@@ -50,14 +50,15 @@ except ModuleNotFoundError as missing:  # pragma: no cover (the dev environment 
         name=missing.name,
     ) from missing
 
+from py_wire import _tiers
 from py_wire._compare import assert_batch_equal
 from py_wire._dtypes import DTYPES
 from py_wire._packed import PackedTensor
-from py_wire._schema import DEFAULT_STAGES, WIRE_CASTS, FieldDef, Schema
+from py_wire._schema import DEFAULT_STAGES, WIRE_CASTS, FieldDef, Schema, Tier
 
 __all__ = ["assert_batch_equal", "batches", "schemas"]
 
-TIERS = ("packed", "per_token", "scalar")
+TIERS: tuple[str, ...] = get_args(Tier)
 
 #: dtypes numpy can hold (numpy arrays are sometimes drawn instead of tensors for these).
 _NUMPY_DTYPES = frozenset(
@@ -132,7 +133,8 @@ def _field(
     dtype = dtype if dtype is not None else draw(st.sampled_from(dtypes))
     spec: dict[str, Any] = {"tier": tier, "dtype": dtype}
     if shape is None:
-        if tier == "packed":
+        items = _tiers.items(tier)
+        if items == "segments":
             rank = draw(st.integers(1, 4))
             shape = tuple(
                 draw(
@@ -142,7 +144,7 @@ def _field(
                 )
             )
             spec["pack_dim"] = draw(st.integers(-rank, rank - 1))
-        elif tier == "per_token":
+        elif items == "tokens":
             shape = tuple(draw(st.lists(st.integers(0, 3), max_size=2)))
         else:
             shape = tuple(draw(st.lists(st.integers(0, 3), max_size=2)))
@@ -183,21 +185,25 @@ def _schemas(
     lengths_dtypes = [d for d in ("int64", "int32") if d in dtypes]
     fields: dict[str, dict[str, Any]] = {}
     sequence = lengths = None
-    if "per_token" in field_tiers:
+    # Which drawn fields' rows are tokens, which one value a row; the tiers whose are.
+    tokens = [_tiers.items(t) == "tokens" for t in field_tiers]
+    one_a_row = [_tiers.items(t) == "rows" for t in field_tiers]
+    rows_tiers = [t for t in tiers if _tiers.items(t) == "rows"]
+    if any(tokens):
         # The sequence field: a per-token field with no trailing dims. Usually required.
-        sequence = names[field_tiers.index("per_token")]
-        want_lengths = "scalar" in tiers and lengths_dtypes and n >= 2 and draw(st.booleans())
+        sequence = names[tokens.index(True)]
+        want_lengths = bool(rows_tiers) and lengths_dtypes and n >= 2 and draw(st.booleans())
         if want_lengths:
             candidates = [nm for nm, t in zip(names, field_tiers, strict=True) if nm != sequence]
             lengths = draw(st.sampled_from(candidates))
-    elif "scalar" in field_tiers and lengths_dtypes and draw(st.integers(0, 3)) == 0:
+    elif any(one_a_row) and lengths_dtypes and draw(st.integers(0, 3)) == 0:
         # A lengths field without any per-token field is legal too.
-        lengths = names[field_tiers.index("scalar")]
+        lengths = names[one_a_row.index(True)]
     for name, tier in zip(names, field_tiers, strict=True):
         if name == sequence:
             fields[name] = draw(
                 _field(
-                    "per_token",
+                    tier,
                     dtypes,
                     stages,
                     shape=(),
@@ -208,7 +214,11 @@ def _schemas(
         elif name == lengths:
             fields[name] = draw(
                 _field(
-                    "scalar", dtypes, stages, shape=(), dtype=draw(st.sampled_from(lengths_dtypes))
+                    rows_tiers[0],
+                    dtypes,
+                    stages,
+                    shape=(),
+                    dtype=draw(st.sampled_from(lengths_dtypes)),
                 )
             )
         else:
@@ -525,7 +535,7 @@ def _batches(
     }
     present = {name: f.required or draw(st.integers(0, 3)) != 0 for name, f in fields.items()}
     seq = schema.sequence_field
-    per_token = [n for n, f in fields.items() if f.tier == "per_token"]
+    per_token = [n for n, f in fields.items() if _tiers.items(f.tier) == "tokens"]
     if seq is not None and any(present[n] for n in per_token):
         present[seq] = True
     lengths_name = schema.lengths_field
@@ -545,12 +555,12 @@ def _batches(
             batch[name] = draw(_int_column(values, field.dtype))
         elif field.encoding is not None:
             batch[name] = draw(_encoded_value(field.encoding, rows))
-        elif field.tier == "packed":
+        elif _tiers.items(field.tier) == "segments":
             no_media = name in contracted
             batch[name] = draw(
                 _packed_value(field, rows, max_segments, max_dim, uniform, no_media=no_media)
             )
-        elif field.tier == "per_token":
+        elif _tiers.items(field.tier) == "tokens":
             batch[name] = draw(_per_token_value(field, seq_lengths, has_lengths))
         else:
             batch[name] = draw(_tensor([rows, *(int(d) for d in field.shape)], field.dtype))

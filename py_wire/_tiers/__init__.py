@@ -11,7 +11,7 @@ from py_wire._tiers.packed import Packed
 from py_wire._tiers.per_token import PerToken
 from py_wire._tiers.scalar import Scalar
 
-__all__ = ["FieldDecoding", "Items", "TierCodec", "of"]
+__all__ = ["FieldDecoding", "Items", "TierCodec", "items", "of"]
 
 _TIERS: dict[str, TierCodec] = {"packed": Packed(), "per_token": PerToken(), "scalar": Scalar()}
 
@@ -19,3 +19,11 @@ _TIERS: dict[str, TierCodec] = {"packed": Packed(), "per_token": PerToken(), "sc
 def of(tier: str) -> TierCodec:
     """The implementation of ``tier`` (a schema's tier name: the schema checked it)."""
     return _TIERS[tier]
+
+
+def items(tier: str) -> Items:
+    """What one item along the values' dim 0 of a field of ``tier`` is (a schema's tier name):
+    ``"rows"`` (one value a row, decoded as one dense tensor), ``"tokens"`` (a row's tokens,
+    cut by the sequence offsets) or ``"segments"`` (a row's 0..k segments, decoded as a
+    ``PackedTensor``). Code that acts by a field's tier asks this, never the tier's name."""
+    return _TIERS[tier].items

@@ -56,6 +56,7 @@ from py_wire.adapters import (
     names,
     optional_count,
     padded_cells_backed,
+    tier_items,
     with_context,
 )
 from py_wire.adapters import items as items_arg
@@ -168,7 +169,7 @@ def _padded_width(batch: Mapping[str, Any], schema: Schema) -> int | None:
     """``L`` of the first padded ``[B, L, ...]`` per-token tensor, if any."""
     for name, field in schema.fields.items():
         value = batch.get(name)
-        if field.tier != "per_token" or not isinstance(value, torch.Tensor):
+        if tier_items(field.tier) != "tokens" or not isinstance(value, torch.Tensor):
             continue
         if not value.is_nested and value.dim() >= 2:
             return int(value.shape[1])

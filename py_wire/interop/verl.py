@@ -91,6 +91,7 @@ from py_wire.adapters import (
     optional_count,
     padded_cells_backed,
     shared_rows,
+    tier_items,
     with_context,
 )
 
@@ -241,7 +242,7 @@ def _inputs(
         field = sch.fields[name]
         if field.encoding is not None:
             out[name] = encode_rows(name, list(value), field.encoding)
-        elif field.tier == "packed" and field.dtype == "uint8":
+        elif tier_items(field.tier) == "segments" and field.dtype == "uint8":
             raise _err(
                 f"non_tensor_batch[{key!r}]: field {name!r} of schema {sch.name!r} declares no "
                 'encoding (encoding = "utf8" for strings, "json" for other values)',
@@ -439,7 +440,7 @@ def _tensor_fields(
             continue
         value = batch[key]
         field = sch.fields[key]
-        if field.tier == "per_token":
+        if tier_items(field.tier) == "tokens":
             _check_shape(key, value, (b, total))
             # Each row a view of the masked values (a list: cheaper to build and to encode
             # than a jagged nested tensor, and the same frame).
@@ -448,7 +449,7 @@ def _tensor_fields(
                 _record_pad(pads, key, tokens.off(value))
         elif key == "position_ids":
             out[key] = _position_rows(value, mask, row_lengths, field)
-        elif field.tier == "packed":
+        elif tier_items(field.tier) == "segments":
             if key not in RESPONSE_KEYS:
                 raise _err(
                     f"batch[{key!r}] is a packed field of schema {sch.name!r} but not a "
@@ -539,7 +540,9 @@ def _media_fields(value: Any, sch: Schema) -> dict[str, Any]:
         for k in row or {}:
             if k not in keys:
                 keys.append(k)
-    bad = [k for k in keys if sch.fields.get(k) is None or sch.fields[k].tier != "packed"]
+    bad = [
+        k for k in keys if sch.fields.get(k) is None or tier_items(sch.fields[k].tier) != "segments"
+    ]
     if bad:
         raise _err(
             f"non_tensor_batch['multi_modal_inputs'] keys {bad} are not packed fields of schema "

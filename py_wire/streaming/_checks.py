@@ -16,8 +16,8 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from py_wire._args import MAX_COUNT, integer, items
-from py_wire._native import Frame
+from py_wire import Frame
+from py_wire.adapters import MAX_COUNT, integer, items
 from py_wire.streaming._errors import StreamError
 
 #: The most data-parallel ranks one step is shared among (a step's list per rank is built

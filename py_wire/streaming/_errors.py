@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from py_wire._native import WireError
+from py_wire import WireError
 
 
 class StreamError(WireError):

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
-from py_wire._decode import checked_schema
-from py_wire._native import Frame, SchemaError, reserved_metadata_key
+from py_wire import Frame, SchemaError
+from py_wire.adapters import checked_schema, reserved_metadata_key
 from py_wire.streaming._checks import config_fields
 from py_wire.streaming._errors import AdmissionTimeout, StreamError
 from py_wire.streaming._step import VERSION_KEY

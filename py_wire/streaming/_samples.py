@@ -25,11 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from py_wire import _native
-from py_wire._decode import checked_schema, decode_selected
-from py_wire._encode import encode
-from py_wire._native import BatchError, Frame
-from py_wire._ops import concat
+from py_wire import BatchError, Frame, concat, encode
+from py_wire.adapters import checked_schema, content_digest, decode_selected
 from py_wire.interop.transfer_queue import MEDIA, TEXT, encode_group_frames, media_fields
 
 
@@ -49,7 +46,7 @@ def split(frame: Frame) -> tuple[Frame, Frame | None, str | None]:
     if not names or MEDIA not in columns:
         return text, None, None
     held = [f.name for f in frame.layout.fields if f.name in names]
-    digest = f"{sch.fingerprint}/{_native.content_digest(frame, held)}"
+    digest = f"{sch.fingerprint}/{content_digest(frame, held)}"
     return text, columns[MEDIA][0], digest
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol
 
-from py_wire._decode import checked_schema
-from py_wire._native import Frame
-from py_wire._ops import concat
+from py_wire import Frame, concat
+from py_wire.adapters import checked_schema
 from py_wire.streaming import _checks
 from py_wire.streaming._errors import StreamError
 

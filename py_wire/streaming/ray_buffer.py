@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
-from py_wire._native import Frame
+from py_wire import Frame
 from py_wire.streaming import _checks, _samples
 from py_wire.streaming._errors import AdmissionTimeout, StreamError
 from py_wire.streaming._policy import (

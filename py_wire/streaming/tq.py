@@ -43,9 +43,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from py_wire._decode import checked_schema
-from py_wire._native import Frame
-from py_wire.interop.transfer_queue.columns import TEXT, frames_column, stored_frames
+from py_wire import Frame
+from py_wire.adapters import checked_schema
+from py_wire.interop.transfer_queue import TEXT, frames_column, stored_frames
 from py_wire.streaming import _checks, _samples
 from py_wire.streaming._errors import AdmissionTimeout, StreamError
 from py_wire.streaming._policy import (

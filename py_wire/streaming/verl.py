@@ -55,11 +55,8 @@ from typing import Any
 
 import numpy as np
 
-from py_wire._decode import checked_schema, decode
-from py_wire._encode import encode
-from py_wire._native import Frame
-from py_wire._ops import split
-from py_wire._schema import Schema, hold_schema, load_schema
+from py_wire import Frame, Schema, decode, encode, load_schema, split
+from py_wire.adapters import checked_schema, hold_schema
 from py_wire.interop import verl as _verl
 from py_wire.streaming._errors import AdmissionTimeout, StreamError
 from py_wire.streaming._policy import StreamConfig

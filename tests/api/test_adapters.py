@@ -1,5 +1,5 @@
-"""``py_wire.adapters``: the framework adapters are built from public names only, and share
-one face."""
+"""``py_wire.adapters``: the framework adapters and the streaming backends are built from
+public names only, and the adapters share one face."""
 
 from __future__ import annotations
 
@@ -13,11 +13,15 @@ import pytest
 import py_wire
 
 INTEROP = Path(py_wire.__file__).parent / "interop"
+STREAMING = Path(py_wire.__file__).parent / "streaming"
+#: The framework adapters, each a module or package whose ``__all__`` is its public face.
+ADAPTERS = ("py_wire.interop.nemo_rl", "py_wire.interop.transfer_queue", "py_wire.interop.verl")
 
 
-def _private_imports(path: Path, root: Path) -> list[str]:
+def _private_imports(path: Path, root: Path, own: str | None = None) -> list[str]:
     """Each import of a private py_wire module in ``path`` (``py_wire._x``, ``py_wire._x.y`` or
-    ``from py_wire import _x``), as ``file:line: module``."""
+    ``from py_wire import _x``), as ``file:line: module``; the private modules of package
+    ``own`` (``py_wire.streaming._step``) are its own to import."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -28,6 +32,8 @@ def _private_imports(path: Path, root: Path) -> list[str]:
             continue
         for module in modules:
             head, *rest = module.split(".")
+            if own is not None and module.startswith(own + "."):
+                continue
             if head == "py_wire" and any(part.startswith("_") for part in rest):
                 found.append(f"{path.relative_to(root)}:{node.lineno}: {module}")
                 break
@@ -39,6 +45,47 @@ def test_no_interop_module_imports_a_private_module_of_the_core() -> None:
     assert len(files) >= 9  # interop/__init__, nemo_rl, verl, the TQ package's six
     found = [hit for path in files for hit in _private_imports(path, INTEROP.parent.parent)]
     assert not found, "import these from py_wire or py_wire.adapters:\n" + "\n".join(found)
+
+
+def _adapter_internals(path: Path, root: Path) -> list[str]:
+    """Each import in ``path`` of what is not a framework adapter's public face: a module of an
+    adapter package (``py_wire.interop.transfer_queue.columns``) or a name outside an
+    adapter's ``__all__``, as ``file:line: module.name``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            wanted = [(a.name, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            wanted = [(node.module, a.name) for a in node.names]
+        else:
+            continue
+        for module, name in wanted:
+            if not module.startswith("py_wire.interop"):
+                continue
+            if module == "py_wire.interop" and name is not None:
+                ok = f"{module}.{name}" in ADAPTERS
+            elif module in ADAPTERS:
+                ok = name is None or name in importlib.import_module(module).__all__
+            else:
+                ok = False
+            if not ok:
+                what = module if name is None else f"{module}.{name}"
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {what}")
+    return found
+
+
+def test_no_streaming_module_imports_a_private_module_of_the_core() -> None:
+    """The streaming backends, like the adapters, use py_wire's, py_wire.adapters' and the
+    adapters' public names: of the core's private modules none, of an adapter's only its
+    ``__all__``."""
+    files = sorted(STREAMING.rglob("*.py"))
+    assert len(files) >= 9  # streaming/__init__, its five private modules, three backends
+    root = STREAMING.parent.parent
+    found = [hit for path in files for hit in _private_imports(path, root, "py_wire.streaming")]
+    found += [hit for path in files for hit in _adapter_internals(path, root)]
+    assert not found, (
+        "import these from py_wire, py_wire.adapters or an adapter's __all__:\n" + "\n".join(found)
+    )
 
 
 def test_the_check_names_each_private_import_by_file_and_line(tmp_path: Path) -> None:
@@ -55,6 +102,30 @@ def test_the_check_names_each_private_import_by_file_and_line(tmp_path: Path) ->
         "probe.py:4: py_wire._args",
         "probe.py:5: py_wire._native",
         "probe.py:6: py_wire._schema.files",
+    ]
+    probe.write_text(
+        "from py_wire.streaming import _checks\n"
+        "from py_wire.streaming._step import Step\n"
+        "from py_wire._decode import decode\n"
+    )
+    assert _private_imports(probe, tmp_path, "py_wire.streaming") == ["probe.py:3: py_wire._decode"]
+
+
+def test_the_check_names_each_import_past_an_adapters_public_face(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from py_wire.interop import verl\n"
+        "from py_wire.interop.transfer_queue import TEXT, stored_frames\n"
+        "from py_wire.interop.transfer_queue import column_of\n"
+        "from py_wire.interop.transfer_queue.columns import frames_column\n"
+        "import py_wire.interop.transfer_queue.put\n"
+        "from py_wire.interop import transfer_queue as ptq, nowhere\n"
+    )
+    assert _adapter_internals(probe, tmp_path) == [
+        "probe.py:3: py_wire.interop.transfer_queue.column_of",
+        "probe.py:4: py_wire.interop.transfer_queue.columns.frames_column",
+        "probe.py:5: py_wire.interop.transfer_queue.put",
+        "probe.py:6: py_wire.interop.nowhere",
     ]
 
 
@@ -75,13 +146,13 @@ def test_each_framework_adapter_offers_to_frame_and_from_frame(name: str) -> Non
 
 
 def test_the_adapters_module_holds_what_the_adapters_import_from_it() -> None:
-    """Small on purpose: every name of ``py_wire.adapters`` is one an adapter imports, and
-    each name an adapter imports from it is in its ``__all__``."""
+    """Small on purpose: every name of ``py_wire.adapters`` is one an adapter or a streaming
+    backend imports, and each name they import from it is in its ``__all__``."""
     import py_wire.adapters
 
     imported = {
         alias.name
-        for path in INTEROP.rglob("*.py")
+        for path in [*INTEROP.rglob("*.py"), *STREAMING.rglob("*.py")]
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.ImportFrom) and node.module == "py_wire.adapters"
         for alias in node.names

@@ -21,6 +21,17 @@ def test_every_tier_a_schema_names_has_one_implementation() -> None:
     assert {c.items for c in codecs} == {"rows", "tokens", "segments"}
 
 
+def test_what_a_tiers_rows_are_is_its_implementations_answer() -> None:
+    """Code that acts by tier asks ``items`` (adapters: ``py_wire.adapters.tier_items``), never
+    the tier's name; each tier's answer is its implementation's."""
+    import py_wire.adapters
+
+    assert py_wire.adapters.tier_items is tiers.items
+    expected = {"packed": "segments", "per_token": "tokens", "scalar": "rows"}
+    assert {t: tiers.items(t) for t in typing.get_args(Tier)} == expected
+    assert all(tiers.items(t) == tiers.of(t).items for t in expected)
+
+
 @pytest.mark.parametrize(
     ("tier", "value", "kind"),
     [

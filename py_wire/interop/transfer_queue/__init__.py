@@ -109,7 +109,9 @@ from py_wire.interop.transfer_queue.columns import (
     WRITE_BACK,
     WRITE_BACKS,
     columns_for,
+    frames_column,
     media_fields,
+    stored_frames,
     stores_frames_as_objects,
 )
 from py_wire.interop.transfer_queue.get import (
@@ -141,6 +143,7 @@ __all__ = [
     "decode_columns",
     "encode_group_frames",
     "encode_groups",
+    "frames_column",
     "get",
     "get_by_meta",
     "get_frames",
@@ -148,6 +151,7 @@ __all__ = [
     "media_fields",
     "meta_keys",
     "put",
+    "stored_frames",
     "stores_frames_as_objects",
     "write_back",
 ]

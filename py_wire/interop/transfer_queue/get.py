@@ -24,6 +24,7 @@ from py_wire.adapters import (
     names,
     plain_tensors,
     prefixed,
+    tier_items,
     with_context,
 )
 from py_wire.interop.transfer_queue.columns import (
@@ -629,7 +630,7 @@ def _merged_write_backs(
             )
             if source is not None:
                 values[name] = decode_selected(source, {name}, writable="view")[name]
-            elif sch.fields[name].tier == "packed":
+            elif tier_items(sch.fields[name].tier) == "segments":
                 values[name] = [None] * t.num_rows
             else:
                 holders = [keys[j] for c in uneven for j in live[c] if name in written_fields(c)]

@@ -16,6 +16,7 @@ from py_wire.adapters import (
     checked_schema,
     decode_selected,
     flag,
+    tier_items,
     with_context,
 )
 from py_wire.interop.transfer_queue.columns import (
@@ -175,7 +176,7 @@ def _aligned(sch: Schema, name: str, value: Any, total: int, lengths: torch.Tens
             ),
             name,
         )
-    if field.tier != "per_token" or lengths is None:
+    if tier_items(field.tier) != "tokens" or lengths is None:
         return value
     padded = isinstance(value, torch.Tensor | np.ndarray) and not (
         isinstance(value, torch.Tensor) and value.is_nested

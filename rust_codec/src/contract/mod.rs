@@ -17,8 +17,9 @@ use crate::encode::{EncodeRequest, FieldInput};
 use crate::error::{Code, Error, Result};
 use crate::frame::layout::{read_seq_offsets, DecodedField, FrameLayout, PackedTables};
 use crate::schema::dtype::DType;
-use crate::schema::spec::{FieldSpec, Tier};
+use crate::schema::spec::FieldSpec;
 use crate::tensor::TensorRef;
+use crate::tier::rules::Items;
 use crate::{batch_err, contract_err, frame_err, internal_err, schema_err};
 
 /// What a contract reads of a packed field, row by row.
@@ -57,7 +58,7 @@ fn not_int_geometry(spec: &FieldSpec, dtype: DType) -> Error {
 }
 
 fn check_token_dtype(spec: &FieldSpec, stored: DType) -> Result<()> {
-    if spec.tier != Tier::PerToken || stored != DType::I64 || !spec.shape.is_empty() {
+    if spec.tier.items() != Items::Tokens || stored != DType::I64 || !spec.shape.is_empty() {
         return Err(schema_err!(
             "placeholder contracts need an int64 per-token sequence field of shape []; {:?} is \
              {} {} of shape {}",
@@ -149,7 +150,11 @@ fn frame_input<'b>(buf: &'b [u8], layout: &'b FrameLayout) -> Result<ContractInp
         .filter(|o| o.len() as u64 == layout.num_rows + 1)
         .ok_or_else(|| frame_err!("the frame has per-token fields but no sequence offsets"))?;
     let mut packed: Vec<Box<dyn MediaRows + 'b>> = Vec::new();
-    for f in layout.fields.iter().filter(|f| f.spec.tier == Tier::Packed) {
+    for f in layout
+        .fields
+        .iter()
+        .filter(|f| f.spec.tier.items() == Items::Segments)
+    {
         packed.push(Box::new(Packed::new(buf, f, layout.num_rows)?));
     }
     Ok(ContractInput {
@@ -518,7 +523,7 @@ fn request_input<'r>(request: &'r EncodeRequest<'r>) -> Result<ContractInput<'r>
     for field in request
         .fields
         .iter()
-        .filter(|f| f.spec.tier == Tier::Packed)
+        .filter(|f| f.spec.tier.items() == Items::Segments)
     {
         let (segments, row_offsets) = match (&field.input, field.input.csr_segments(&field.spec)?) {
             (

@@ -8,8 +8,9 @@ use serde::Deserialize;
 
 use crate::error::Result;
 use crate::schema::dtype::DType;
-use crate::schema::spec::{FieldSpec, Tier};
+use crate::schema::spec::FieldSpec;
 use crate::schema_err;
+use crate::tier::rules::Items;
 
 /// How a contract counts each image's features.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -138,7 +139,7 @@ impl PlaceholderContract {
         })?;
         match find(seq) {
             Some(f)
-                if f.tier == Tier::PerToken
+                if f.tier.items() == Items::Tokens
                     && f.stored_dtype() == DType::I64
                     && f.shape.is_empty() => {}
             _ => {
@@ -154,7 +155,7 @@ impl PlaceholderContract {
                 self.media_field
             )
         })?;
-        if media.tier != Tier::Packed {
+        if media.tier.items() != Items::Segments {
             return Err(schema_err!(
                 "contract {name:?}: media_field {:?} must be a packed field, not {}",
                 self.media_field,
@@ -172,7 +173,7 @@ impl PlaceholderContract {
             .ok_or_else(|| schema_err!("contract {name:?} names unknown field {source:?}"))?;
         let expected: Vec<Option<u64>> = std::iter::once(None).chain(width.map(Some)).collect();
         let int = matches!(f.stored_dtype(), DType::I64 | DType::I32);
-        if f.tier != Tier::Packed || !int || f.shape != expected || f.pack_dim != 0 {
+        if f.tier.items() != Items::Segments || !int || f.shape != expected || f.pack_dim != 0 {
             return Err(schema_err!(
                 "contract {name:?}: {what} {source:?} must be a packed int32 or int64 field of \
                  shape {} packed on dim 0; it is a {} {} field of shape {} packed on dim {}",

@@ -12,8 +12,9 @@ use crate::argument_err;
 use crate::error::Result;
 use crate::frame::located::Source;
 use crate::schema::dtype::DType;
-use crate::schema::spec::{FieldSpec, Tier};
+use crate::schema::spec::FieldSpec;
 use crate::tensor::TensorRef;
+use crate::tier::rules::Items;
 
 /// The prefix of py_wire's own header keys; every other key is the caller's.
 const OWN_PREFIX: &str = "py_wire.";
@@ -140,7 +141,7 @@ pub fn per_row_values<'a>(
 /// of the field's dtype (empty where the source lacks the key, or has no rows).
 pub fn fill_values(sources: &[Source<'_>], per_row: &PerRow) -> Result<Vec<Vec<u8>>> {
     let spec = &per_row.spec;
-    if spec.tier != Tier::Scalar || !spec.shape.is_empty() || spec.wire_dtype.is_some() {
+    if spec.tier.items() != Items::Rows || !spec.shape.is_empty() || spec.wire_dtype.is_some() {
         return Err(argument_err!(
             "per_row: field {:?} must be a 0-d scalar without a wire dtype to hold metadata \
              {:?} per row",

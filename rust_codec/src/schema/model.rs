@@ -29,7 +29,8 @@ use crate::schema::dtype::DType;
 use crate::schema::spec::{FieldDecl, FieldSpec, Tier};
 use crate::schema::stages::{Declared, StagePlan};
 use crate::schema::text::{canonical, code_points_to_string, fingerprint, Json};
-use crate::schema_err;
+use crate::tier::rules::Items;
+use crate::{internal_err, schema_err};
 
 /// The stages a schema has when it names none.
 pub const DEFAULT_STAGES: [&str; 4] = ["generation", "logprob", "ref_logprob", "train"];
@@ -77,7 +78,6 @@ pub const SCHEMA_DEFAULTS: [(&str, &str); 6] = [
     ("contracts", "[]"),
 ];
 
-const TIERS: [&str; 3] = ["packed", "per_token", "scalar"];
 const COUNT_RULES: [&str; 4] = ["grid_thw", "fixed", "image_size", "field"];
 
 /// A schema read by [`resolve`].
@@ -283,11 +283,9 @@ impl Field {
         let mut keys = vec!["tier", "dtype"];
         keys.extend(FIELD_DEFAULTS.iter().map(|(k, _)| *k));
         obj.only(&keys)?;
-        let tier = match obj.req("tier", |v, at| one_of(v, at, &TIERS))?.as_str() {
-            "packed" => Tier::Packed,
-            "per_token" => Tier::PerToken,
-            _ => Tier::Scalar,
-        };
+        let tiers = Tier::ALL.map(Tier::name);
+        let tier = obj.req("tier", |v, at| one_of(v, at, &tiers))?;
+        let tier = Tier::from_name(&tier).ok_or_else(|| internal_err!("tier {tier:?} unnamed"))?;
         let dtype = obj.req("dtype", dtype_named)?;
         let shape = obj
             .opt("shape", |v, at| list(v, at, dim))?
@@ -351,7 +349,10 @@ impl Field {
 
     fn check(&self, at: &str) -> Result<()> {
         if let Some(encoding) = &self.encoding {
-            if self.tier != Tier::Packed || self.dtype != DType::U8 || self.shape != [None] {
+            if self.tier.items() != Items::Segments
+                || self.dtype != DType::U8
+                || self.shape != [None]
+            {
                 return Err(at_err(
                     at,
                     format!(
@@ -578,7 +579,7 @@ impl Schema {
         let per_token: Vec<&str> = self
             .fields
             .iter()
-            .filter(|(_, f)| f.tier == Tier::PerToken)
+            .filter(|(_, f)| f.tier.items() == Items::Tokens)
             .map(|(n, _)| n.as_str())
             .collect();
         match &self.sequence_field {
@@ -588,7 +589,7 @@ impl Schema {
                     py_list(per_token.iter().copied())
                 ))
             }
-            Some(seq) if field(seq).is_none_or(|f| f.tier != Tier::PerToken) => {
+            Some(seq) if field(seq).is_none_or(|f| f.tier.items() != Items::Tokens) => {
                 return Err(at_err(
                     "sequence_field",
                     format!("sequence_field '{seq}' must name a per_token field"),
@@ -608,7 +609,7 @@ impl Schema {
         }
         if let Some(lengths) = &self.lengths_field {
             let ok = field(lengths).is_some_and(|f| {
-                f.tier == Tier::Scalar
+                f.tier.items() == Items::Rows
                     && f.shape.is_empty()
                     && matches!(f.dtype, DType::I32 | DType::I64)
             });

@@ -1,6 +1,7 @@
 //! A field as the codec holds it: its tier, dtypes, segment shape and pack dim ([`FieldSpec`]),
 //! and the field rules, owned here and nowhere else ([`FieldSpec::validate`],
-//! [`FieldDecl::resolve`]). The whole schema (its keys, defaults and every other rule) is
+//! [`FieldDecl::resolve`]) but what each tier asks of a shape and a pack dim, which is the
+//! tier's own (`tier::rules`, chosen by `Tier::rules`). The whole schema (its keys, defaults and every other rule) is
 //! `schema::model`'s, what each stage needs `schema::stages`'; Python's schema models are typed
 //! views of what the codec returns, with no default or rule of their own.
 
@@ -10,28 +11,8 @@ use crate::error::Result;
 use crate::schema::dtype::DType;
 use crate::schema_err;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-/// How a field's values relate to a batch's rows, which decides how the frame stores them.
-pub enum Tier {
-    /// Per row 0..k segments of any rank; rows may share segments.
-    Packed,
-    /// Per row one tensor whose first dim is the row's sequence length.
-    PerToken,
-    /// Per row one value of static shape.
-    Scalar,
-}
-
-impl Tier {
-    /// The tier's name in schema files and frame headers (`"packed"`, `"per_token"`, `"scalar"`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Tier::Packed => "packed",
-            Tier::PerToken => "per_token",
-            Tier::Scalar => "scalar",
-        }
-    }
-}
+/// The schema's tiers and their rules are the tier folder's (`tier::rules`).
+pub use crate::tier::rules::Tier;
 
 impl Serialize for DType {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -86,11 +67,8 @@ impl FieldSpec {
                  with '__'"
             ));
         }
-        // Per-token and scalar values carry one more dim (tokens or rows) than the spec's shape.
-        let max_rank = match self.tier {
-            Tier::Packed => MAX_RANK,
-            Tier::PerToken | Tier::Scalar => MAX_RANK - 1,
-        };
+        let rules = self.tier.rules();
+        let max_rank = rules.max_rank();
         if self.shape.len() > max_rank {
             return Err(schema_err!(
                 "{} field {name:?}: shape {} has rank {}; at most {max_rank} is supported",
@@ -105,35 +83,7 @@ impl FieldSpec {
                 pattern_string(&self.shape)
             ));
         }
-        match self.tier {
-            Tier::Packed => {
-                if self.shape.is_empty() {
-                    return Err(schema_err!(
-                        "packed field {name:?} needs a segment shape of rank >= 1"
-                    ));
-                }
-                if self.pack_dim >= self.shape.len() {
-                    return Err(schema_err!(
-                        "packed field {name:?}: pack_dim {} is out of range for rank {}",
-                        self.pack_dim,
-                        self.shape.len()
-                    ));
-                }
-            }
-            Tier::PerToken | Tier::Scalar => {
-                if self.shape.iter().any(Option::is_none) {
-                    return Err(schema_err!(
-                        "{} field {name:?} cannot have ragged dims (\"*\"); make it packed",
-                        self.tier.name()
-                    ));
-                }
-                if self.pack_dim != 0 {
-                    return Err(schema_err!(
-                        "pack_dim applies to packed fields only (field {name:?})"
-                    ));
-                }
-            }
-        }
+        rules.check_shape(self.tier, name, &self.shape, self.pack_dim)?;
         if let Some(wire) = self.wire_dtype {
             if wire != self.dtype && !crate::schema::cast::is_wire_cast(self.dtype, wire) {
                 return Err(schema_err!(
@@ -151,10 +101,7 @@ impl FieldSpec {
     /// Whether every row of this field costs the frame at least one byte: per-token and
     /// packed rows have offsets entries, a scalar row its value (unless a static dim is 0).
     pub fn stores_bytes_per_row(&self) -> bool {
-        match self.tier {
-            Tier::PerToken | Tier::Packed => true,
-            Tier::Scalar => self.shape.iter().all(|d| d.is_some_and(|n| n > 0)),
-        }
+        self.tier.rules().stores_bytes_per_row(&self.shape)
     }
 
     /// Whether the values tensor can carry a real N-d shape (`[Σ items, static...]`) rather
@@ -216,11 +163,7 @@ impl FieldDecl {
     pub fn resolve(&self) -> Result<FieldSpec> {
         let name = &self.name;
         let rank = self.shape.len() as i64;
-        let pack_dim = if self.tier == Tier::Packed && self.pack_dim < 0 {
-            self.pack_dim.saturating_add(rank)
-        } else {
-            self.pack_dim
-        };
+        let pack_dim = self.tier.rules().resolve_pack_dim(self.pack_dim, rank);
         let pack_dim = usize::try_from(pack_dim).map_err(|_| {
             schema_err!(
                 "{} field {name:?}: pack_dim {} is out of range for rank {rank}",

@@ -10,33 +10,11 @@ use crate::frame::header::Header;
 use crate::frame::located::{
     expect_shape, DecodedField, PackedIndex, PackedTables, Source, TensorLoc, Trust,
 };
-use crate::schema::spec::FieldSpec;
+use crate::schema::spec::{FieldSpec, Tier};
 use crate::tensor::TensorRef;
 use crate::{frame_err, internal_err};
 
-/// What one item along a field's values dim 0 is, for every row of the field: a row fact of
-/// the tier, from which the values' length and a gather's spans follow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Items {
-    /// One item a row: the values are `[rows, ...]`.
-    Rows,
-    /// The row's tokens: the values are `[tokens, ...]`, rows cut by the sequence offsets.
-    Tokens,
-    /// The row's segments, through the field's own index tables.
-    Segments,
-}
-
-impl Items {
-    /// The values' dim 0 in a frame of `num_rows` rows and `total_tokens` tokens; `None` where
-    /// the field's own tables say.
-    pub(crate) fn dim0(self, num_rows: u64, total_tokens: u64) -> Option<u64> {
-        match self {
-            Items::Rows => Some(num_rows),
-            Items::Tokens => Some(total_tokens),
-            Items::Segments => None,
-        }
-    }
-}
+pub(crate) use super::rules::Items;
 
 /// The sequence field every per-token field is planned against: its name, its rows' token
 /// offsets, and its row spans when it is a gather's.
@@ -138,11 +116,16 @@ impl SharedSpans {
 }
 
 /// Everything a tier decides, one implementation per tier (`tier::of` chooses it). A tier
-/// whose rows are the values' dim-0 items (rows or tokens) needs only [`items`](Self::items)
+/// whose rows are the values' dim-0 items (rows or tokens) needs only [`tier`](Self::tier)
 /// and [`plan`](Self::plan): the values tensor is then all it stores, and the rest follows.
 pub(crate) trait TierCodec: Sync {
-    /// What one item along the values' dim 0 is (the tier's row fact).
-    fn items(&self) -> Items;
+    /// The tier this implements (its name and schema rules: [`Tier::rules`]).
+    fn tier(&self) -> Tier;
+
+    /// What one item along the values' dim 0 is (the tier's row fact, as its rules say).
+    fn items(&self) -> Items {
+        self.tier().items()
+    }
 
     /// Checks `field`'s input against its spec and the batch (dtype, dims, rows, lengths) and
     /// places what the frame stores of it in `layout`: its values, queued as copies of the

@@ -21,14 +21,15 @@ use crate::tensor::{Dims, TensorRef};
 use crate::{batch_err, frame_err, internal_err};
 
 use super::check::{check_dims, check_dtype, Where};
-use super::codec::{FrameFacts, Items, PlanBatch, SharedSpans, SourceTables, TierCodec};
+use super::codec::{FrameFacts, PlanBatch, SharedSpans, SourceTables, TierCodec};
+use super::rules::Tier;
 
 /// Per row 0..k segments of any rank; rows may share segments.
 pub(super) struct Packed;
 
 impl TierCodec for Packed {
-    fn items(&self) -> Items {
-        Items::Segments
+    fn tier(&self) -> Tier {
+        Tier::Packed
     }
 
     fn plan<'a>(

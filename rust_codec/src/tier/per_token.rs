@@ -12,14 +12,15 @@ use crate::tensor::TensorRef;
 use crate::{batch_err, internal_err, schema_err};
 
 use super::check::{check_dims, check_dtype, Where};
-use super::codec::{span_views, Items, PlanBatch, Sequence, TierCodec};
+use super::codec::{span_views, PlanBatch, Sequence, TierCodec};
+use super::rules::Tier;
 
 /// Per row one tensor whose first dim is the row's sequence length.
 pub(super) struct PerToken;
 
 impl TierCodec for PerToken {
-    fn items(&self) -> Items {
-        Items::Tokens
+    fn tier(&self) -> Tier {
+        Tier::PerToken
     }
 
     fn plan<'a>(

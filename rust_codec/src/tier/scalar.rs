@@ -7,14 +7,15 @@ use crate::encode::layout::Layout;
 use crate::error::Result;
 
 use super::check::{check_dims, check_dtype, Where};
-use super::codec::{span_views, Items, PlanBatch, TierCodec};
+use super::codec::{span_views, PlanBatch, TierCodec};
+use super::rules::Tier;
 
 /// Per row one value of static shape.
 pub(super) struct Scalar;
 
 impl TierCodec for Scalar {
-    fn items(&self) -> Items {
-        Items::Rows
+    fn tier(&self) -> Tier {
+        Tier::Scalar
     }
 
     fn plan<'a>(
