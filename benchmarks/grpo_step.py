@@ -16,6 +16,11 @@ packed media as nested tensors plus ``<key>__lengths`` companions, decoded by it
 ``materialize`` and ``PackedTensor.from_nested_wire``. NeMo-RL's code is imported from the path
 given (nothing of it is copied here; its imports need ``pillow``).
 
+Beside each py_wire layout, in the same TQ, TQ's own floor for that layout (``TQFloor``): the
+step's puts, fetches and sampler calls under the same keys with TQ's own encoder and no py_wire;
+the per-sample / per-group ratio of TQ alone bounds py_wire's. The profiled step's table counts
+the TQ calls each path makes (metadata lookups, fetches, puts).
+
 Each side runs in a TQ of its own (the sampler is configured per side: one row per group for
 py_wire keyed per group, ``n_samples_per_prompt`` rows per group for py_wire keyed per sample
 and for NeMo-RL). After the timed rounds every
@@ -100,9 +105,12 @@ class Where:
         ]
         self.spots += extra or []
         if client is not None:
-            for name in ("get_data", "kv_retrieve_meta", "kv_retrieve_keys", "get_meta"):
+            for name in ("get_data", "kv_retrieve_meta", "kv_retrieve_keys", "get_meta", "put"):
                 self.spots.append((client, name, "TQ calls"))
         self.seconds: dict[str, float] = {}
+        #: how many of each TQ call the step made (outermost calls: a kv_batch_get is one
+        #: fetch, its own metadata call inside not counted again)
+        self.calls: dict[str, int] = {}
         #: payload bytes of each write-back, in order (one kv_batch_put of write-back columns)
         self.write_backs: list[int] = []
         #: the same write-backs as TQ's own encoder writes them for its storage units (its
@@ -125,8 +133,10 @@ class Where:
 
     def _timed(self, fn: Callable[..., Any], what: str) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if what == "TQ calls" and fn.__name__ == "kv_batch_put":
-                fields = kwargs.get("fields")
+            if what == "TQ calls" and fn.__name__ in ("kv_batch_put", "put") and not self.depth:
+                fields = kwargs.get("fields", kwargs.get("data"))
+                if fields is None:  # the client's put(data, metadata)
+                    fields = next((a for a in args if isinstance(a, TensorDict)), None)
                 written = [
                     payload_bytes(fields.select(c))
                     for c in (list(fields.keys()) if fields is not None else [])
@@ -139,6 +149,9 @@ class Where:
                     self.write_back_wire.append(encoded_bytes(fields.select(*cols)))
             if self.depth:
                 return fn(*args, **kwargs)
+            if what == "TQ calls":
+                for kind in CALL_KINDS.get(fn.__name__, (fn.__name__,)):
+                    self.calls[kind] = self.calls.get(kind, 0) + 1
             self.depth += 1
             t0 = time.perf_counter()
             try:
@@ -152,6 +165,20 @@ class Where:
     @property
     def write_back_bytes(self) -> int:
         return sum(self.write_backs)
+
+
+#: The TQ controller and storage calls each TQ client call makes, by kind (the Where table's
+#: call counts): ``kv_batch_put`` and ``kv_batch_get`` look their keys up first.
+CALL_KINDS = {
+    "kv_batch_put": ("metas", "puts"),
+    "put": ("puts",),
+    "kv_batch_get": ("metas", "fetches"),
+    "get_data": ("fetches",),
+    "kv_retrieve_meta": ("metas",),
+    "get_meta": ("metas",),
+    "kv_retrieve_keys": ("metas",),
+    "kv_list": ("metas",),
+}
 
 
 def tq_started() -> bool:
@@ -247,6 +274,100 @@ def meta_keys(meta: Any, partition: str) -> list[str]:
             global_indexes=list(meta.global_indexes), partition_id=partition
         )
     )
+
+
+# -- TQ's own floor -----------------------------------------------------------------------------
+
+
+class TQFloor:
+    """The step's TQ calls for a layout with TQ's own encoder and no py_wire: what TQ alone costs
+    to store and serve the same rows under the same keys. Per-token fields as jagged nested
+    tensors, scalars as dense ones, each group's images once (as py_wire stores them): per group,
+    one TQ row per group (its samples' tokens end to end, its scalars ``[GROUP]``); per sample,
+    one TQ row per sample and the group's images under its first key. The same puts, fetches
+    and sampler calls as py_wire's step (``kv_batch_put`` / ``kv_batch_get``; no check, no
+    decode)."""
+
+    def __init__(self, batch: dict[str, Any], logp: dict[str, torch.Tensor]) -> None:
+        self.rows = len(batch["input_ids"])
+        self.stages = {
+            s: py_wire.load_schema(SCHEMA).fields_for(s)
+            for s in ("logprob", "ref_logprob", "train")
+        }
+        self.text = {False: self._text(batch, False), True: self._text(batch, True)}
+        groups = range(0, self.rows, GROUP)
+        self.media = TensorDict(
+            {k: jagged([batch[k][g] for g in groups]) for k in MEDIA},
+            batch_size=[len(groups)],
+        )
+        self.later = {
+            per: {k: self._rows({k: list(logp_rows(logp[k], batch))}, per) for k in LATER}
+            for per in (False, True)
+        }
+
+    def _rows(self, fields: dict[str, Any], per_sample: bool) -> TensorDict:
+        out: dict[str, Any] = {}
+        for k, v in fields.items():
+            if isinstance(v, list):
+                rows = v if per_sample else [torch.cat(v[g : g + GROUP]) for g in self._groups()]
+                out[k] = jagged(rows)
+            else:
+                out[k] = v if per_sample else v.reshape(-1, GROUP)
+        n = self.rows if per_sample else self.rows // GROUP
+        return TensorDict(out, batch_size=[n])
+
+    def _groups(self) -> range:
+        return range(0, self.rows, GROUP)
+
+    def _text(self, batch: dict[str, Any], per_sample: bool) -> TensorDict:
+        fields = {k: v for k, v in batch.items() if k not in LATER and k not in MEDIA}
+        return self._rows(fields, per_sample)
+
+    def step(self, per_sample: bool) -> int:
+        """One step; returns the rows the DP ranks fetched (every sample once)."""
+        keys = [f"f{i}" for i in range(self.rows if per_sample else self.rows // GROUP)]
+        holders = keys[::GROUP] if per_sample else keys
+        text = self.text[per_sample]
+        lengths = text["input_lengths"]
+        tags = [{"total_lengths": int(n)} for n in (lengths if per_sample else lengths.sum(1))]
+        if per_sample:
+            tq.kv_batch_put(keys=holders, partition_id="grpo", fields=self.media)
+            tq.kv_batch_put(keys=keys, partition_id="grpo", fields=text, tags=tags)
+        else:
+            both = TensorDict({**text, **self.media}, batch_size=[len(keys)])
+            tq.kv_batch_put(keys=keys, partition_id="grpo", fields=both, tags=tags)
+        later = self.later[per_sample]
+        self._fetch(keys, holders, "logprob", per_sample)
+        tq.kv_batch_put(keys=keys, partition_id="grpo", fields=later["prev_logprobs"])
+        self._fetch(keys, holders, "ref_logprob", per_sample)
+        for k in LATER[1:]:
+            tq.kv_batch_put(keys=keys, partition_id="grpo", fields=later[k])
+        fetched = 0
+        for meta in rank_shares("grpo", len(keys), ["input_ids"]):
+            ks = meta_keys(meta, "grpo")
+            mine = sorted({f"f{int(k[1:]) // GROUP * GROUP}" for k in ks}) if per_sample else ks
+            got = self._fetch(ks, mine, "train", per_sample)
+            fetched += got.batch_size[0] * (1 if per_sample else GROUP)
+        return fetched
+
+    def _fetch(self, keys: list[str], holders: list[str], stage: str, per_sample: bool) -> Any:
+        stored = [*self.text[False].keys(), *LATER]
+        fields = [k for k in self.stages[stage] if k in stored]
+        media = [k for k in self.stages[stage] if k in MEDIA]
+        if not per_sample:
+            fields, media = fields + media, []
+        got = tq.kv_batch_get(keys=keys, partition_id="grpo", select_fields=fields)
+        if media:
+            tq.kv_batch_get(keys=holders, partition_id="grpo", select_fields=media)
+        return got
+
+
+def jagged(rows: list[torch.Tensor]) -> torch.Tensor:
+    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+
+
+def logp_rows(padded: torch.Tensor, batch: dict[str, Any]) -> list[torch.Tensor]:
+    return [padded[i, : len(r)] for i, r in enumerate(batch["input_ids"])]
 
 
 # -- NeMo-RL's wire ----------------------------------------------------------------------------
@@ -463,7 +584,12 @@ def text_and_media_bytes(batch: dict[str, Any]) -> tuple[int, int]:
 
 
 def run_backend(
-    backend: str, nemo: NemoWire, batch: dict[str, Any], logp: dict[str, Any], reps: int
+    backend: str,
+    nemo: NemoWire,
+    floor: TQFloor,
+    batch: dict[str, Any],
+    logp: dict[str, Any],
+    reps: int,
 ) -> dict[str, Any]:
     """Both sides' step on one TQ backend: times, stored bytes, the DP ranks' tensors."""
     from transfer_queue.sampler.seqlen_balanced_sampler import SeqlenBalancedSampler
@@ -474,12 +600,20 @@ def run_backend(
         lambda: pywire_step(batch, logp), reps, clear_partition
     )
     out["ours_bytes"] = stored_bytes("grpo")
+    clear_partition()
+    out["floor_ms"], out["floor"], out["floor_where"] = timed(
+        lambda: floor.step(per_sample=False), reps, clear_partition
+    )
     # Per-sample keys, sampled as NeMo-RL's are (n_samples_per_prompt rows per group).
     start(SeqlenBalancedSampler(n_samples_per_prompt=GROUP, dp_size=RANKS), backend)
     out["sample_ms"], out["sample"], out["sample_where"] = timed(
         lambda: pywire_step(batch, logp, per_sample=True), reps, clear_partition
     )
     out["sample_bytes"] = stored_bytes("grpo")
+    clear_partition()
+    out["floor_sample_ms"], out["floor_sample"], out["floor_sample_where"] = timed(
+        lambda: floor.step(per_sample=True), reps, clear_partition
+    )
     start(SeqlenBalancedSampler(n_samples_per_prompt=GROUP, dp_size=RANKS), backend)
     try:
         spots = [(nemo, "pack", "encode"), (nemo, "materialize", "decode")]
@@ -499,6 +633,13 @@ PATHS = (
     ("ours", "py_wire, a key per group"),
     ("sample", "py_wire, a key per sample"),
     ("theirs", "NeMo-RL __lengths wire"),
+)
+
+
+#: TQ's own floor for each layout (:class:`TQFloor`): (the results' key prefix, the row's label).
+FLOORS = (
+    ("floor", "TQ alone, a key per group"),
+    ("floor_sample", "TQ alone, a key per sample"),
 )
 
 
@@ -570,8 +711,10 @@ def main() -> None:
         f"lower bound of any per-group store against a per-sample one at groups of {GROUP}: "
         f"{floor:.3f} of the stored bytes"
     )
+    tq_floor = TQFloor(batch, logp)
     results = [
-        run_backend(b.strip(), nemo, batch, logp, args.reps) for b in args.backends.split(",")
+        run_backend(b.strip(), nemo, tq_floor, batch, logp, args.reps)
+        for b in args.backends.split(",")
     ]
 
     print("\n| TQ backend | path | step ms | stored MB |\n|---|---|---:|---:|")
@@ -592,10 +735,10 @@ def main() -> None:
         "\nWhere one more step's time went (ms; TQ calls = the TQ client's puts, gets and "
         "metas; NeMo-RL's encode/decode = its pack_jagged_fields / materialize):\n"
         "| TQ backend | path | whole step | TQ calls | encode | decode | checks | frame ops | "
-        "write-back MB |\n|---|---|---:|---:|---:|---:|---:|---:|---:|"
+        "write-back MB | TQ metas / fetches / puts |\n|---|---|" + "---:|" * 8
     )
     for r in results:
-        for mode, label in PATHS:
+        for mode, label in (*PATHS, *FLOORS):
             w = r.get(mode + "_where")
             if w is None:
                 continue
@@ -603,7 +746,8 @@ def main() -> None:
                 f"{w.seconds.get(k, 0.0) * 1e3:.0f}"
                 for k in ("whole step", "TQ calls", "encode", "decode", "checks", "frame ops")
             )
-            print(f"| {r['backend']} | {label} | {cells} | {w.write_back_bytes / 1e6:.3f} |")
+            n = " / ".join(str(w.calls.get(k, 0)) for k in ("metas", "fetches", "puts"))
+            print(f"| {r['backend']} | {label} | {cells} | {w.write_back_bytes / 1e6:.3f} | {n} |")
     baseline = next((r for r in results if "theirs_error" not in r), None)
     print(
         f"\nWrite-back payload bytes handed to TQ (each write-back's kv_batch_put; {args.rows} "
@@ -660,6 +804,15 @@ def main() -> None:
             f"(goal >= 5x); per-sample {to_group:.2f}x the per-group step (goal <= 1.3x); "
             f"write-back bytes per sample {wb:.3f} / per group {wb_group:.3f} of NeMo-RL's "
             "(goal <= 1)"
+        )
+        floor = r["floor_sample_ms"] / r["floor_ms"]
+        print(
+            f"{r['backend']} TQ's own floor (the same keys, puts and fetches with TQ's encoder, "
+            f"no py_wire): per group {r['floor_ms']:.0f} ms, per sample "
+            f"{r['floor_sample_ms']:.0f} ms: per-sample {floor:.2f}x per-group in TQ alone; "
+            f"py_wire's per-sample step {r['sample_ms'] / r['floor_sample_ms']:.2f}x TQ's "
+            f"per-sample floor, its per-group step {r['ours_ms'] / r['floor_ms']:.2f}x TQ's "
+            "per-group floor"
         )
     failed = False
     for r in results:

@@ -232,23 +232,18 @@ class Schema(BaseModel, CompiledCodecs):
         if fingerprint is None:
             raise FrameError("the frame carries no schema")
         if text is None:  # compact: the schema named by fingerprint, as the codec holds it
-            cached: Schema | None = _VIEWS.get(fingerprint, held=True)
-            if cached is not None:
-                return cached
-            held = _native.held_schema(fingerprint)
-            if held is None and frame._held_text is not None:
+            view = cls.held(fingerprint)
+            if view is not None:
+                return view
+            if frame._held_text is not None:
                 # Let go since the frame was read: the frame keeps the schema it was read under.
                 return Schema._validate(json.loads(frame._held_text), "a held schema")
-            if held is None:
-                raise FrameError(
-                    f"the frame is compact: it names its schema by fingerprint "
-                    f"{fingerprint[:80]} only, and this process holds no schema with that "
-                    "fingerprint (load it with py_wire.load_schema, or pass schema= to decode / "
-                    "Frame.from_buffer)"
-                )
-            view = Schema._validate(json.loads(held), "a held schema")
-            _VIEWS.put(fingerprint, True, view)
-            return view
+            raise FrameError(
+                f"the frame is compact: it names its schema by fingerprint "
+                f"{fingerprint[:80]} only, and this process holds no schema with that "
+                "fingerprint (load it with py_wire.load_schema, or pass schema= to decode / "
+                "Frame.from_buffer)"
+            )
         embedded: Schema | None = _VIEWS.get(fingerprint, held=False)
         if embedded is not None:
             return embedded
@@ -256,6 +251,20 @@ class Schema(BaseModel, CompiledCodecs):
         if _native.holds_schema(fingerprint) or _native.hold_schema(text, True)[0]:
             # a view is kept only of a schema the codec holds
             _VIEWS.put(fingerprint, False, view)
+        return view
+
+    @classmethod
+    def held(cls, fingerprint: str) -> Schema | None:
+        """The schema this process holds under ``fingerprint`` (what a compact frame naming it
+        reads with), or None when it holds none."""
+        cached: Schema | None = _VIEWS.get(fingerprint, held=True)
+        if cached is not None:
+            return cached
+        text = _native.held_schema(fingerprint)
+        if text is None:
+            return None
+        view = Schema._validate(json.loads(text), "a held schema")
+        _VIEWS.put(fingerprint, True, view)
         return view
 
     @classmethod

@@ -155,6 +155,76 @@ def test_many_keys_fetch_what_each_key_alone_fetches(backend: str, per_sample: b
     tq.kv_clear(keys=names, partition_id=part)
 
 
+def _counting(monkeypatch: Any, client: Any, name: str, calls: list[str]) -> None:
+    real = getattr(client, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(client, name, counted)
+
+
+@pytest.mark.parametrize("per_sample", [False, True], ids=["per-group", "per-sample"])
+def test_a_stage_fetch_reads_its_columns_in_one_fetch(
+    backend: str,  # noqa: F811
+    per_sample: bool,
+    monkeypatch: Any,
+) -> None:
+    """The keys' tags name their schema, which this process holds: a fetch for a stage reads
+    the text, write-back and media columns it needs in one TQ fetch (per-sample keys: one more
+    for their groups' media keys), not the text column first; the same batch as before. With
+    tags naming another held schema the fetch reads what the stored frames need regardless."""
+    part = f"wbone{int(per_sample)}"
+    batch, names = _written(per_sample, part)
+    client = tq.get_client()
+    fetches: list[str] = []
+    _counting(monkeypatch, client, "get_data", fetches)
+    fields = ["input_ids", "pixel_values", "prev_logprobs"]
+    got = ptq.get(names, part, stage="train", fields=fields)
+    assert len(fetches) == (2 if per_sample else 1), fetches
+    monkeypatch.undo()
+    flat = torch.cat(batch["prev_logprobs"])
+    assert torch.equal(got["prev_logprobs"].values().view(torch.int32), flat.view(torch.int32))
+    assert torch.equal(got["input_ids"].values(), torch.cat(batch["input_ids"]))
+    images = [torch.cat(r) if r else None for r in got["pixel_values"].rows()]
+    for a, b in zip(images, batch["pixel_values"], strict=True):
+        assert (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
+
+    other = py_wire.load_schema("text_grpo").fingerprint
+    tq.kv_batch_put(keys=names, partition_id=part, tags=[{ptq.SCHEMA: other}] * len(names))
+    stale = ptq.get(names, part, stage="train", fields=fields)
+    assert torch.equal(stale["prev_logprobs"].values().view(torch.int32), flat.view(torch.int32))
+    assert torch.equal(stale["input_ids"].values(), torch.cat(batch["input_ids"]))
+    tq.kv_clear(keys=names, partition_id=part)
+
+
+@pytest.mark.parametrize("per_sample", [False, True], ids=["per-group", "per-sample"])
+def test_a_write_back_looks_its_keys_up_once(
+    backend: str,  # noqa: F811
+    per_sample: bool,
+    monkeypatch: Any,
+) -> None:
+    """A write-back retrieves its keys' metadata once and puts through it (``kv_batch_put``
+    would look them up again), one fetch (their text column) and one put; the written values
+    read back bit for bit."""
+    part = f"wbmeta{int(per_sample)}"
+    batch, names = _written(per_sample, part)
+    client = tq.get_client()
+    calls: list[str] = []
+    # kv_retrieve_meta: py_wire's lookups; async_kv_retrieve_meta: the one kv_batch_put makes
+    for name in ("kv_retrieve_meta", "async_kv_retrieve_meta", "get_data", "put"):
+        _counting(monkeypatch, client, name, calls)
+    ptq.write_back(names, part, {"advantages": batch["advantages"]})
+    monkeypatch.undo()
+    assert sorted(calls) == ["get_data", "kv_retrieve_meta", "put"], calls
+    got = ptq.get(names, part, fields=["advantages"])
+    flat = torch.cat(batch["advantages"])
+    assert torch.equal(got["advantages"].values().view(torch.int32), flat.view(torch.int32))
+    assert ptq.WRITE_BACK + "advantages" in tq.kv_list(part)[part][names[-1]][ptq.WRITE_BACKS]
+    tq.kv_clear(keys=names, partition_id=part)
+
+
 @ray.remote(num_cpus=0, max_restarts=0)
 class _FreshReader:
     """A process that never loaded the schema (it loads ``text_grpo``, another one)."""

@@ -146,6 +146,17 @@ def resolve_schemas(meta: Any, keys: Sequence[str]) -> set[str]:
     return set(wanted)
 
 
+def tagged_schema(meta: Any) -> Schema | None:
+    """The schema every key of ``meta`` is tagged with (``SCHEMA``), when this process holds it
+    (:func:`resolve_schemas` makes sure it does); None when the tags name none, or several."""
+    custom = getattr(meta, "custom_meta", None) or ()
+    named = {tags.get(SCHEMA) if isinstance(tags, Mapping) else None for tags in custom}
+    if len(named) != 1:
+        return None
+    (fingerprint,) = named
+    return Schema.held(fingerprint) if isinstance(fingerprint, str) else None
+
+
 def _learn_schema(fingerprint: str, key: str, holder: Any, partition_id: Any) -> None:
     """Hold the schema ``fingerprint`` read from the embedded text frame of key ``holder``."""
     problem = None
@@ -414,6 +425,23 @@ def _needed_columns(
     return out
 
 
+def _first_columns(
+    meta: Any, keys: list[str], held: list[str], stage: str | None, fields: Sequence[str] | None
+) -> list[str]:
+    """The columns :func:`_read` fetches first: every one it needs when the keys' tags name a
+    schema this process holds (or learns from the partition), else the text column, which names
+    it. The tags are a hint: a schema they name that refuses ``stage`` or ``fields`` is the
+    stored frames' to refuse, once read."""
+    resolve_schemas(meta, keys)
+    tagged = tagged_schema(meta)
+    if tagged is not None:
+        try:
+            return _needed_columns(held, tagged, stage, fields)
+        except BatchError:
+            pass
+    return _needed_columns(held, None, stage, fields)
+
+
 def get(
     keys: Sequence[str] | str,
     partition_id: str,
@@ -472,7 +500,9 @@ def _read(
     Write-backs that only some keys hold are merged per key (:func:`_merged_write_backs`)."""
     held = list(meta.field_names)
     partial = partial_write_backs(meta, keys, partition_id)
-    frames = fetch_columns(meta, _needed_columns(held, None, stage, fields), keys)
+    # One fetch of every column wanted when the keys' tags name a schema this process holds
+    # (the columns follow from it); else the text column first, which names it.
+    frames = fetch_columns(meta, _first_columns(meta, keys, held, stage, fields), keys)
     sch = checked_schema(frames[TEXT][0])
     _check_tags(meta, keys, frames[TEXT])
     sources = _media_sources(meta, keys)
@@ -485,6 +515,8 @@ def _read(
         raise FrameError(
             f"TQ holds no {MEDIA!r} column for keys {keys[:4]}, though their schema has media"
         )
+    # A column the tags' schema chose that the stored one does not need (stale tags): dropped.
+    frames = {c: f for c, f in frames.items() if c in needed or c == TEXT}
     rest = [c for c in needed if c not in frames and c not in partial]
     frames.update(fetch_columns(meta, rest, keys))
     some = {c: _fetch_partial(c, partial[c], keys, partition_id) for c in needed if c in partial}

@@ -426,10 +426,25 @@ def tq_put(
     columns: Mapping[str, Any],
     as_objects: bool,
     tags: list[dict[str, Any]] | None,
+    meta: Any = None,
 ) -> Any:
+    """``kv_batch_put`` of ``columns`` under ``keys``; given ``meta`` (TQ's ``BatchMeta`` of
+    exactly ``keys``, just retrieved), the put goes through it, without the metadata call
+    ``kv_batch_put`` makes first to find the keys. Returns TQ's ``KVBatchMeta``."""
     from tensordict import NonTensorStack, TensorDict
 
     if as_objects:
         columns = {c: NonTensorStack(*frames) for c, frames in columns.items()}
     fields = TensorDict(dict(columns), batch_size=[len(keys)])
-    return tq_module().kv_batch_put(keys=keys, partition_id=partition_id, fields=fields, tags=tags)
+    tq = tq_module()
+    if meta is None:
+        return tq.kv_batch_put(keys=keys, partition_id=partition_id, fields=fields, tags=tags)
+    meta.update_custom_meta(tags)
+    meta = tq.get_client().put(fields, meta)
+    return tq.KVBatchMeta(
+        keys=list(keys),
+        tags=meta.custom_meta,
+        partition_id=partition_id,
+        fields=meta.field_names,
+        extra_info=meta.extra_info,
+    )

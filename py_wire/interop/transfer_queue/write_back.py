@@ -96,7 +96,7 @@ def write_back(
     # column learns the column's name (TQ lists the columns all fetched keys hold).
     custom = list(getattr(meta, "custom_meta", None) or [{} for _ in keys])
     tags = [{WRITE_BACKS: sorted({*(c.get(WRITE_BACKS) or ()), column})} for c in custom]
-    return tq_put(keys, partition_id, {column: value}, as_objects, tags)
+    return tq_put(keys, partition_id, {column: value}, as_objects, tags, meta)
 
 
 def _encoded(
