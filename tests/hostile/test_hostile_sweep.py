@@ -64,6 +64,8 @@ TMP = Path(tempfile.mkdtemp(prefix="py_wire_sweep_"))
 SAVED = TMP / "frame"
 atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 py_wire.save(FRAME, SAVED)
+#: A column as TQ's SimpleStorage returns it: one frame.
+TQ_COLUMN = ptq.frames_column([FRAME])
 
 
 #: Values of the kinds the first sweep lacked: lying lengths, arrays and tensors of every
@@ -256,6 +258,12 @@ TARGETS: list[Target] = [
     *_targets("transfer_queue.encode_group_frames", lambda batch=VLM, schema="qwen2_5_vl",
               **kw: ptq.encode_group_frames(batch, schema, **kw), "batch", "schema",
               "group_size", **SCHEMA_ALIASES, **BATCH_ALIASES),
+    *_targets("transfer_queue.frames_column", lambda frames: ptq.frames_column(frames),
+              "frames"),
+    # A value TQ returned that holds no frames is refused naming the column it was read for.
+    *_targets("transfer_queue.stored_frames", lambda value=TQ_COLUMN, column="text",
+              keys=("k",): ptq.stored_frames(value, column, keys), "value", "column", "keys",
+              value="column"),
 ]  # fmt: skip
 
 #: Public callables the sweep does not call, each with the reason.

@@ -18,6 +18,7 @@ from py_wire.adapters import (
     column_fields,
     encode_with_codec,
     hold_schema,
+    items,
     names,
     with_context,
 )
@@ -229,6 +230,7 @@ def packed_column(codecs: Sequence[Codec], raws: Sequence[Raw]) -> torch.Tensor:
 def frames_column(frames: Sequence[Frame]) -> torch.Tensor:
     """Frames already encoded, as the jagged ``uint8`` column TQ's storage units hold (the
     layout :func:`put` writes): each frame's bytes at a 64-byte aligned offset of one buffer."""
+    frames = items("frames", frames, each=_frame_item)
 
     def fill(i: int, view: Any) -> None:
         view[:] = memoryview(frames[i])
@@ -236,9 +238,18 @@ def frames_column(frames: Sequence[Frame]) -> torch.Tensor:
     return _column([f.nbytes for f in frames], fill)
 
 
+def _frame_item(value: object) -> Frame:
+    if not isinstance(value, Frame):
+        raise TypeError(f"frames holds a {type(value).__name__}, not a py_wire Frame")
+    return value
+
+
 def stored_frames(value: Any, column: str, keys: Sequence[str]) -> list[Frame]:
-    """The frames of one column as TQ's get returned them: a jagged ``uint8`` tensor
-    (SimpleStorage) or one Frame per key (RayStore)."""
+    """The frames of one column as TQ's get returned them (``value``): a jagged ``uint8``
+    tensor (SimpleStorage) or one Frame per key (RayStore)."""
+    if not isinstance(column, str):
+        raise TypeError(f"column must be a str, not {type(column).__name__} {column!r:.60}")
+    keys = names("keys", keys)
     if isinstance(value, torch.Tensor):
         if not (value.is_nested and value.layout == torch.jagged and value.dtype == torch.uint8):
             what = "nested" if value.is_nested else "dense"
