@@ -13,12 +13,13 @@ from py_wire.streaming._policy import (
     StreamConfig,
 )
 from py_wire.streaming._step import VERSION_KEY, Step, Stream
-from py_wire.streaming.ray_buffer import RayBuffer
+from py_wire.streaming.ray_buffer import PendingPut, RayBuffer
 
 __all__ = [
     "VERSION_KEY",
     "AdmissionTimeout",
     "Counts",
+    "PendingPut",
     "RayBuffer",
     "Step",
     "Stream",

@@ -31,7 +31,7 @@ from hypothesis import given
 
 import py_wire
 from py_wire import trainer
-from py_wire.streaming import RayBuffer, StreamConfig
+from py_wire.streaming import PendingPut, RayBuffer, StreamConfig
 from py_wire.streaming import ray_buffer as pw_ray_buffer
 from py_wire.streaming import tq as pw_tq
 from py_wire.streaming.ray_buffer import _Buffer
@@ -104,6 +104,8 @@ TARGETS: list[Target] = [
               "timeout_s"),
     *_targets("RayBuffer.reserve_and_put_nowait", _ray("reserve_and_put_nowait",
               frame=VERSIONED), "frame"),
+    *_targets("PendingPut.result", _until_backend(lambda timeout_s=None: PendingPut(
+              offline_ray_buffer(CONFIG), None).result(timeout_s)), "timeout_s"),
     *_targets("RayBuffer.take", _ray("take"), "ranks", "timeout_s", "lease_s"),
     *_targets("RayBuffer.ack", _ray("ack", step="lease"), "step"),
     *_targets("RayBuffer.release", _ray("release", step="lease"), "step"),
@@ -151,6 +153,7 @@ TARGETS: list[Target] = [
 
 #: Public streaming calls the sweep does not call, each with the reason.
 EXCLUDED = {
+    "PendingPut": "built by RayBuffer.reserve_and_put_nowait, not by callers",
     "StalenessSampler.sample": "called by TQ's controller with TQ's own arguments "
     "(tests/streaming/test_tq.py runs it under TQ)",
     "StalenessSampler.has_cached_result": "called by TQ's controller (see sample)",
@@ -170,7 +173,7 @@ def _public() -> set[str]:
     """Every public call of py_wire.streaming's two backends and their rules that takes an
     argument."""
     names = {"StreamConfig"}
-    for cls in (RayBuffer, TQStream, TQBuffer, StalenessSampler):
+    for cls in (RayBuffer, PendingPut, TQStream, TQBuffer, StalenessSampler):
         names.add(cls.__name__)
         for method, f in inspect.getmembers(cls, inspect.isfunction):
             takes = len(inspect.signature(f).parameters) > 1  # more than self
