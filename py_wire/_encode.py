@@ -5,6 +5,7 @@ Work here is O(fields): per-row and per-byte work happens in Rust, with the GIL 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from py_wire._native import BatchError, Frame, WireError
 from py_wire._packed import PackedTensor
 from py_wire._rowvalues import encode_rows
 from py_wire._schema import FieldDef, Schema, load_schema
+from py_wire._tiers.codec import RowWindows
 
 
 def encode(
@@ -211,6 +213,8 @@ def _widen(value: Any, field: FieldDef) -> Any:
         return rows(value)
     if isinstance(value, PackedTensor):
         return value._map(one)
+    if isinstance(value, RowWindows):
+        return dataclasses.replace(value, tensor=one(value.tensor))
     return value
 
 

@@ -48,7 +48,13 @@ from py_wire._dtypes import DTYPES
 from py_wire._encode import checked_fields, plain_tensors
 from py_wire._errors import prefixed, with_context
 from py_wire._micro import Groups
-from py_wire._native import Codec, content_digest, holds_schema, reserved_metadata_key
+from py_wire._native import (
+    Codec,
+    content_digest,
+    holds_schema,
+    mask_windows,
+    reserved_metadata_key,
+)
 from py_wire._native import encode as encode_with_codec
 from py_wire._native import encoded_nbytes as codec_nbytes
 from py_wire._packed import ID_LEN
@@ -56,6 +62,7 @@ from py_wire._padding import broadcast_first_token, row_lengths
 from py_wire._rowvalues import encode_rows, json_text, shared_rows
 from py_wire._schema import column_fields, frame_fingerprint, gathering_field, hold_schema
 from py_wire._source import as_frame
+from py_wire._tiers import RowWindows
 from py_wire._tiers import items as tier_items
 from py_wire._typing import as_jagged
 
@@ -106,6 +113,10 @@ __all__ = [
     "reserved_metadata_key",
     # tiers: what a field's rows are, asked instead of the tier's name
     "tier_items",
+    # padded tensors cut by a mask: each row's window of marked cells (views, no cut), the
+    # value the cells outside hold
+    "RowWindows",
+    "mask_windows",
     # codec access: encode with a codec compiled once
     "Codec",
     "codec_nbytes",

@@ -6,12 +6,12 @@ schema may use are the schema's (``py_wire._schema.Tier``)."""
 
 from __future__ import annotations
 
-from py_wire._tiers.codec import FieldDecoding, Items, TierCodec
+from py_wire._tiers.codec import FieldDecoding, Items, RowWindows, TierCodec
 from py_wire._tiers.packed import Packed
 from py_wire._tiers.per_token import PerToken
 from py_wire._tiers.scalar import Scalar
 
-__all__ = ["FieldDecoding", "Items", "TierCodec", "items", "of"]
+__all__ = ["FieldDecoding", "Items", "RowWindows", "TierCodec", "items", "of"]
 
 _TIERS: dict[str, TierCodec] = {"packed": Packed(), "per_token": PerToken(), "scalar": Scalar()}
 

@@ -4,6 +4,7 @@ per-token fields of one decode share)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -14,8 +15,27 @@ from py_wire._rows import RowWindow
 from py_wire._schema import FieldDef
 
 #: What the codec is handed for one field: ``(kind, first, second)``, as ``_native.encode``
-#: reads it (``"rows"``, ``"jagged"``, ``"padded"``, ``"dense"``, ``"csr"``, ``"shared"``).
+#: reads it (``"rows"``, ``"jagged"``, ``"padded"``, ``"dense"``, ``"csr"``, ``"shared"``,
+#: ``"windows"``).
 InputKind = tuple[str, Any, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class RowWindows:
+    """An encode input for a per-token or packed field: row ``r`` is ``tensor[r]`` narrowed
+    along its dim ``dim - 1`` to ``starts[r]`` .. ``starts[r] + lengths[r]`` (one segment a
+    row). The codec reads each window as a view of ``tensor`` and copies it into the frame
+    once: a padded tensor whose rows are one run of cells each (a left-padded prompt and a
+    right-padded response, as ``py_wire.adapters.mask_windows`` finds them) goes in with no
+    cut of its own. A window outside ``tensor`` is a :class:`BatchError` naming the row."""
+
+    tensor: Any
+    starts: list[int]
+    lengths: list[int]
+    dim: int = 1
+
+    def input_kind(self) -> InputKind:
+        return "windows", self.tensor, (self.starts, self.lengths, self.dim)
 
 
 class FieldDecoding(Protocol):

@@ -11,7 +11,7 @@ from py_wire._native import BatchError, FieldLayout
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._rowvalues import decode_rows
 from py_wire._schema import FieldDef
-from py_wire._tiers.codec import FieldDecoding, InputKind, Items, owned
+from py_wire._tiers.codec import FieldDecoding, InputKind, Items, RowWindows, owned
 
 #: A packed field's CSR index tables, as ``FieldLayout`` names them.
 CSR_TABLES = ("seg_shapes", "seg_offsets", "row_offsets", "row_segments")
@@ -23,6 +23,8 @@ class Packed:
     items: Items = "segments"
 
     def input_kind(self, name: str, field: FieldDef, value: Any, lengths: Any) -> InputKind:
+        if isinstance(value, RowWindows):
+            return value.input_kind()
         if isinstance(value, PackedTensor):
             _check_pack_dim(name, field, value.dim_to_pack)
             csr = value._csr()

@@ -12,7 +12,7 @@ from py_wire._dtypes import DTYPES
 from py_wire._jagged import jagged
 from py_wire._native import BatchError, FieldLayout
 from py_wire._schema import FieldDef
-from py_wire._tiers.codec import FieldDecoding, InputKind, Items, owned
+from py_wire._tiers.codec import FieldDecoding, InputKind, Items, RowWindows, owned
 from py_wire._typing import as_jagged
 
 
@@ -22,6 +22,8 @@ class PerToken:
     items: Items = "tokens"
 
     def input_kind(self, name: str, field: FieldDef, value: Any, lengths: Any) -> InputKind:
+        if isinstance(value, RowWindows):
+            return value.input_kind()
         if isinstance(value, list | tuple):
             return "rows", value if type(value) is list else list(value), None
         if isinstance(value, torch.Tensor) and value.is_nested:

@@ -80,6 +80,7 @@ from py_wire import (
 )
 from py_wire.adapters import (
     DTYPES,
+    RowWindows,
     Writable,
     as_frame,
     checked_schema,
@@ -88,6 +89,7 @@ from py_wire.adapters import (
     fill_value,
     gathering_field,
     json_text,
+    mask_windows,
     optional_count,
     padded_cells_backed,
     shared_rows,
@@ -405,15 +407,14 @@ def _tensor_fields(
             "batch['attention_mask'] is missing: it marks each row's tokens",
             field="attention_mask",
         )
-    mask = batch["attention_mask"].bool()
-    if mask.dim() != 2:
+    attention = batch["attention_mask"]
+    if attention.dim() != 2:
         raise _err(
-            f"batch['attention_mask'] must be [B, L], not {list(mask.shape)}",
+            f"batch['attention_mask'] must be [B, L], not {list(attention.shape)}",
             field="attention_mask",
             kind="rank",
         )
-    b, total = mask.shape
-    row_lengths = mask.sum(1).tolist()
+    b, total = attention.shape
     responses = batch["responses"] if "responses" in keys else None
     r_len = 0 if responses is None else int(responses.shape[1])
     if r_len > total:
@@ -422,9 +423,6 @@ def _tensor_fields(
             field="responses",
             kind="shape",
         )
-    resp_mask = mask[:, total - r_len :]
-    r_lengths = resp_mask.sum(1).tolist()
-    tokens, answer = _Cells(mask), _Cells(resp_mask)
     prompts = batch["prompts"] if "prompts" in keys else None
     if prompts is not None and not torch.equal(prompts, batch["input_ids"][:, : total - r_len]):
         raise _err(
@@ -433,7 +431,9 @@ def _tensor_fields(
         )
     metadata[META_KEYS["prompt_length"]] = str(total - r_len)
     metadata[META_KEYS["response_length"]] = str(r_len)
-    pads: dict[str, int | float | bool] = {}
+    # Each key checked and sorted by how the mask cuts it: its tokens ("tokens"), mRoPE
+    # positions ("mrope"), its response part ("response"), or not at all.
+    cut: list[tuple[str, Any, str]] = []
     out: dict[str, Any] = {}
     for key in keys:
         if key in DERIVED_KEYS:
@@ -442,13 +442,10 @@ def _tensor_fields(
         field = sch.fields[key]
         if tier_items(field.tier) == "tokens":
             _check_shape(key, value, (b, total))
-            # Each row a view of the masked values (a list: cheaper to build and to encode
-            # than a jagged nested tensor, and the same frame).
-            out[key] = _split(tokens.on(value), row_lengths)
-            if key != "position_ids":  # from_frame rebuilds text positions by verl's rule
-                _record_pad(pads, key, tokens.off(value))
+            cut.append((key, value, "tokens"))
         elif key == "position_ids":
-            out[key] = _position_rows(value, mask, row_lengths, field)
+            _check_position_ids(value, attention, field)
+            cut.append((key, value, "mrope"))
         elif tier_items(field.tier) == "segments":
             if key not in RESPONSE_KEYS:
                 raise _err(
@@ -458,11 +455,79 @@ def _tensor_fields(
                     field=key,
                 )
             _check_shape(key, value, (b, r_len))
-            out[key] = _split(answer.on(value), r_lengths)
-            _record_pad(pads, key, answer.off(value))
+            cut.append((key, value, "response"))
         else:
             out[key] = value
+    pads: dict[str, int | float | bool] = {}
+    windowed = _windowed(attention, total - r_len, cut, pads)
+    out.update(windowed if windowed is not None else _masked(attention, r_len, cut, pads))
     metadata[META_KEYS["pad_values"]] = json.dumps(pads, sort_keys=True, separators=(",", ":"))
+    return out
+
+
+def _recorded(kind: str, key: str) -> bool:
+    """Whether a cut key's padding value is recorded (text positions follow verl's rule)."""
+    return kind == "response" or (kind == "tokens" and key != "position_ids")
+
+
+def _windowed(
+    attention: torch.Tensor,
+    p_len: int,
+    cut: list[tuple[str, Any, str]],
+    pads: dict[str, int | float | bool],
+) -> dict[str, Any] | None:
+    """The cut keys as :class:`RowWindows` (views the codec copies once), with their padding
+    values found in the same codec call, when each row's mask marks one run of cells (verl's
+    left-padded prompt then right-padded response) on CPU tensors; None otherwise (the torch
+    cut, :func:`_masked`, then does it)."""
+    recorded = [(key, value, kind) for key, value, kind in cut if _recorded(kind, key)]
+    padded = [(value, 1 if kind == "response" else 0) for _, value, kind in recorded]
+    try:
+        found = mask_windows(attention, [0, p_len], padded)
+    except WireError:  # not plain CPU tensors: the torch cut takes them as they are
+        return None
+    if found is None:
+        return None
+    (starts, lengths), (r_starts, r_lengths) = found[0]
+    for (key, value, _), cell in zip(recorded, found[1], strict=True):
+        if cell is not None:
+            _pad_value(pads, key, value[(*cell, *[0] * (value.dim() - 2))].item())
+    out: dict[str, Any] = {}
+    for key, value, kind in cut:
+        if kind == "response":
+            out[key] = RowWindows(value, r_starts, r_lengths)
+        else:
+            out[key] = RowWindows(value, starts, lengths, 2 if kind == "mrope" else 1)
+    return out
+
+
+def _masked(
+    attention: torch.Tensor,
+    r_len: int,
+    cut: list[tuple[str, Any, str]],
+    pads: dict[str, int | float | bool],
+) -> dict[str, Any]:
+    """The cut keys' rows cut by torch ops over the mask (any mask, holes included)."""
+    mask = attention.bool()
+    total = mask.shape[1]
+    row_lengths = mask.sum(1).tolist()
+    resp_mask = mask[:, total - r_len :]
+    r_lengths = resp_mask.sum(1).tolist()
+    tokens, answer = _Cells(mask), _Cells(resp_mask)
+    out: dict[str, Any] = {}
+    for key, value, kind in cut:
+        if kind == "tokens":
+            # Each row a view of the masked values (a list: cheaper to build and to encode
+            # than a jagged nested tensor, and the same frame).
+            out[key] = _split(tokens.on(value), row_lengths)
+            if _recorded(kind, key):
+                _record_pad(pads, key, tokens.off(value))
+        elif kind == "mrope":
+            cols = value.transpose(1, 2)[mask].t().contiguous()  # [C, sum L]
+            out[key] = _split(cols, row_lengths, dim=1)
+        else:
+            out[key] = _split(answer.on(value), r_lengths)
+            _record_pad(pads, key, answer.off(value))
     return out
 
 
@@ -502,9 +567,13 @@ def _record_pad(pads: dict[str, int | float | bool], key: str, cells: torch.Tens
         return
     first = cells.reshape(-1)[0]
     if bool((cells == first).all()):
-        value = first.item()
-        if not isinstance(value, float) or math.isfinite(value):
-            pads[key] = value
+        _pad_value(pads, key, first.item())
+
+
+def _pad_value(pads: dict[str, int | float | bool], key: str, value: int | float | bool) -> None:
+    """Records ``value`` as ``key``'s padding, unless it is a float JSON cannot hold."""
+    if not isinstance(value, float) or math.isfinite(value):
+        pads[key] = value
 
 
 def _check_shape(key: str, value: Any, want: tuple[int, int]) -> None:
@@ -519,7 +588,7 @@ def _check_shape(key: str, value: Any, want: tuple[int, int]) -> None:
         )
 
 
-def _position_rows(value: Any, mask: torch.Tensor, lengths: list[int], field: FieldDef) -> Any:
+def _check_position_ids(value: Any, mask: torch.Tensor, field: FieldDef) -> None:
     if value.dim() != 3 or value.shape[0] != mask.shape[0] or value.shape[2] != mask.shape[1]:
         raise _err(
             f"batch['position_ids'] must be [B, C, L] (mRoPE) for schema field shape "
@@ -529,8 +598,6 @@ def _position_rows(value: Any, mask: torch.Tensor, lengths: list[int], field: Fi
             expected=["B", "C", list(mask.shape)[1]],
             found=list(value.shape),
         )
-    cols = value.transpose(1, 2)[mask].t().contiguous()  # [C, sum L]
-    return _split(cols, lengths, dim=1)
 
 
 def _media_fields(value: Any, sch: Schema) -> dict[str, Any]:

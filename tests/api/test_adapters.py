@@ -159,3 +159,29 @@ def test_the_adapters_module_holds_what_the_adapters_import_from_it() -> None:
     }
     assert imported == set(py_wire.adapters.__all__)
     assert len(py_wire.adapters.__all__) == len(imported)  # no name twice
+
+
+def test_row_windows_encode_as_the_rows_they_cut() -> None:
+    """A ``RowWindows`` input (rows as views of a padded tensor) writes the frame its rows,
+    cut into a list, write; a window outside the tensor is a BatchError naming the row."""
+    import torch
+
+    from py_wire.adapters import RowWindows, mask_windows
+
+    ids = torch.arange(24, dtype=torch.int64).reshape(3, 8)
+    mask = torch.zeros(3, 8, dtype=torch.int64)
+    mask[0, 2:8], mask[1, 5:7], mask[2, 0:3] = 1, 1, 1
+    found = mask_windows(mask, [0], [(ids, 0)])
+    assert found is not None
+    (starts, lengths), pads = found[0][0], found[1]
+    assert (starts, lengths, pads) == ([2, 5, 0], [6, 2, 3], [None])
+    rows = [ids[i][mask[i].bool()] for i in range(3)]
+    lengths_t = torch.tensor(lengths)
+
+    def frame(value: object) -> bytes:
+        batch = {"input_ids": value, "input_lengths": lengths_t}
+        return bytes(py_wire.encode(batch, "text_grpo", stage="generation"))
+
+    assert frame(RowWindows(ids, starts, lengths)) == frame(rows)
+    with pytest.raises(py_wire.BatchError, match="row 1"):
+        frame(RowWindows(ids, starts, [6, 4, 3]))

@@ -28,6 +28,7 @@ from verl.utils.model import compute_position_id_with_mask
 from verl.utils.torch_functional import pad_2d_list_to_length, pad_sequence_to_length
 
 import py_wire
+from py_wire.adapters import mask_windows
 from py_wire.interop import verl as pw_verl
 from tests.helpers import with_metadata
 
@@ -595,3 +596,46 @@ def test_verl_recorded_pad_value_out_of_range_is_a_frame_error() -> None:
     frame = with_metadata(_verl_frame(2), **{"verl.pad_values": '{"advantages":1e39}'})
     with pytest.raises(py_wire.FrameError, match=r"verl\.pad_values"):
         pw_verl.from_frame(frame)
+
+
+@pytest.mark.parametrize("vl", [False, True])
+def test_the_mask_windows_cut_gives_the_torch_cuts_frame(vl: bool) -> None:
+    """verl's masks mark one run of cells a row: to_frame hands the padded tensors to the codec
+    as windows (views, pads found in the same call) and writes, byte for byte, the frame the
+    torch cut writes (taken for a float mask, which the codec's window scan does not read)."""
+    dp = verl_batch(vl)
+    schema = "verl/qwen2_5_vl" if vl else "verl/text"
+    mask = dp.batch["attention_mask"]
+    assert mask_windows(mask, [0, P], []) is not None  # the windows path is taken
+    windowed = pw_verl.to_frame(dp, schema)
+    dp.batch["attention_mask"] = mask.float()
+    assert mask_windows(dp.batch["attention_mask"], [0, P], []) is None
+    assert bytes(pw_verl.to_frame(dp, schema)) == bytes(windowed)
+    got = pw_verl.from_frame(windowed)
+    dp.batch["attention_mask"] = mask
+    for key in ("input_ids", "responses", "rm_scores", "position_ids"):
+        assert torch.equal(got.batch[key], dp.batch[key]), key
+
+
+def test_a_mask_with_holes_is_cut_by_torch_and_comes_back_compacted() -> None:
+    """A row whose mask marks two runs has no window: the torch cut takes it, as before."""
+    dp = verl_batch(False)
+    dp.batch["attention_mask"][0, P - 3] = 0  # a hole inside row 0's prompt
+    assert mask_windows(dp.batch["attention_mask"], [0], []) is None
+    rows = py_wire.decode(pw_verl.to_frame(dp, "verl/text"), layout="list")["input_ids"]
+    want = dp.batch["input_ids"][0][dp.batch["attention_mask"][0].bool()]
+    assert torch.equal(rows[0], want)
+
+
+def test_model_output_padding_of_mixed_values_records_no_pad() -> None:
+    """Padding cells that differ (garbage in a model output's padding) record no pad value,
+    those of one value (-0.0 and 0.0 are one value, as torch compares) record it."""
+    dp = verl_batch(False)
+    logprobs = dp.batch["rollout_log_probs"]
+    logprobs[~dp.batch["attention_mask"][:, P:].bool()] = -0.0
+    pads = pw_verl.to_frame(dp, "verl/text").metadata["verl.pad_values"]
+    assert '"rollout_log_probs":-0.0' in pads or '"rollout_log_probs":0.0' in pads
+    logprobs[1, -1] = 5.0  # row 1's response is shorter than R: its last cell is padding
+    assert dp.batch["attention_mask"][1, -1] == 0
+    pads = pw_verl.to_frame(dp, "verl/text").metadata["verl.pad_values"]
+    assert "rollout_log_probs" not in pads

@@ -10,6 +10,7 @@
 pub(crate) mod input;
 pub(crate) mod layout;
 pub mod staged;
+pub mod windows;
 mod write;
 
 use std::collections::{BTreeMap, HashSet};

@@ -10,6 +10,7 @@ use super::extract::{index_values, rows, segment_ids, shared_rows, tensor_ref};
 use super::owners::Owners;
 use super::staged::{per_token_rows, StageLimits};
 use crate::contract::PlaceholderContract;
+use crate::encode::windows::{row_windows, Windows};
 use crate::encode::{EncodeOptions, EncodeRequest, FieldData, FieldInput, Plan};
 use crate::schema::spec::FieldSpec;
 use crate::tier::{self, Items};
@@ -75,6 +76,32 @@ fn field_input<'a>(
             lengths: index_values(need_second()?, keep, &|| format!("field {name:?} lengths"))?,
         },
         "dense" => FieldInput::Dense(tensor_ref(first, keep, &here)?),
+        "windows" => {
+            // (starts, lengths, dim): row r is first[r] narrowed along dim - 1 to its window,
+            // a view (one segment a row, for either tier).
+            let parts = tuple_parts(need_second()?, 3);
+            let shape_error = || {
+                BatchError::new_err(format!(
+                    "field {name:?}: windows input needs (starts, lengths, dim)"
+                ))
+            };
+            let [starts, lengths, dim] = &parts[..] else {
+                return Err(shape_error());
+            };
+            let windows = Windows {
+                starts: starts.extract().map_err(|_| shape_error())?,
+                lengths: lengths.extract().map_err(|_| shape_error())?,
+            };
+            let dim: usize = dim.extract().map_err(|_| shape_error())?;
+            let t = tensor_ref(first, keep, &here)?;
+            let segments = row_windows(&t, &windows, dim)
+                .map_err(|e| BatchError::new_err(format!("{}: {}", here(), e.message())))?;
+            FieldInput::Segments {
+                row_offsets: (0..=segments.len() as u64).collect(),
+                segments,
+                ids: None,
+            }
+        }
         "csr" => {
             // (segment shapes, segment offsets, row offsets, row segments[, segment ids])
             let parts = tuple_parts(need_second()?, 4);

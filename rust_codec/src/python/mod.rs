@@ -23,6 +23,7 @@ mod schema_data;
 mod staged;
 mod tensor_getters;
 mod transport;
+mod windows;
 
 use pyo3::prelude::*;
 
@@ -78,4 +79,6 @@ mod _native {
         encoded_nbytes, frame_nbytes, frame_validation_ranges, interleaved_shard_ranges,
         micro_batch_rows, pack_rows,
     };
+    #[pymodule_export]
+    use super::windows::mask_windows;
 }
