@@ -404,6 +404,8 @@ class VerlRollouter:
                 "refused": refused,
                 "dumps_s": dumps_s,
                 "loads_s": loads_s,
+                # py_wire's client: the seconds its put_sample calls spent per part
+                "timings": dict(getattr(client, "timings", {})),
             }
 
         return asyncio.run(put_all())
@@ -496,6 +498,7 @@ def verl_queue(args: argparse.Namespace) -> list[str]:
 
     data: dict[str, float] = {}
     floor: dict[str, float] = {}
+    parts: dict[str, dict[str, float]] = {}  # py_wire's: its client's timings, both sides
     # py_wire-objects: verl's two pickle lines (rollouter 1008, trainer 439) dropped, the
     # client given and giving RolloutSample objects (pickled=False).
     for kind in ("verl", "py_wire", "py_wire-objects"):
@@ -507,6 +510,17 @@ def verl_queue(args: argparse.Namespace) -> list[str]:
         put_s = sum(m["data_s"] for m in made)
         data[kind] = put_s + train_s
         floor[kind] = sum(m["dumps_s"] + m["loads_s"] for m in made)
+        if kind == "py_wire":
+            parts[kind] = {
+                "dumps": sum(m["dumps_s"] for m in made),
+                "put": put_s,
+                "train": train_s,
+                **{
+                    part: sum(m["timings"].get(part, 0.0) for m in made)
+                    for part in ("loads", "fields", "encode", "submit", "answers")
+                },
+                **{part: client.timings.get(part, 0.0) for part in ("take", "rebuild", "hand_out")},
+            }
         print(
             f"verl-queue {kind:15s} {total} samples of {VERL_N} x {VERL_PROMPT}+{VERL_RESPONSE} "
             f"tokens: data plane {data[kind] * 1e3:.1f} ms (rollouter dumps + put_sample "
@@ -542,6 +556,34 @@ def verl_queue(args: argparse.Namespace) -> list[str]:
         f"{concat['verl'] * 1e3:.1f} ms (verl's run), {concat['py_wire'] * 1e3:.1f} ms "
         "(py_wire's); verl's pickling and "
         f"concat together cap the ratio at {data['verl'] / both:.2f}x"
+    )
+    # What any client that takes verl's interface as verl wrote it pays: verl's pickling
+    # (its rollouter's dumps, one loads) and one Ray call per sample (an empty call from the
+    # same rollouters at once: the least a put that reaches another process costs).
+    interface = base + empty
+    t = parts["py_wire"]
+    roll_rest = (
+        t["put"]
+        - t["dumps"]
+        - sum(t[p] for p in ("loads", "fields", "encode", "submit", "answers"))
+    )
+    train_rest = t["train"] - t["take"] - t["rebuild"] - t["hand_out"]
+    print(
+        f"verl-queue py_wire's data plane {data['py_wire'] * 1e3:.1f} ms, by part (ms, summed "
+        f"over the samples): rollouter: verl's dumps {t['dumps'] * 1e3:.1f}, loads of it "
+        f"{t['loads'] * 1e3:.1f}, the verl adapter's fields {t['fields'] * 1e3:.1f}, encode "
+        f"{t['encode'] * 1e3:.1f}, the put's submit {t['submit'] * 1e3:.1f}, waits for put "
+        f"answers {t['answers'] * 1e3:.1f}, the rest (asyncio's thread hop, the sample's "
+        f"record) {roll_rest * 1e3:.1f}; trainer: take {t['take'] * 1e3:.1f}, decode and "
+        f"rebuild {t['rebuild'] * 1e3:.1f}, hand-out {t['hand_out'] * 1e3:.1f}, the rest "
+        f"(verl's loads of the hand-out, DataProto.concat, asyncio) {train_rest * 1e3:.1f}"
+    )
+    print(
+        f"verl-queue cap at verl's interface: verl's pickling {base * 1e3:.1f} ms and one Ray "
+        f"call per sample {empty * 1e3:.1f} ms (an empty call, the same rollouters) make "
+        f"{interface * 1e3:.1f} ms, which caps any client at {data['verl'] / interface:.2f}x; "
+        f"py_wire's client spends {(data['py_wire'] - interface) * 1e3:.1f} ms above it "
+        f"(to reach 5x it may spend {(data['verl'] / 5 - interface) * 1e3:.1f} ms)"
     )
     for kind in ("py_wire", "py_wire-objects"):
         ratio = data["verl"] / data[kind]

@@ -7,6 +7,7 @@ numpy array) is refused with the field and row named, never converted silently."
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -115,23 +116,53 @@ def decode_rows(name: str, value: PackedTensor, encoding: Encoding) -> list[Any]
     A row of two segments, text that is not UTF-8, or (``json``) not JSON is a
     :class:`BatchError` naming the field and row (the frame is valid; its rows are not what
     the encoding says)."""
-    out: list[Any] = [None] * len(value)
-    cache: dict[tuple[int, int], Any] = {}
-    for i, row in enumerate(value.rows()):
-        if row is not None and len(row) > 1:
+    csr = value._csr()
+    if csr is None:  # not frame-backed: its rows' own tensors
+        rows: list[Any] = [r[0] if r else None for r in _one_each(name, value.rows())]
+        return _parsed(name, rows, lambda seg: (seg.data_ptr(), seg.numel()), encoding)
+    # A frame's tables, read once: each row's one segment, parsed once per segment.
+    flat, _, seg_offsets, row_offsets, row_segments = csr
+    data = flat.numpy()
+    bounds = seg_offsets.tolist()
+    refs = row_segments.tolist()
+    offsets = row_offsets.tolist()
+    counts = [b - a for a, b in itertools.pairwise(offsets)]
+    _one_each(name, counts)
+    segs = [refs[a] if n else None for a, n in zip(offsets, counts, strict=False)]
+    texts = {s: data[bounds[s] : bounds[s + 1]].tobytes() for s in set(segs) if s is not None}
+    return _parsed(name, segs, lambda seg: seg, encoding, texts.__getitem__)
+
+
+def _one_each(name: str, rows: Any) -> Any:
+    """``rows`` (each a row's segments, or their count), refused when a row holds two."""
+    for i, row in enumerate(rows):
+        n = row if isinstance(row, int) else len(row or ())
+        if n > 1:
             raise with_context(
-                BatchError(f"field {name!r}, row {i}: {len(row)} values where a row holds one"),
+                BatchError(f"field {name!r}, row {i}: {n} values where a row holds one"),
                 field=name,
                 row=i,
             )
-        seg = row[0] if row else None
+    return rows
+
+
+def _parsed(
+    name: str,
+    segs: list[Any],
+    key: Any,
+    encoding: Encoding,
+    text: Any = lambda seg: bytes(seg.numpy()),
+) -> list[Any]:
+    """Each row's value from its segment (None: a row without one), parsed once per ``key``."""
+    out: list[Any] = [None] * len(segs)
+    cache: dict[Any, Any] = {}
+    for i, seg in enumerate(segs):
         if seg is None:
-            out[i] = None
             continue
-        key = (seg.data_ptr(), seg.numel())  # an empty segment shares its neighbour's ptr
-        if key not in cache:
-            cache[key] = _parse(name, i, bytes(seg.numpy()), encoding)
-        out[i] = cache[key]
+        k = key(seg)  # an empty segment shares its neighbour's ptr: the count is in the key
+        if k not in cache:
+            cache[k] = _parse(name, i, text(seg), encoding)
+        out[i] = cache[k]
     return out
 
 

@@ -57,13 +57,15 @@ import math
 import os
 import pickle
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import torch
 
-from py_wire import Frame, Schema, decode, encode, load_schema, split
+from py_wire import Frame, PackedTensor, Schema, decode, encode, load_schema, split
 from py_wire.adapters import checked_schema, hold_schema
 from py_wire.interop import verl as _verl
 from py_wire.streaming._errors import AdmissionTimeout, StreamError
@@ -206,6 +208,13 @@ class VerlQueueClient:
     first step (a resumed run's); ``in_flight``: the most puts of a process left unanswered
     by a ``RayBuffer`` (0: each ``put_sample`` waits for its answer).
 
+    :attr:`timings` holds the seconds this process's calls spent in each part of the data
+    plane: on the rollouter's side ``loads`` (reading verl's pickle), ``fields`` (the verl
+    adapter's fields), ``encode``, ``submit`` (the put's call, its waits for a slot included
+    where it waits) and ``answers`` (waiting for unanswered puts: backpressure); on the
+    trainer's ``take`` (its waits for samples excluded), ``rebuild`` (decode and the
+    ``RolloutSample`` objects) and ``hand_out`` (the pickle verl's trainer loads).
+
     Build it in the driver and hand it to both sides (it pickles: the stream's and the control
     actor's handles). Its ``put_*`` calls are the rollouter's, its ``get_sample`` the trainer's
     (one trainer: the client counts the trainer's steps)."""
@@ -264,16 +273,25 @@ class VerlQueueClient:
         self._local()
 
     def _local(self) -> None:
-        """This process's own state: its puts sent and not yet answered (oldest first)."""
+        """This process's own state: its puts sent and not yet answered (oldest first), and
+        the seconds its calls spent in each part of the data plane (:attr:`timings`)."""
         self._pending: collections.deque[Any] = collections.deque()
         self._lock = threading.Lock()
+        self.timings: dict[str, float] = collections.defaultdict(float)
+
+    def _timed(self, part: str, start: float) -> float:
+        """Adds the time since ``start`` to ``part`` of :attr:`timings`; returns now."""
+        now = time.perf_counter()
+        self.timings[part] += now - start
+        return now
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_cache"] = collections.deque()  # a trainer's samples in hand stay its own
         state["_sent"] = False
         state["schema"] = self.schema.canonical_json  # a Schema object's pin is per process
-        del state["_pending"], state["_lock"]  # a process's puts in flight are its own
+        # A process's puts in flight and its timings are its own.
+        del state["_pending"], state["_lock"], state["timings"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -296,9 +314,12 @@ class VerlQueueClient:
             self.flush()  # every sample this process put is in the stream before the end
             ray.get(self.control.end.remote())
             return True
+        start = time.perf_counter()
         if isinstance(sample, bytes | bytearray | memoryview):
             sample = pickle.loads(sample)
+        start = self._timed("loads", start)
         fields, version = self._fields(sample)
+        self._timed("fields", start)
         nowait = getattr(self.stream, "reserve_and_put_nowait", None)
         if version is not None and nowait is not None:
             return self._put_nowait(nowait, fields, version)
@@ -306,12 +327,20 @@ class VerlQueueClient:
             try:
                 if version is None:
                     # No version recorded: the trainer's at admission, so a slot first.
+                    start = time.perf_counter()
                     gid, got = self.stream.reserve(None)
+                    start = self._timed("submit", start)
                     frame = self._encode(fields, got)
+                    start = self._timed("encode", start)
                     self.stream.put(gid, frame)
+                    self._timed("submit", start)
                 else:
                     # One call: a slot and the commit (the frame states its version).
-                    self.stream.reserve_and_put(self._encode(fields, version))
+                    start = time.perf_counter()
+                    frame = self._encode(fields, version)
+                    start = self._timed("encode", start)
+                    self.stream.reserve_and_put(frame)
+                    self._timed("submit", start)
                 self._sent = True
                 return True
             except AdmissionTimeout:
@@ -330,11 +359,14 @@ class VerlQueueClient:
         frames name)."""
         import ray
 
+        start = time.perf_counter()
         frame = self._encode(fields, version)  # embedded until a put of this process went in
+        start = self._timed("encode", start)
         with self._lock:
             self._settle(block=False)
             try:
                 pending = nowait(frame)
+                start = self._timed("submit", start)
             except StreamError as e:  # past the bound at the trainer version last heard of
                 if "staleness bound" not in str(e):
                     raise
@@ -345,6 +377,7 @@ class VerlQueueClient:
             answer = True
             while len(self._pending) > limit:
                 answer = self._settle_one()
+            self._timed("answers", start)
             if limit:
                 return True  # in flight: committed, or refused on arrival and counted then
             self._sent = self._sent or answer
@@ -408,13 +441,13 @@ class VerlQueueClient:
             "fields": facts,
         }
         try:
-            text = json.dumps(record, allow_nan=False, default=_plain)
+            text = json.dumps(record, allow_nan=False, default=_plain, separators=(",", ":"))
         except (TypeError, ValueError) as e:
             raise StreamError(
                 f"sample {facts.get('sample_id')!r}: its fields and meta_info travel as JSON, "
                 f"and {e}"
             ) from None
-        fields[SAMPLE_FIELD] = [json.loads(text)] * len(data)
+        fields[SAMPLE_FIELD] = _shared_text(text, len(data))
         return fields, _version(data.non_tensor_batch)
 
     async def put_validate(self, data: Any) -> bool:
@@ -443,7 +476,9 @@ class VerlQueueClient:
                 self._version_set = version
             try:
                 # The step's samples as one frame (joined in Rust), rebuilt in one pass.
+                start = time.perf_counter()
                 step = self.stream.take(ranks=1, timeout_s=self.poll_s)
+                self._timed("take", start + step.waited_s)
             except AdmissionTimeout:
                 if ended:  # every sample was put before the end: no whole step is left
                     return None, self._queue_size()
@@ -452,7 +487,9 @@ class VerlQueueClient:
                 frame = step.frames[0]
                 if frame is None:  # ranks=1: the one rank has every group of the step
                     raise StreamError("a step of no frame on its one rank")
+                start = time.perf_counter()
                 samples = rollout_samples(frame)
+                self._timed("rebuild", start)
             except BaseException:
                 self.stream.release(step)  # not trained: its samples stay for the next take
                 raise
@@ -461,7 +498,9 @@ class VerlQueueClient:
             self._cache.extend(samples)
             self._queued = self._queue_size()
         sample = self._cache.popleft()
+        start = time.perf_counter()
         out = _handed(sample) if self.pickled else sample
+        self._timed("hand_out", start)
         return out, self._queued + len(self._cache)
 
     def set_trainer_version(self, version: int) -> None:
@@ -543,6 +582,15 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _shared_text(text: str, rows: int) -> PackedTensor | list[Any]:
+    """``text`` (JSON written here: valid, and read back as the value it was written from) as
+    one segment every one of ``rows`` rows refers to: stored once, written once."""
+    if not rows:
+        return []
+    segment = torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8)
+    return PackedTensor.from_csr([segment], list(range(rows + 1)), [0] * rows)
 
 
 def _version(non_tensor: Mapping[str, Any]) -> int | None:
@@ -640,7 +688,6 @@ def rollout_samples(frame: Frame) -> list[Any]:
 
 def _cut(proto: Any, records: list[dict[str, Any]]) -> list[Any]:
     """``proto`` cut into its samples' ``RolloutSample`` objects, by their ``records``."""
-    import torch
     from tensordict import TensorDict
     from verl.experimental.fully_async_policy.detach_utils import (  # type: ignore[import-not-found, import-untyped, unused-ignore]
         RolloutSample,
