@@ -496,40 +496,69 @@ def verl_queue(args: argparse.Namespace) -> list[str]:
         else:
             ray.kill(handle)
 
-    data: dict[str, float] = {}
-    floor: dict[str, float] = {}
     parts: dict[str, dict[str, float]] = {}  # py_wire's: its client's timings, both sides
     # py_wire-objects: verl's two pickle lines (rollouter 1008, trainer 439) dropped, the
     # client given and giving RolloutSample objects (pickled=False).
-    for kind in ("verl", "py_wire", "py_wire-objects"):
-        client, handle = build(kind, roomy=True)
-        made = ray.get(
-            [r.run.remote(client, seeds[i :: args.producers], 0) for i, r in enumerate(rollouters)]
+    data = dict.fromkeys(("verl", "py_wire", "py_wire-objects"), 0.0)
+    floor = dict.fromkeys(data, 0.0)
+    totals = dict.fromkeys(data, 0.0)
+    carrying = empty = 0.0
+    parts["py_wire"] = {}
+    # Rounds of the three, one after another, and Ray's call floor after each: each figure is
+    # the mean over the rounds, so a change of the host's load falls on all of them.
+    for _ in range(args.verl_rounds):
+        for kind in data:
+            client, handle = build(kind, roomy=True)
+            made = ray.get(
+                [
+                    r.run.remote(client, seeds[i :: args.producers], 0)
+                    for i, r in enumerate(rollouters)
+                ]
+            )
+            train_s, got = train(client, total // required, 0.0, kind)
+            totals[kind] += concat[kind]
+            put_s = sum(m["data_s"] for m in made)
+            data[kind] += (put_s + train_s) / args.verl_rounds
+            floor[kind] += sum(m["dumps_s"] + m["loads_s"] for m in made) / args.verl_rounds
+            if kind == "py_wire":
+                timed = {
+                    "dumps": sum(m["dumps_s"] for m in made),
+                    "put": put_s,
+                    "train": train_s,
+                    **{
+                        part: sum(m["timings"].get(part, 0.0) for m in made)
+                        for part in ("loads", "fields", "encode", "submit", "answers")
+                    },
+                    **{p: client.timings.get(p, 0.0) for p in ("take", "rebuild", "hand_out")},
+                }
+                for part, value in timed.items():
+                    parts[kind][part] = parts[kind].get(part, 0.0) + value / args.verl_rounds
+            print(
+                f"verl-queue {kind:15s} {total} samples of {VERL_N} x {VERL_PROMPT}+"
+                f"{VERL_RESPONSE} tokens: data plane {(put_s + train_s) * 1e3:.1f} ms "
+                f"(rollouter dumps + put_sample {put_s * 1e3:.1f}, trainer get_sample + loads "
+                f"+ concat {train_s * 1e3:.1f}); {len(got)} trained"
+            )
+            if sorted(got) != sorted(f"sample_0_{i}" for i in seeds):
+                fails.append(f"verl-queue {kind}: trained {len(got)} of {total} samples")
+            close(handle)
+        sink = Sink.remote()
+        ray.get(sink.take.remote(None))
+        calls = ray.get(
+            [
+                r.call_floor.remote(sink, seeds[i :: args.producers])
+                for i, r in enumerate(rollouters)
+            ]
         )
-        train_s, got = train(client, total // required, 0.0, kind)
-        put_s = sum(m["data_s"] for m in made)
-        data[kind] = put_s + train_s
-        floor[kind] = sum(m["dumps_s"] + m["loads_s"] for m in made)
-        if kind == "py_wire":
-            parts[kind] = {
-                "dumps": sum(m["dumps_s"] for m in made),
-                "put": put_s,
-                "train": train_s,
-                **{
-                    part: sum(m["timings"].get(part, 0.0) for m in made)
-                    for part in ("loads", "fields", "encode", "submit", "answers")
-                },
-                **{part: client.timings.get(part, 0.0) for part in ("take", "rebuild", "hand_out")},
-            }
+        carrying += sum(c["carrying"] for c in calls) / args.verl_rounds
+        empty += sum(c["empty"] for c in calls) / args.verl_rounds
+        ray.kill(sink)
+    concat.update({k: v / args.verl_rounds for k, v in totals.items()})
+    if args.verl_rounds > 1:
         print(
-            f"verl-queue {kind:15s} {total} samples of {VERL_N} x {VERL_PROMPT}+{VERL_RESPONSE} "
-            f"tokens: data plane {data[kind] * 1e3:.1f} ms (rollouter dumps + put_sample "
-            f"{put_s * 1e3:.1f}, trainer get_sample + loads + concat {train_s * 1e3:.1f}); "
-            f"{len(got)} trained"
+            f"verl-queue means over {args.verl_rounds} rounds: data plane "
+            + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in data.items())
         )
-        if sorted(got) != sorted(f"sample_0_{i}" for i in seeds):
-            fails.append(f"verl-queue {kind}: trained {len(got)} of {total} samples")
-        close(handle)
     # verl's rollouter cloudpickles each sample before put_sample (its line 1008), and the
     # sample is loaded once from that pickle (by verl's trainer, or by the client): a cost
     # verl's own code puts on both queues, measured in this run (each side's own dumps, and
@@ -540,13 +569,6 @@ def verl_queue(args: argparse.Namespace) -> list[str]:
         f"{base * 1e3:.1f} ms (verl's run {floor['verl'] * 1e3:.1f}, py_wire's "
         f"{floor['py_wire'] * 1e3:.1f}), a cost verl's code puts on both queues; goal: 5x lower"
     )
-    sink = Sink.remote()
-    ray.get(sink.take.remote(None))
-    calls = ray.get(
-        [r.call_floor.remote(sink, seeds[i :: args.producers]) for i, r in enumerate(rollouters)]
-    )
-    carrying, empty = (sum(c[k] for c in calls) for k in ("carrying", "empty"))
-    ray.kill(sink)
     both = base + concat["py_wire"]
     print(
         f"verl-queue Ray's floor, the same rollouters at once, summed over the {total} samples: "
@@ -573,8 +595,8 @@ def verl_queue(args: argparse.Namespace) -> list[str]:
         f"over the samples): rollouter: verl's dumps {t['dumps'] * 1e3:.1f}, loads of it "
         f"{t['loads'] * 1e3:.1f}, the verl adapter's fields {t['fields'] * 1e3:.1f}, encode "
         f"{t['encode'] * 1e3:.1f}, the put's submit {t['submit'] * 1e3:.1f}, waits for put "
-        f"answers {t['answers'] * 1e3:.1f}, the rest (asyncio's thread hop, the sample's "
-        f"record) {roll_rest * 1e3:.1f}; trainer: take {t['take'] * 1e3:.1f}, decode and "
+        f"answers {t['answers'] * 1e3:.1f}, the rest (asyncio, thread hops) "
+        f"{roll_rest * 1e3:.1f}; trainer: take {t['take'] * 1e3:.1f}, decode and "
         f"rebuild {t['rebuild'] * 1e3:.1f}, hand-out {t['hand_out'] * 1e3:.1f}, the rest "
         f"(verl's loads of the hand-out, DataProto.concat, asyncio) {train_rest * 1e3:.1f}"
     )
@@ -778,6 +800,12 @@ def main() -> int:
         "--verl-required", type=int, default=32, help="verl-queue: samples per trainer step"
     )
     ap.add_argument("--verl-samples", type=int, default=256, help="verl-queue: samples in all")
+    ap.add_argument(
+        "--verl-rounds",
+        type=int,
+        default=1,
+        help="verl-queue: rounds of verl's queue and the client, one after another (means)",
+    )
     ap.add_argument(
         "--paths",
         default="ray,tq,verl",

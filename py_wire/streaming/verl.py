@@ -304,8 +304,31 @@ class VerlQueueClient:
     async def put_sample(self, sample: Any) -> bool:
         """Puts one sample (verl's cloudpickled ``RolloutSample``, or None: the rollouter has
         finished), waiting while the stream's window is full. False when the sample was
-        generated past the staleness bound (refused, counted)."""
-        return await asyncio.to_thread(self.put_sample_sync, sample)
+        generated past the staleness bound (refused, counted).
+
+        A put that goes in flight (a ``RayBuffer``, after this process's first put) is built
+        and sent in the event loop itself: its work holds the GIL either way, and a hop to a
+        worker thread and back cost more than the put's own call on a busy host. Whatever
+        waits (an answer past ``in_flight``, a slot, TQ's calls) waits in a worker thread,
+        never in the loop."""
+        nowait = getattr(self.stream, "reserve_and_put_nowait", None)
+        if sample is None or nowait is None or not self._sent or not self.in_flight:
+            return await asyncio.to_thread(self.put_sample_sync, sample)
+        fields, version = self._read(sample)
+        if version is None:
+            return await asyncio.to_thread(self._put_waiting, fields, version)
+        frame = self._frame(fields, version)
+        if not self._lock.acquire(blocking=False):  # a flush or a wait holds it: wait there
+            return await asyncio.to_thread(self._put_nowait, nowait, fields, version, frame)
+        try:
+            sent = self._submit(nowait, frame)
+        finally:
+            self._lock.release()
+        if sent is None:
+            return False
+        if len(self._pending) > self.in_flight:
+            await asyncio.to_thread(self._put_nowait, nowait, fields, version, None)
+        return True
 
     def put_sample_sync(self, sample: Any) -> bool:
         import ray
@@ -314,15 +337,26 @@ class VerlQueueClient:
             self.flush()  # every sample this process put is in the stream before the end
             ray.get(self.control.end.remote())
             return True
+        fields, version = self._read(sample)
+        nowait = getattr(self.stream, "reserve_and_put_nowait", None)
+        if version is not None and nowait is not None:
+            return self._put_nowait(nowait, fields, version)
+        return self._put_waiting(fields, version)
+
+    def _read(self, sample: Any) -> tuple[dict[str, Any], int | None]:
+        """The sample (verl's pickle of it, read) as :meth:`_fields` gives it."""
         start = time.perf_counter()
         if isinstance(sample, bytes | bytearray | memoryview):
             sample = pickle.loads(sample)
         start = self._timed("loads", start)
         fields, version = self._fields(sample)
         self._timed("fields", start)
-        nowait = getattr(self.stream, "reserve_and_put_nowait", None)
-        if version is not None and nowait is not None:
-            return self._put_nowait(nowait, fields, version)
+        return fields, version
+
+    def _put_waiting(self, fields: dict[str, Any], version: int | None) -> bool:
+        """The sample's put, waiting for its answer (TQ, or no version recorded)."""
+        import ray
+
         while True:
             try:
                 if version is None:
@@ -351,28 +385,45 @@ class VerlQueueClient:
                 ray.get(self.control.refuse.remote())
                 return False
 
-    def _put_nowait(self, nowait: Any, fields: dict[str, Any], version: int) -> bool:
+    def _frame(self, fields: dict[str, Any], version: int) -> Frame:
+        start = time.perf_counter()
+        frame = self._encode(fields, version)  # embedded until a put of this process went in
+        self._timed("encode", start)
+        return frame
+
+    def _submit(self, nowait: Any, frame: Frame) -> Any:
+        """Sends ``frame`` without waiting (this process's lock held): its pending put, or None
+        when it is past the bound at the trainer version last heard of (refused, counted)."""
+        import ray
+
+        start = time.perf_counter()
+        self._settle(block=False)
+        try:
+            pending = nowait(frame)
+        except StreamError as e:
+            if "staleness bound" not in str(e):
+                raise
+            ray.get(self.control.refuse.remote())
+            return None
+        self._pending.append(pending)
+        self._timed("submit", start)
+        return pending
+
+    def _put_nowait(
+        self, nowait: Any, fields: dict[str, Any], version: int, frame: Any = ...
+    ) -> bool:
         """A sample of a known version, sent without waiting for the stream's answer (a
         :class:`~py_wire.streaming.RayBuffer`): at most :attr:`in_flight` of this process's
         puts stay unanswered, so a full window still holds the rollouter back. The first put
         of a process waits for its answer (the stream then holds the schema its later, compact
-        frames name)."""
-        import ray
-
-        start = time.perf_counter()
-        frame = self._encode(fields, version)  # embedded until a put of this process went in
-        start = self._timed("encode", start)
+        frames name). ``frame``: the sample's frame, built already (None: sent already, only
+        the wait for the answers past ``in_flight`` is left)."""
+        if frame is ...:
+            frame = self._frame(fields, version)
         with self._lock:
-            self._settle(block=False)
-            try:
-                pending = nowait(frame)
-                start = self._timed("submit", start)
-            except StreamError as e:  # past the bound at the trainer version last heard of
-                if "staleness bound" not in str(e):
-                    raise
-                ray.get(self.control.refuse.remote())
+            if frame is not None and self._submit(nowait, frame) is None:
                 return False
-            self._pending.append(pending)
+            start = time.perf_counter()
             limit = self.in_flight if self._sent else 0
             answer = True
             while len(self._pending) > limit:
@@ -460,7 +511,10 @@ class VerlQueueClient:
     async def get_sample(self) -> Any:
         """The next sample and the samples still queued, waiting for one; ``(None, n)``
         once the rollouter has finished and no whole step is left (verl's trainer then stops);
-        None after :meth:`shutdown`."""
+        None after :meth:`shutdown`. A sample of the step in hand is handed out in the event
+        loop; taking a step waits in a worker thread."""
+        if self._cache:
+            return self._hand_out()
         return await asyncio.to_thread(self.get_sample_sync)
 
     def get_sample_sync(self) -> Any:
@@ -497,8 +551,12 @@ class VerlQueueClient:
             self._steps += 1
             self._cache.extend(samples)
             self._queued = self._queue_size()
-        sample = self._cache.popleft()
+        return self._hand_out()
+
+    def _hand_out(self) -> tuple[Any, int]:
+        """The next sample of the step in hand, and the samples still queued."""
         start = time.perf_counter()
+        sample = self._cache.popleft()
         out = _handed(sample) if self.pickled else sample
         self._timed("hand_out", start)
         return out, self._queued + len(self._cache)
