@@ -529,7 +529,10 @@ def verl_queue(args: argparse.Namespace) -> list[str]:
                         part: sum(m["timings"].get(part, 0.0) for m in made)
                         for part in ("loads", "fields", "encode", "submit", "answers")
                     },
-                    **{p: client.timings.get(p, 0.0) for p in ("take", "rebuild", "hand_out")},
+                    **{
+                        p: getattr(client, "timings", {}).get(p, 0.0)
+                        for p in ("take", "rebuild", "hand_out")
+                    },
                 }
                 for part, value in timed.items():
                     parts[kind][part] = parts[kind].get(part, 0.0) + value / args.verl_rounds

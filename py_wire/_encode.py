@@ -218,6 +218,35 @@ def _widen(value: Any, field: FieldDef) -> Any:
     return value
 
 
+def mask_windows(
+    mask: Any, skips: Any = (0,), padded: Any = ()
+) -> tuple[list[tuple[list[int], list[int]]], list[tuple[int, int] | None]] | None:
+    """The rows of padded ``[B, W, ...]`` tensors that a ``[B, W]`` ``mask`` (an integer or
+    bool tensor) cuts, as windows, found in one codec pass: for each column offset of
+    ``skips``, ``(starts, lengths)`` of each row's run of marked cells within columns
+    ``skip..W``, counted from ``skip`` (a :class:`RowWindows` of a ``[B, W - skip, ...]``
+    tensor takes them as they are); and for each ``(tensor, i)`` of ``padded`` (``tensor``
+    ``[B, W - skips[i], ...]``), the ``(row, column)`` of the one value every cell outside
+    its windows holds under torch's ``==`` (its padding), or None when they differ or no cell
+    lies outside. None as a whole when a row's marked cells are not one run (a mask with
+    holes) or the mask is a float tensor: cut such a mask with torch instead."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, not {type(mask).__name__}")
+    offsets = [count(f"skips[{i}]", s) for i, s in enumerate(items("skips", skips))]
+    pairs = []
+    for i, entry in enumerate(items("padded", padded)):
+        if not (
+            isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], torch.Tensor)
+        ):
+            raise TypeError(
+                f"padded[{i}] must be a (tensor, skip index) pair, not {type(entry).__name__}"
+            )
+        last = len(offsets) - 1
+        pairs.append((entry[0], count(f"padded[{i}] skip index", entry[1], maximum=last)))
+    with plain_tensors():
+        return _native.mask_windows(mask, offsets, pairs)
+
+
 def placeholder_runs(input_ids: Any, token_id: int) -> list[list[int]]:
     """Per row, the lengths of the runs of ``token_id``, in order: read back how many
     placeholder tokens the generation engine left for each image, to re-process media to match.

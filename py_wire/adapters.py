@@ -45,14 +45,13 @@ from py_wire._decode import (
     decode_selected,
 )
 from py_wire._dtypes import DTYPES
-from py_wire._encode import checked_fields, plain_tensors
+from py_wire._encode import checked_fields, mask_windows, plain_tensors
 from py_wire._errors import prefixed, with_context
 from py_wire._micro import Groups
 from py_wire._native import (
     Codec,
     content_digest,
     holds_schema,
-    mask_windows,
     reserved_metadata_key,
 )
 from py_wire._native import encode as encode_with_codec

@@ -43,6 +43,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import py_wire
+import py_wire.adapters
 from py_wire import PackedTensor, trainer
 from py_wire.interop import nemo_rl
 from py_wire.interop import transfer_queue as ptq
@@ -153,6 +154,9 @@ SCHEMA_ALIASES = {"schema": "Schema", "name_or_path": "schema"}
 #: A batch's errors name what in it is wrong: its fields.
 BATCH_ALIASES = {"batch": "field", "batched_data_dict": "batch field", "data": "batch field"}
 
+#: A verl attention mask: row 0 a left-padded prompt and a response, row 1 empty.
+MASK = torch.tensor([[0, 1, 1, 0], [0, 0, 0, 0]])
+
 TARGETS: list[Target] = [
     # The first sweep's targets (issue 15), kept.
     *(Target(n, c, a) for n, c, args in CALLS for a in args),
@@ -187,6 +191,10 @@ TARGETS: list[Target] = [
               "name_or_path", **SCHEMA_ALIASES),
     *_targets("placeholder_runs", lambda input_ids: py_wire.placeholder_runs(input_ids, 3),
               "input_ids"),
+    # py_wire.adapters' codec entry point for adapters that cut padded tensors by a mask
+    *_targets("adapters.mask_windows", lambda mask=MASK, skips=(0, 2), padded=((MASK, 1),):
+              py_wire.adapters.mask_windows(mask, skips, padded), "mask", "skips", "padded",
+              skips="skips skip column", padded="padded skip"),
     *_targets("Frame.from_buffer", lambda data: py_wire.Frame.from_buffer(data), "data",
               **FRAME_ALIASES),
     *_targets("FieldDef", lambda **kw: py_wire.FieldDef(**{"tier": "scalar", "dtype": "int64",

@@ -51,14 +51,14 @@ pub fn mask_windows(mask: &TensorRef<'_>, skips: &[u64]) -> Result<Option<Vec<Wi
     }
     if mask.shape.len() != 2 {
         return Err(batch_err!(
-            "a mask must be [B, W], not shape {:?}",
+            "mask must be [B, W], not shape {:?}",
             &mask.shape[..]
         ));
     }
     let (rows, width) = (mask.shape[0], mask.shape[1]);
     if let Some(&skip) = skips.iter().find(|&&s| s > width) {
         return Err(batch_err!(
-            "column {skip} is past the mask's {width} columns"
+            "skips: column {skip} is past the mask's {width} columns"
         ));
     }
     let (s0, s1) = (mask.strides[0], mask.strides[1]);
