@@ -191,8 +191,8 @@ def _encoded(
     the schema by fingerprint (its keys' text frames, or their group's first key's, embed
     it)."""
     out: list[Frame] = []
-    if len(set(groups)) > 1:
-        checked_fields(batch, sch, None, required=False)  # errors name the row among all keys'
+    # Checked once over all keys' rows (errors name the row among them), then cut per group.
+    raw = checked_fields(batch, sch, None, required=False)
     start = 0
     i = 0
     while i < len(groups):
@@ -202,12 +202,31 @@ def _encoded(
             j += 1
         run = list(sizes[i:j])
         stop = start + sum(run)
-        rows = {n: group_rows(n, v, start, stop) for n, v in batch.items()}
+        plan = _raw_rows(raw, start, stop)
+        if plan is None:
+            rows = {n: group_rows(n, v, start, stop) for n, v in batch.items()}
+            plan = checked_fields(rows, sch, None, required=False)
         codec = column_codec(sch, column, None, (), group, compact=True)
-        plans: dict[str, list[Raw]] = {column: [checked_fields(rows, sch, None, required=False)]}
-        (whole,) = encode_columns({column: [codec]}, plans, as_objects=True)[column]
+        (whole,) = encode_columns({column: [codec]}, {column: [plan]}, as_objects=True)[column]
         out += [whole] if len(run) == 1 else split(whole, run)
         start, i = stop, j
+    return out
+
+
+def _raw_rows(raw: Raw, start: int, stop: int) -> Raw | None:
+    """Rows ``start:stop`` of checked fields, as :func:`checked_fields` gives them for those
+    rows (views of the same tensors): a jagged per-token field's values and offsets, a dense
+    scalar's rows, a list of rows. None for any other form (the caller checks the rows'
+    values again)."""
+    out: Raw = []
+    for name, kind, first, second in raw:
+        if kind == "jagged" and isinstance(second, torch.Tensor):
+            lo, hi = int(second[start]), int(second[stop])
+            out.append((name, kind, first[lo:hi], second[start : stop + 1] - lo))
+        elif kind in ("dense", "rows") and second is None:
+            out.append((name, kind, first[start:stop], None))
+        else:
+            return None
     return out
 
 
