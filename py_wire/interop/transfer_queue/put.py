@@ -453,10 +453,14 @@ def tq_put(
         return tq.kv_batch_put(keys=keys, partition_id=partition_id, fields=fields, tags=tags)
     meta.update_custom_meta(tags)
     meta = tq.get_client().put(fields, meta)
-    return tq.KVBatchMeta(
+    out = tq.KVBatchMeta(
         keys=list(keys),
-        tags=meta.custom_meta,
+        tags=[{}] * len(keys),
         partition_id=partition_id,
         fields=meta.field_names,
         extra_info=meta.extra_info,
     )
+    # Each key's tags copied one level (TQ's KVBatchMeta deep-copies every key's tags, O(keys)
+    # of Python a put): the BatchMeta they come from is this call's own and dropped here.
+    out.tags = [dict(t) for t in meta.custom_meta]
+    return out
