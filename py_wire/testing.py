@@ -54,7 +54,8 @@ from py_wire import _tiers
 from py_wire._compare import assert_batch_equal
 from py_wire._dtypes import DTYPES
 from py_wire._packed import PackedTensor
-from py_wire._schema import DEFAULT_STAGES, WIRE_CASTS, FieldDef, Schema, Tier
+from py_wire._schema import DEFAULT_STAGES, WIRE_CASTS, FieldDef, Schema
+from py_wire._tiers.names import Tier
 
 __all__ = ["assert_batch_equal", "batches", "schemas"]
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 import py_wire
+from py_wire import PackedTensor
 from py_wire.interop.verl import RESPONSE_KEYS
 
 
@@ -115,3 +116,25 @@ def with_metadata(frame: py_wire.Frame, **extra: str) -> py_wire.Frame:
     recorded facts a hostile writer chose)."""
     caller = {k: v for k, v in frame.metadata.items() if not k.startswith("py_wire.")}
     return py_wire.encode(py_wire.decode(frame), frame.schema, metadata={**caller, **extra})
+
+
+def decoded_tensors(decoded: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
+    """Every tensor a decode returned that must be a view into the frame."""
+    out = []
+    for name, value in decoded.items():
+        if isinstance(value, PackedTensor):
+            for r in range(len(value)):
+                for s, seg in enumerate(value[r] or []):
+                    out.append((f"{name}[{r}][{s}]", seg))
+        elif isinstance(value, torch.Tensor) and value.is_nested:
+            out.append((f"{name}.values()", value.values()))
+            out.append((f"{name}.offsets()", value.offsets()))
+        elif isinstance(value, torch.Tensor):
+            out.append((name, value))
+        elif isinstance(value, list):
+            for r, row in enumerate(value):
+                if isinstance(row, torch.Tensor):
+                    out.append((f"{name}[{r}]", row))
+                for s, seg in enumerate(row if isinstance(row, list) else []):
+                    out.append((f"{name}[{r}][{s}]", seg))
+    return out

@@ -7,8 +7,9 @@ rule (what a stage needs included), the canonical form and the fingerprint; it a
 schema text and Python data before anything parses them, and holds the registry of schemas this
 process holds (``frame::compact``). Python's side, one job a module:
 
-- ``constants``: what the codec declares (metadata keys, dtype and tier names, defaults,
-  limits, wire casts);
+- ``constants``: what the codec declares (metadata keys, defaults, limits, wire casts; the
+  views read the dtype names from ``py_wire._dtypes`` and the tier names from
+  ``py_wire._tiers.names``, so that a new tier touches ``py_wire/_tiers/`` alone);
 - ``text``: TOML and JSON text, and Python data, through the codec's gates;
 - ``views``: ``Schema``, ``FieldDef``, ``PlaceholderContract``, frozen pydantic views of what
   the model returns; ``stage_needs``: what a stage needs, read from the model's plan;
@@ -35,8 +36,6 @@ from py_wire._schema.constants import (
     SCHEMA_REF_KEY,
     WIRE_CASTS,
     Dim,
-    DTypeName,
-    Tier,
 )
 from py_wire._schema.files import (
     MAX_EXTENDS_DEPTH,
@@ -64,12 +63,10 @@ __all__ = [
     "SCHEMA_REF_KEY",
     "WIRE_CASTS",
     "Contract",
-    "DTypeName",
     "Dim",
     "FieldDef",
     "PlaceholderContract",
     "Schema",
-    "Tier",
     "bundled_schemas",
     "column_fields",
     "frame_fingerprint",

@@ -1,6 +1,7 @@
 """What the codec declares of schemas, read from it once: the ``__metadata__`` keys that name a
-schema, the dtype and tier names, every key's default, the limits, and the casts it implements.
-Python holds none of these of its own."""
+schema, every key's default, the limits, and the casts it implements. Python holds none of
+these of its own. (The dtype names are ``py_wire._dtypes``'s, the tier names
+``py_wire._tiers.names``'.)"""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from typing import Any, Literal, get_args
 
 from py_wire import _native
+from py_wire._dtypes import DTypeName
 from py_wire._native import SchemaError
 
 #: ``__metadata__`` keys, declared once in the codec (rust_codec/src/schema/spec.rs, ``meta``).
@@ -16,27 +18,6 @@ FINGERPRINT_KEY = _native.METADATA_KEYS["fingerprint"]
 #: A compact frame's only schema entry: the fingerprint of a schema its reader holds.
 SCHEMA_REF_KEY = _native.METADATA_KEYS["schema_ref"]
 
-#: dtype names a schema may use (torch's names).
-DTypeName = Literal[
-    "bool",
-    "uint8",
-    "int8",
-    "int16",
-    "uint16",
-    "int32",
-    "uint32",
-    "int64",
-    "uint64",
-    "float16",
-    "bfloat16",
-    "float32",
-    "float64",
-    "float8_e4m3fn",
-    "float8_e5m2",
-    "complex64",
-    "complex128",
-]
-Tier = Literal["packed", "per_token", "scalar"]
 #: A declared dim: a size, or ``"*"`` for a ragged one.
 Dim = int | Literal["*"]
 

@@ -20,13 +20,15 @@ from pydantic import (
 )
 
 from py_wire import _native
+from py_wire._dtypes import DTypeName
 from py_wire._evolution import SchemaDiff
 from py_wire._evolution import diff as schema_diff
 from py_wire._native import FrameError, SchemaError
 from py_wire._schema.codecs import CompiledCodecs
-from py_wire._schema.constants import Dim, DTypeName, Tier
+from py_wire._schema.constants import Dim
 from py_wire._schema.text import data_json, parse_json, parse_toml
 from py_wire._schema.view_cache import _VIEWS
+from py_wire._tiers.names import Tier
 
 if TYPE_CHECKING:
     from py_wire._native import Frame

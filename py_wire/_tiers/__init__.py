@@ -2,7 +2,7 @@
 (:class:`~py_wire._tiers.codec.TierCodec`), chosen in one place (:func:`of`), as the codec's
 ``rust_codec/src/tier/`` does for the bytes: which input kind a value is handed to the codec
 as (``encode``), and the value ``decode`` builds over the frame's views. The tier names a
-schema may use are the schema's (``py_wire._schema.Tier``)."""
+schema may use are in ``names.py`` (``Tier``, which the schema views read)."""
 
 from __future__ import annotations
 

@@ -4,14 +4,16 @@ per-token fields of one decode share)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 import torch
 
 from py_wire._native import FieldLayout, TensorLoc
 from py_wire._rows import RowWindow
-from py_wire._schema import FieldDef
+
+if TYPE_CHECKING:  # for types only: py_wire._schema imports this package (names.py)
+    from py_wire._schema import FieldDef
 
 #: What the codec is handed for one field: ``(kind, first, second)``, as ``_native.encode``
 #: reads it (``"rows"``, ``"jagged"``, ``"padded"``, ``"dense"``, ``"csr"``, ``"shared"``).

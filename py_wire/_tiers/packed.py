@@ -3,15 +3,17 @@ values and index tables (a field with a per-row ``encoding``: its rows' Python v
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from py_wire._native import BatchError, FieldLayout
 from py_wire._packed import PackedTensor, _FrameRows
 from py_wire._rowvalues import decode_rows
-from py_wire._schema import FieldDef
 from py_wire._tiers.codec import FieldDecoding, InputKind, Items, owned
+
+if TYPE_CHECKING:  # for types only: py_wire._schema imports this package (names.py)
+    from py_wire._schema import FieldDef
 
 #: A packed field's CSR index tables, as ``FieldLayout`` names them.
 CSR_TABLES = ("seg_shapes", "seg_offsets", "row_offsets", "row_segments")

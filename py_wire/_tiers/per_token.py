@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -11,9 +11,11 @@ import torch
 from py_wire._dtypes import DTYPES
 from py_wire._jagged import jagged
 from py_wire._native import BatchError, FieldLayout
-from py_wire._schema import FieldDef
 from py_wire._tiers.codec import FieldDecoding, InputKind, Items, owned
 from py_wire._typing import as_jagged
+
+if TYPE_CHECKING:  # for types only: py_wire._schema imports this package (names.py)
+    from py_wire._schema import FieldDef
 
 
 class PerToken:

@@ -3,14 +3,16 @@ tensor."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from py_wire._native import BatchError, FieldLayout
-from py_wire._schema import FieldDef
 from py_wire._tiers.codec import FieldDecoding, InputKind, Items, owned
+
+if TYPE_CHECKING:  # for types only: py_wire._schema imports this package (names.py)
+    from py_wire._schema import FieldDef
 
 
 class Scalar:

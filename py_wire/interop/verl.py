@@ -82,6 +82,7 @@ from py_wire.adapters import (
     DTYPES,
     Writable,
     as_frame,
+    as_jagged,
     checked_schema,
     count,
     encode_rows,
@@ -97,7 +98,9 @@ from py_wire.adapters import (
 
 __all__ = [
     "dataproto_class",
+    "from_fields",
     "from_frame",
+    "to_fields",
     "to_frame",
 ]
 
@@ -195,16 +198,19 @@ def to_frame(
     padded tensor was padded with (when its padding holds one value), ``meta_info`` as JSON
     (refused, naming the key, when it would not come back equal, unless ``drop_meta_info``)."""
     sch = load_schema(schema)
-    out, metadata = _inputs(data, sch, drop_meta_info=drop_meta_info)
+    out, metadata = to_fields(data, sch, drop_meta_info=drop_meta_info)
     return encode(out, sch, stage=stage, metadata=metadata)
 
 
-def _inputs(
-    data: Any, sch: Schema, *, drop_meta_info: bool = False
+def to_fields(
+    data: Any, schema: Schema | str | Path = "verl/qwen2_5_vl", *, drop_meta_info: bool = False
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """What :func:`to_frame` encodes: the schema's fields of ``data`` and the ``verl.*``
-    metadata that rebuilds its shapes (for a caller that adds fields of its own before the one
-    encode)."""
+    """What :func:`to_frame` encodes, not encoded yet: the fields of ``schema`` that ``data``
+    (a ``DataProto`` or a mapping, as :func:`to_frame` takes) gives, and the ``verl.*`` frame
+    metadata that rebuilds its shapes, for a caller that adds fields of its own (declared in a
+    schema that extends the adapter's) before its one :func:`py_wire.encode`. Refuses what
+    :func:`to_frame` refuses, with the same errors."""
+    sch = load_schema(schema)
     batch, non_tensor, meta = _parts(data)
     unknown = [
         f"batch[{k!r}]" for k in _keys(batch) if k not in sch.fields and k not in DERIVED_KEYS
@@ -591,6 +597,89 @@ def from_frame(
         (prompt_length, response_length),
         dict(meta_info) if meta_info is not None else record.meta_info,
     )
+
+
+def from_fields(
+    fields: Mapping[str, Any],
+    frame: Any,
+    *,
+    record: Mapping[str, str] | None = None,
+    meta_info: Mapping[str, Any] | None = None,
+) -> Any:
+    """What :func:`from_frame` gives, from ``fields``, ``frame``'s fields as
+    :func:`py_wire.decode` returned them (by default; less any the caller's own schema added
+    to the adapter's), for a caller that decoded the frame already. ``record``: the ``verl.*``
+    entries :func:`to_fields` returned, where they were kept apart from ``frame``'s metadata
+    (None: the frame's own); ``meta_info`` replaces the recorded one. Values that are not
+    ``decode``'s for ``frame`` (another kind, other rows or tokens) are refused naming the
+    field."""
+    if meta_info is not None and not isinstance(meta_info, Mapping):
+        raise TypeError(f"meta_info must be a mapping, not {type(meta_info).__name__}")
+    if record is not None and not (
+        isinstance(record, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in record.items())
+    ):
+        raise TypeError(
+            "record must be a mapping of str to str (the verl.* metadata to_fields returns), "
+            f"not {type(record).__name__}"
+        )
+    frame = as_frame(frame)
+    sch = checked_schema(frame)
+    _check_decoded(fields, sch, frame.num_rows)
+    rec = _Record.read(frame, sch, meta=record)
+    meta = dict(meta_info) if meta_info is not None else rec.meta_info
+    return _dataproto(dict(fields), sch, rec, (None, None), meta)
+
+
+def _check_decoded(fields: Any, sch: Schema, rows: int) -> None:
+    """``fields`` are ``decode``'s values for a frame of ``sch`` with ``rows`` rows: each a
+    field of ``sch``, of the kind its tier and encoding decode to, ``rows`` long, and each
+    per-token field cut as ``input_ids`` is."""
+    if not isinstance(fields, Mapping):
+        raise TypeError(
+            f"fields must be a mapping (what py_wire.decode returned), not {type(fields).__name__}"
+        )
+    ids = fields.get("input_ids")
+    if not (isinstance(ids, torch.Tensor) and ids.is_nested and ids.layout == torch.jagged):
+        raise _err(
+            "fields['input_ids'] (the rows' tokens, as py_wire.decode gives them: a jagged "
+            f"nested tensor) is {type(ids).__name__}",
+            field="input_ids",
+        )
+    offsets = as_jagged(ids).offsets()
+    for name, value in fields.items():
+        field = sch.fields.get(name) if isinstance(name, str) else None
+        if field is None:
+            raise _err(
+                f"fields: {name!r} is not a field of the frame's schema {sch.name!r}",
+                field=name if isinstance(name, str) else repr(name),
+            )
+        n = _decoded_rows(value, field, offsets)
+        if n != rows:
+            raise _err(
+                f"fields[{name!r}]: not what py_wire.decode gives field {name!r} of this frame "
+                f"({rows} rows{', cut as input_ids' if tier_items(field.tier) == 'tokens' else ''}"
+                f"), but a {type(value).__name__}" + (f" of {n} rows" if n is not None else ""),
+                field=name,
+            )
+
+
+def _decoded_rows(value: Any, field: FieldDef, offsets: torch.Tensor) -> int | None:
+    """How many rows ``value`` holds, where it is of the kind ``decode`` gives ``field`` (a
+    per-token field: cut by ``offsets``, the ``input_ids`` rows); else None."""
+    items = tier_items(field.tier)
+    if field.encoding is not None:
+        return len(value) if isinstance(value, list) else None
+    if items == "segments":
+        return len(value) if isinstance(value, PackedTensor) else None
+    if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.device.type == "meta":
+        return None
+    if items == "rows":
+        return None if value.is_nested else value.shape[0]
+    if not (value.is_nested and value.layout == torch.jagged):
+        return None
+    own = as_jagged(value).offsets()
+    return value.size(0) if own.device == offsets.device and torch.equal(own, offsets) else None
 
 
 def _dataproto(

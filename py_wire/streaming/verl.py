@@ -395,7 +395,7 @@ class VerlQueueClient:
             )
         data = sample.full_batch
         meta = dict(getattr(data, "meta_info", None) or {})
-        fields, verl_meta = _verl._inputs(data, self.schema, drop_meta_info=True)
+        fields, verl_meta = _verl.to_fields(data, self.schema, drop_meta_info=True)
         facts = {
             f.name: getattr(sample, f.name)
             for f in dataclasses.fields(sample)
@@ -632,8 +632,7 @@ def rollout_samples(frame: Frame) -> list[Any]:
             got.pop(VERSION_KEY, None)
     out: list[Any] = []
     for run, (part, got) in zip(runs, parts, strict=True):
-        record = _verl._Record.read(part, ext, meta=run[0][1]["verl"])
-        proto = _verl._dataproto(got, ext, record, (None, None), {})
+        proto = _verl.from_fields(got, part, record=run[0][1]["verl"], meta_info={})
         out += _cut(proto, [r for _, r in run])
     return out
 

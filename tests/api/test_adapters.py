@@ -48,30 +48,47 @@ def test_no_interop_module_imports_a_private_module_of_the_core() -> None:
 
 
 def _adapter_internals(path: Path, root: Path) -> list[str]:
-    """Each import in ``path`` of what is not a framework adapter's public face: a module of an
-    adapter package (``py_wire.interop.transfer_queue.columns``) or a name outside an
-    adapter's ``__all__``, as ``file:line: module.name``."""
+    """Each use in ``path`` of what is not a framework adapter's public face: an import of a
+    module of an adapter package (``py_wire.interop.transfer_queue.columns``) or of a name
+    outside an adapter's ``__all__``, and an attribute outside it read off an adapter module
+    imported whole (``verl._inputs`` after ``from py_wire.interop import verl``), as
+    ``file:line: module.name``."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    aliases: dict[str, str] = {}  # a name bound to an adapter module -> the module
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            wanted = [(a.name, None) for a in node.names]
+            wanted = [(a.name, None, a.asname) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            wanted = [(node.module, a.name) for a in node.names]
+            wanted = [(node.module, a.name, a.asname) for a in node.names]
         else:
             continue
-        for module, name in wanted:
+        for module, name, asname in wanted:
             if not module.startswith("py_wire.interop"):
                 continue
             if module == "py_wire.interop" and name is not None:
                 ok = f"{module}.{name}" in ADAPTERS
+                if ok:
+                    aliases[asname or name] = f"{module}.{name}"
             elif module in ADAPTERS:
                 ok = name is None or name in importlib.import_module(module).__all__
+                if name is None and asname is not None:
+                    aliases[asname] = module
             else:
                 ok = False
             if not ok:
                 what = module if name is None else f"{module}.{name}"
                 found.append(f"{path.relative_to(root)}:{node.lineno}: {what}")
-    return found
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+        ):
+            module = aliases[node.value.id]
+            if node.attr not in importlib.import_module(module).__all__:
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {module}.{node.attr}")
+    return sorted(found, key=lambda hit: int(hit.split(":")[1]))
 
 
 def test_no_streaming_module_imports_a_private_module_of_the_core() -> None:
@@ -120,12 +137,18 @@ def test_the_check_names_each_import_past_an_adapters_public_face(tmp_path: Path
         "from py_wire.interop.transfer_queue.columns import frames_column\n"
         "import py_wire.interop.transfer_queue.put\n"
         "from py_wire.interop import transfer_queue as ptq, nowhere\n"
+        "import py_wire.interop.verl as pv\n"
+        "verl.to_frame(ptq.TEXT, pv.from_fields)\n"
+        "verl._inputs(ptq._column, pv._Record.read)\n"
     )
     assert _adapter_internals(probe, tmp_path) == [
         "probe.py:3: py_wire.interop.transfer_queue.column_of",
         "probe.py:4: py_wire.interop.transfer_queue.columns.frames_column",
         "probe.py:5: py_wire.interop.transfer_queue.put",
         "probe.py:6: py_wire.interop.nowhere",
+        "probe.py:9: py_wire.interop.verl._inputs",
+        "probe.py:9: py_wire.interop.transfer_queue._column",
+        "probe.py:9: py_wire.interop.verl._Record",
     ]
 
 

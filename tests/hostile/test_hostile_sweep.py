@@ -248,6 +248,13 @@ TARGETS: list[Target] = [
         **SCHEMA_ALIASES, **BATCH_ALIASES),
     *_targets("verl.from_frame", lambda frame=VERL_FRAME, **kw: pw_verl.from_frame(frame, **kw),
               "frame", "stage", **FRAME_ALIASES),
+    *_targets("verl.to_fields", lambda data=None, **kw: pw_verl.to_fields(
+        pw_verl.from_frame(VERL_FRAME) if data is None else data, **{
+            "schema": "verl/text", **kw}), "data", "schema", "drop_meta_info",
+        **SCHEMA_ALIASES, **BATCH_ALIASES),
+    *_targets("verl.from_fields", lambda fields=None, frame=VERL_FRAME, **kw: pw_verl.from_fields(
+        py_wire.decode(VERL_FRAME) if fields is None else fields, frame, **kw), "fields",
+        "frame", "record", "meta_info", **FRAME_ALIASES),
     *_targets("transfer_queue.media_fields", lambda schema: ptq.media_fields(schema), "schema",
               **SCHEMA_ALIASES),
     *_targets("transfer_queue.columns_for", lambda schema="qwen2_5_vl", **kw: ptq.columns_for(

@@ -595,3 +595,41 @@ def test_verl_recorded_pad_value_out_of_range_is_a_frame_error() -> None:
     frame = with_metadata(_verl_frame(2), **{"verl.pad_values": '{"advantages":1e39}'})
     with pytest.raises(py_wire.FrameError, match=r"verl\.pad_values"):
         pw_verl.from_frame(frame)
+
+
+def test_to_fields_and_from_fields_are_to_frame_and_from_frame_around_a_callers_encode() -> None:
+    """A caller that adds fields of its own (the verl stream's sample record) encodes what
+    ``to_fields`` gives once, and rebuilds from its own decode with ``from_fields``, the record
+    kept apart from the frame's metadata."""
+    dp = verl_batch(True)
+    before = snapshot_of(dp)
+    fields, record = pw_verl.to_fields(dp, "verl/qwen2_5_vl")
+    assert all(key.startswith("verl.") for key in record)
+    frame = py_wire.encode(fields, "verl/qwen2_5_vl")  # no verl.* metadata in the frame
+    assert not any(key.startswith("verl.") for key in frame.metadata)
+    back = pw_verl.from_fields(py_wire.decode(frame), frame, record=record)
+    assert_same_dataproto(back, before, model_keys=True)
+    with_record = pw_verl.to_frame(dp, "verl/qwen2_5_vl")
+    again = pw_verl.from_fields(py_wire.decode(with_record), with_record, meta_info={"a": 1})
+    assert again.meta_info == {"a": 1}
+    assert_same_dataproto(
+        again, pw_verl.from_frame(with_record, meta_info={"a": 1}), model_keys=False
+    )
+
+
+def test_from_fields_refuses_values_that_are_not_the_frames_decode() -> None:
+    frame = pw_verl.to_frame(verl_batch(False), "verl/text")
+    other = pw_verl.to_frame(verl_batch(False, n=2), "verl/text")
+    fields = py_wire.decode(frame)
+    with pytest.raises(
+        py_wire.BatchError, match=r"fields\[.responses.\].*12 rows.*PackedTensor of 6 rows"
+    ):
+        pw_verl.from_fields({**fields, "responses": py_wire.decode(other)["responses"]}, frame)
+    with pytest.raises(py_wire.BatchError, match=r"fields\['old_log_probs'\].*list"):
+        pw_verl.from_fields({**fields, "old_log_probs": [1.0] * 12}, frame)
+    with pytest.raises(py_wire.BatchError, match=r"fields\['input_ids'\]"):
+        pw_verl.from_fields({k: v for k, v in fields.items() if k != "input_ids"}, frame)
+    with pytest.raises(py_wire.BatchError, match="'pixel_values' is not a field"):
+        pw_verl.from_fields({**fields, "pixel_values": None}, frame)
+    with pytest.raises(TypeError, match="record must be a mapping of str to str"):
+        pw_verl.from_fields(fields, frame, record={"verl.prompt_length": 48})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import typing
 
 import pytest
@@ -10,7 +12,7 @@ import torch
 import py_wire
 from py_wire import _tiers as tiers
 from py_wire._native import BatchError
-from py_wire._schema import Tier
+from py_wire._tiers.names import Tier
 
 
 def test_every_tier_a_schema_names_has_one_implementation() -> None:
@@ -19,6 +21,35 @@ def test_every_tier_a_schema_names_has_one_implementation() -> None:
     codecs = [tiers.of(name) for name in names]
     assert len({id(c) for c in codecs}) == len(names)
     assert {c.items for c in codecs} == {"rows", "tokens", "segments"}
+
+
+#: Imports each first module anew (py_wire's own ``__init__`` left out, so that its order
+#: decides nothing), then the rest: an import circle between the schema views and the tiers
+#: fails the first order that enters it from the wrong side.
+_ANY_ORDER = """
+import importlib, sys, types
+import py_wire._native as native
+for first in sys.argv[1:]:
+    for name in [m for m in sys.modules if m.startswith("py_wire")]:
+        del sys.modules[name]
+    package = types.ModuleType("py_wire")
+    package.__path__ = [native.__file__.rsplit("/", 1)[0]]
+    sys.modules["py_wire"] = package
+    sys.modules["py_wire._native"] = package._native = native
+    for name in (first, "py_wire._schema", "py_wire._tiers"):
+        importlib.import_module(name)
+"""
+
+
+def test_the_schema_views_and_the_tiers_import_in_any_order() -> None:
+    """The tier names live in the tiers' folder (``_tiers/names.py``) and the schema views read
+    them, while the tiers read the views for types only: no import circle, whichever of the
+    two a process imports first."""
+    first = ["py_wire._schema", "py_wire._tiers", "py_wire._tiers.names", "py_wire._dtypes"]
+    run = subprocess.run(
+        [sys.executable, "-c", _ANY_ORDER, *first], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
 
 
 def test_what_a_tiers_rows_are_is_its_implementations_answer() -> None:
