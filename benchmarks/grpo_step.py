@@ -19,7 +19,9 @@ given (nothing of it is copied here; its imports need ``pillow``).
 Beside each py_wire layout, in the same TQ, TQ's own floor for that layout (``TQFloor``): the
 step's puts, fetches and sampler calls under the same keys with TQ's own encoder and no py_wire;
 the per-sample / per-group ratio of TQ alone bounds py_wire's. The profiled step's table counts
-the TQ calls each path makes (metadata lookups, fetches, puts).
+the TQ calls each path makes (metadata lookups, fetches, puts) and splits its time into TQ's
+calls and py_wire's parts (encode, decode, checks, frame ops, frame reads, tags), with the rest
+of the step (outside every named part) in a column of its own.
 
 Each side runs in a TQ of its own (the sampler is configured per side: one row per group for
 py_wire keyed per group, ``n_samples_per_prompt`` rows per group for py_wire keyed per sample
