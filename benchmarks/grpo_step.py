@@ -19,7 +19,9 @@ given (nothing of it is copied here; its imports need ``pillow``).
 Beside each py_wire layout, in the same TQ, TQ's own floor for that layout (``TQFloor``): the
 step's puts, fetches and sampler calls under the same keys with TQ's own encoder and no py_wire;
 the per-sample / per-group ratio of TQ alone bounds py_wire's. The profiled step's table counts
-the TQ calls each path makes (metadata lookups, fetches, puts).
+the TQ calls each path makes (metadata lookups, fetches, puts) and splits its time into TQ's
+calls and py_wire's parts (encode, decode, checks, frame ops, frame reads, tags), with the rest
+of the step (outside every named part) in a column of its own.
 
 Each side runs in a TQ of its own (the sampler is configured per side: one row per group for
 py_wire keyed per group, ``n_samples_per_prompt`` rows per group for py_wire keyed per sample
@@ -72,18 +74,20 @@ SCALAR = ("input_lengths", "sample_mask")
 
 
 class Where:
-    """Where a step's time goes: the TQ client's calls, py_wire's encodes, decodes, checks and
-    frame ops, each timed by a wrapper around the named function (outermost call only, so a
-    category never counts another's time twice); and the payload bytes each write-back hands
-    to TQ (``kv_batch_put`` of a write-back column, or NeMo-RL's ``write``)."""
+    """Where a step's time goes: the TQ client's calls, py_wire's encodes, decodes, checks,
+    frame ops, frame reads and tags, each timed by a wrapper around the named function
+    (outermost call only, so a category never counts another's time twice); and the payload
+    bytes each write-back hands to TQ (``kv_batch_put`` of a write-back column, or NeMo-RL's
+    ``write``)."""
 
     def __init__(self, extra: list[tuple[Any, str, str]] | None = None) -> None:
         from py_wire import _native
 
-        # the modules (the package re-exports functions of the same names)
-        ptq_get, ptq_put, ptq_wb = (
+        # the modules (the package re-exports functions of the same names); each name is
+        # wrapped where it is called (a module that imported it holds its own reference)
+        ptq_get, ptq_put, ptq_wb, ptq_cols = (
             importlib.import_module(f"py_wire.interop.transfer_queue.{m}")
-            for m in ("get", "put", "write_back")
+            for m in ("get", "put", "write_back", "columns")
         )
 
         client = type(tq.get_client()) if tq_started() else None
@@ -93,15 +97,31 @@ class Where:
             (tq, "kv_list", "TQ calls"),
             (tq, "kv_clear", "TQ calls"),
             (_native, "encode", "encode"),
+            (ptq_put, "encode_with_codec", "encode"),
+            (ptq_cols, "encode_with_codec", "encode"),
+            (ptq_get, "encode_with_codec", "encode"),
             (ptq_get, "decode_selected", "decode"),
+            (ptq_wb, "decode_selected", "decode"),
             (ptq_get, "_check_groups", "checks"),
             (ptq_get, "_check_sequences", "checks"),
             (ptq_get, "_check_media_rows", "checks"),
+            (ptq_get, "_check_tags", "checks"),
             (ptq_put, "checked_fields", "checks"),
             (ptq_wb, "checked_fields", "checks"),
+            (ptq_wb, "_check_written", "checks"),
+            (ptq_wb, "_aligned", "checks"),
             (ptq_get, "concat", "frame ops"),
             (ptq_get, "take_rows", "frame ops"),
             (ptq_put, "split", "frame ops"),
+            (ptq_put, "concat", "frame ops"),
+            (ptq_wb, "split", "frame ops"),
+            (ptq_wb, "concat", "frame ops"),
+            (ptq_put, "frames_column", "frame ops"),
+            (ptq_wb, "frames_column", "frame ops"),
+            (ptq_get, "column_frames", "frame reads"),
+            (ptq_put, "_tags", "tags"),
+            (ptq_wb, "_recorded", "tags"),
+            (ptq_get, "_media_sources", "tags"),
         ]
         self.spots += extra or []
         if client is not None:
@@ -117,6 +137,11 @@ class Where:
         #: msgpack header with each row's dtype and shape, and the buffers): what crosses
         self.write_back_wire: list[int] = []
         self.depth = 0
+        #: TQ calls under way (a TQ call inside another is not counted again; one inside a
+        #: py_wire part is counted, its time the part's)
+        self.in_tq = 0
+        #: seconds of the wrappers' own byte counting (not the step's)
+        self.book = 0.0
         self.saved: list[tuple[Any, str, Any]] = []
 
     def __enter__(self) -> Where:
@@ -133,7 +158,9 @@ class Where:
 
     def _timed(self, fn: Callable[..., Any], what: str) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if what == "TQ calls" and fn.__name__ in ("kv_batch_put", "put") and not self.depth:
+            if what == "TQ calls" and fn.__name__ in ("kv_batch_put", "put") and not self.in_tq:
+                # the benchmark's own bookkeeping: kept out of the step's time
+                t_book = time.perf_counter()
                 fields = kwargs.get("fields", kwargs.get("data"))
                 if fields is None:  # the client's put(data, metadata)
                     fields = next((a for a in args if isinstance(a, TensorDict)), None)
@@ -147,11 +174,17 @@ class Where:
                     names = list(fields.keys())
                     cols = [c for c in names if c.startswith(ptq.WRITE_BACK) or c in LATER]
                     self.write_back_wire.append(encoded_bytes(fields.select(*cols)))
-            if self.depth:
-                return fn(*args, **kwargs)
-            if what == "TQ calls":
+                self.book += time.perf_counter() - t_book
+            if what == "TQ calls" and not self.in_tq:
                 for kind in CALL_KINDS.get(fn.__name__, (fn.__name__,)):
                     self.calls[kind] = self.calls.get(kind, 0) + 1
+            if self.depth:
+                self.in_tq += what == "TQ calls"
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self.in_tq -= what == "TQ calls"
+            self.in_tq += what == "TQ calls"
             self.depth += 1
             t0 = time.perf_counter()
             try:
@@ -159,6 +192,7 @@ class Where:
             finally:
                 self.seconds[what] = self.seconds.get(what, 0.0) + time.perf_counter() - t0
                 self.depth -= 1
+                self.in_tq -= what == "TQ calls"
 
         return timed
 
@@ -554,7 +588,7 @@ def timed(
     with Where(extra) as where:
         t0 = time.perf_counter()
         out = fn()
-        where.seconds["whole step"] = time.perf_counter() - t0
+        where.seconds["whole step"] = time.perf_counter() - t0 - where.book
     return statistics.median(times) * 1e3, out, where
 
 
@@ -733,18 +767,26 @@ def main() -> None:
             )
     print(
         "\nWhere one more step's time went (ms; TQ calls = the TQ client's puts, gets and "
-        "metas; NeMo-RL's encode/decode = its pack_jagged_fields / materialize):\n"
+        "metas; NeMo-RL's encode/decode = its pack_jagged_fields / materialize; frame reads = "
+        "frames wrapped from what TQ's get returned, each checked to be its column's; tags = "
+        "py_wire's tags built and read; the rest = the step's time outside every named part "
+        "(argument checks, plan building, the benchmark's own loop):\n"
         "| TQ backend | path | whole step | TQ calls | encode | decode | checks | frame ops | "
-        "write-back MB | TQ metas / fetches / puts |\n|---|---|" + "---:|" * 8
+        "frame reads | tags | the rest | write-back MB | TQ metas / fetches / puts |\n"
+        "|---|---|" + "---:|" * 11
     )
+    named = ("TQ calls", "encode", "decode", "checks", "frame ops", "frame reads", "tags")
     for r in results:
         for mode, label in (*PATHS, *FLOORS):
             w = r.get(mode + "_where")
             if w is None:
                 continue
+            rest = w.seconds.get("whole step", 0.0) - sum(w.seconds.get(k, 0.0) for k in named)
             cells = " | ".join(
-                f"{w.seconds.get(k, 0.0) * 1e3:.0f}"
-                for k in ("whole step", "TQ calls", "encode", "decode", "checks", "frame ops")
+                [
+                    *(f"{w.seconds.get(k, 0.0) * 1e3:.0f}" for k in ("whole step", *named)),
+                    f"{rest * 1e3:.0f}",
+                ]
             )
             n = " / ".join(str(w.calls.get(k, 0)) for k in ("metas", "fetches", "puts"))
             print(f"| {r['backend']} | {label} | {cells} | {w.write_back_bytes / 1e6:.3f} | {n} |")

@@ -640,6 +640,35 @@ def test_per_sample_keys_store_within_a_fifth_of_per_group(batch: dict[str, Any]
     tq.kv_clear(keys=keys("byg", 3) + keys("bys", 12) + keys("by1", 12), partition_id="bytes")
 
 
+def test_a_per_sample_put_looks_its_keys_up_once(
+    batch: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A per-sample put looks its keys up once (the check that no live sample reads a media key
+    put over, which creates them) and puts their text rows through that lookup; the groups'
+    media go under their first keys by ``kv_batch_put`` (its own lookup): two lookups and two
+    puts, as TQ's own per-sample floor makes. Its returned tags are the keys' tags, py_wire's
+    record of each key's rows (``STORED``) among them."""
+    client = tq.get_client()
+    calls: list[str] = []
+    for name in ("kv_retrieve_meta", "async_kv_retrieve_meta", "put", "async_put"):
+        real = getattr(client, name)
+
+        def counted(*args: Any, _name: str = name, _real: Any = real, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(client, name, counted)
+    names = keys("pl", 12)
+    meta = ptq.put(batch, SCHEMA, names, "pl", group_size=GROUP)
+    monkeypatch.undo()
+    assert sorted(calls) == ["async_kv_retrieve_meta", "async_put", "kv_retrieve_meta", "put"]
+    lengths = [len(r) for r in batch["input_ids"]]
+    assert [t[ptq.STORED].split(";")[0] for t in meta.tags] == [str(n) for n in lengths]
+    assert meta.tags == [tq.kv_list("pl")["pl"][k] for k in names]
+    assert_same(py_wire.decode(py_wire.encode(batch, SCHEMA)), ptq.get(names, "pl"))
+    tq.kv_clear(keys=names, partition_id="pl")
+
+
 def test_per_sample_fetch_is_the_whole_batch_decode(batch: dict[str, Any]) -> None:
     """Whatever samples a per-sample fetch names (all, some of several groups, any order), for
     every stage, it returns bit for bit what decoding the whole batch returns for those rows."""

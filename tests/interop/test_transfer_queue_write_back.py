@@ -206,8 +206,8 @@ def test_a_write_back_looks_its_keys_up_once(
     monkeypatch: Any,
 ) -> None:
     """A write-back retrieves its keys' metadata once and puts through it (``kv_batch_put``
-    would look them up again), one fetch (their text column) and one put; the written values
-    read back bit for bit."""
+    would look them up again): one lookup and one put, no fetch (the rows it is checked
+    against are in the keys' tags, ``STORED``); the written values read back bit for bit."""
     part = f"wbmeta{int(per_sample)}"
     batch, names = _written(per_sample, part)
     client = tq.get_client()
@@ -217,11 +217,61 @@ def test_a_write_back_looks_its_keys_up_once(
         _counting(monkeypatch, client, name, calls)
     ptq.write_back(names, part, {"advantages": batch["advantages"]})
     monkeypatch.undo()
-    assert sorted(calls) == ["get_data", "kv_retrieve_meta", "put"], calls
+    assert sorted(calls) == ["kv_retrieve_meta", "put"], calls
     got = ptq.get(names, part, fields=["advantages"])
     flat = torch.cat(batch["advantages"])
     assert torch.equal(got["advantages"].values().view(torch.int32), flat.view(torch.int32))
     assert ptq.WRITE_BACK + "advantages" in tq.kv_list(part)[part][names[-1]][ptq.WRITE_BACKS]
+    tq.kv_clear(keys=names, partition_id=part)
+
+
+@pytest.mark.parametrize("per_sample", [False, True], ids=["per-group", "per-sample"])
+def test_a_write_back_is_checked_against_the_frames_when_tags_do_not_record_them(
+    backend: str,  # noqa: F811
+    per_sample: bool,
+    monkeypatch: Any,
+) -> None:
+    """Keys whose tags lack put's record of their rows (``STORED``: dropped, or garbled) have
+    their text column fetched and the write-back checked against it, as before the record;
+    a record that lies about the rows lets through a write-back that fits the lie, but the get
+    compares the write-back's rows with the text frame's and refuses it, naming the key."""
+    part = f"wbrec{int(per_sample)}"
+    batch = nemo_rl_qwen2_5_vl_batch(2 * GROUP, group_size=GROUP)
+    rows = len(batch["input_ids"])
+    names = keys(f"{part}_", rows if per_sample else rows // GROUP)
+    rollout = {k: v for k, v in batch.items() if k not in LATER}
+    ptq.put(rollout, SCHEMA, names, part, group_size=GROUP, stage="logprob")
+    record = tq.kv_list(part)[part][names[0]][ptq.STORED]
+    lengths = [len(r) for r in batch["input_ids"]]
+    assert record.split(";")[0] == ",".join(map(str, lengths[: 1 if per_sample else GROUP]))
+    (text,) = ptq.get_frames(names[:1], part, [ptq.TEXT])[ptq.TEXT]
+    assert record.split(";")[1].split(",") == [f.name for f in text.layout.fields]
+
+    client = tq.get_client()
+    for garbled in (None, "not;a record"):
+        tq.kv_batch_put(keys=names, partition_id=part, tags=[{ptq.STORED: garbled}] * len(names))
+        fetches: list[str] = []
+        _counting(monkeypatch, client, "get_data", fetches)
+        short = [r[:-1] for r in batch["prev_logprobs"]]
+        with pytest.raises(py_wire.BatchError, match=r"prev_logprobs.*row 0"):
+            ptq.write_back(names, part, {"prev_logprobs": short})
+        assert fetches == ["get_data"]  # the text column, read for the check
+        monkeypatch.undo()
+    ptq.write_back(names, part, {"prev_logprobs": batch["prev_logprobs"]})
+    got = ptq.get(names, part, fields=["prev_logprobs"])
+    flat = torch.cat(batch["prev_logprobs"])
+    assert torch.equal(got["prev_logprobs"].values().view(torch.int32), flat.view(torch.int32))
+
+    # a record that lies: the true rows are refused by write_back, the lie's by the get
+    counts, fields = record.split(";")
+    lie = ",".join(str(int(n) - 1) for n in counts.split(","))
+    tq.kv_batch_put(keys=names[:1], partition_id=part, tags=[{ptq.STORED: f"{lie};{fields}"}])
+    mine = batch["advantages"][: 1 if per_sample else GROUP]
+    with pytest.raises(py_wire.BatchError, match=r"advantages.*row 0"):
+        ptq.write_back(names[:1], part, {"advantages": mine})
+    ptq.write_back(names[:1], part, {"advantages": [r[:-1] for r in mine]})
+    with pytest.raises(py_wire.FrameError, match=names[0]):
+        ptq.get(names[:1], part, fields=["advantages"])
     tq.kv_clear(keys=names, partition_id=part)
 
 

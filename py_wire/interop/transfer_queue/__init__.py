@@ -16,7 +16,7 @@ each key's text column holds its sample's row alone, and the group's media frame
 once, under the group's first key, which every key of the group names in its tags
 (``MEDIA_HOLDER``, ``MEDIA_ROW``); a fetch of any samples reads each of their groups' media
 frames once. Tags are otherwise the caller's, plus ``total_lengths`` and py_wire's own
-(``GROUP``, ``WRITE_BACKS``).
+(``GROUP``, ``STORED``, ``WRITE_BACKS``).
 
 **A key's data is only its own.** Every group gets a random identity at :func:`put`, in the
 ``__metadata__`` of its text, media and write-back frames (``GROUP_KEY``) and in its keys'
@@ -53,7 +53,9 @@ the frames.
 ``advantages``) are not stored at put (``put(..., stage="logprob")`` accepts a rollout batch
 without them) but added per key by :func:`write_back`, each write-back one more TQ column
 (``py_wire.fields:<names>``) checked against the stored groups (schema, rows, each row's
-tokens) before TQ sees a byte; :func:`get` merges stored and written-back fields.
+tokens, as :func:`put` recorded them in the keys' tags, ``STORED``: no fetch) before TQ sees a
+byte; :func:`get` merges stored and written-back fields, each write-back's rows compared with
+its key's text frame.
 
 **Samplers.** :func:`put` tags each group with ``total_lengths`` (its tokens), what TQ's
 ``SeqlenBalancedSampler`` reads; :func:`get_by_meta` decodes the samples of the ``BatchMeta``
@@ -104,6 +106,7 @@ from py_wire.interop.transfer_queue.columns import (
     MEDIA_ROW,
     SCHEMA,
     SCHEMA_HOLDER,
+    STORED,
     TEXT,
     TOTAL_LENGTHS,
     WRITE_BACK,
@@ -135,6 +138,7 @@ __all__ = [
     "MEDIA_ROW",
     "SCHEMA",
     "SCHEMA_HOLDER",
+    "STORED",
     "TEXT",
     "TOTAL_LENGTHS",
     "WRITE_BACK",

@@ -94,6 +94,15 @@ SCHEMA = "py_wire.schema"
 SCHEMA_HOLDER = "py_wire.schema_key"
 
 
+#: The tag recording what :func:`put` stored in a key's text column: its rows' token counts,
+#: comma-separated (one for a per-sample key), then ``;`` and the fields its text frame holds,
+#: comma-separated (``"960;input_ids,input_lengths"``). One string, not lists: TQ deep-copies
+#: every key's tags on each put and lookup. :func:`write_back` checks written rows against it
+#: without fetching the text column (a key whose tags lack it or garble it is checked against
+#: its frames); :func:`get` compares each write-back frame's rows with the text frame's.
+STORED = "py_wire.stored"
+
+
 def media_fields(schema: Schema | str | Path) -> tuple[str, ...]:
     """The fields stored in the media column: those the schema declares ``column = "media"``
     (images, their grids and masks), in schema order."""

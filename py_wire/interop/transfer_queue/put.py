@@ -33,6 +33,7 @@ from py_wire.interop.transfer_queue.columns import (
     MEDIA_ROW,
     SCHEMA,
     SCHEMA_HOLDER,
+    STORED,
     TEXT,
     TOTAL_LENGTHS,
     WRITE_BACKS,
@@ -257,24 +258,32 @@ def _tags(
     """Each key's TQ tags: the caller's, plus ``total_lengths`` (its tokens, what TQ's
     ``SeqlenBalancedSampler`` balances by) unless the caller set it, and py_wire's own: the
     key's group identity (``key_groups``), its schema's fingerprint and the key whose text
-    frame embeds it (``schema_holders``), no media key (a per-sample put names it after) and
-    no write-backs. py_wire's tags are set whatever the caller's say (tags copied from another
-    group's sample) or TQ keeps from an earlier put of the key (it merges tags). A key is a
-    group, or with ``per_sample`` a row of one."""
+    frame embeds it (``schema_holders``), its text column's rows and fields (``STORED``), no
+    media key (a per-sample put names it after) and no write-backs. py_wire's tags are set
+    whatever the caller's say (tags copied from another group's sample) or TQ keeps from an
+    earlier put of the key (it merges tags). A key is a group, or with ``per_sample`` a row of
+    one."""
     seq = sch.sequence_field
     tokens: list[int | None] = [None] * len(key_groups)
+    stored: list[str | None] = [None] * len(key_groups)
     if seq is not None:
-        tokens = []
+        tokens, stored = [], []
         for raw in plans[TEXT]:
             rows = _row_tokens(next(r for r in raw if r[0] == seq))
-            tokens += rows if per_sample else [sum(rows)]
+            held = ",".join(r[0] for r in raw)
+            if per_sample:
+                tokens += rows
+                stored += [f"{n};{held}" for n in rows]
+            else:
+                tokens.append(sum(rows))
+                stored.append(f"{','.join(map(str, rows))};{held}")
     out = []
     for i, (n, group, holder) in enumerate(zip(tokens, key_groups, schema_holders, strict=True)):
         tag = {} if tags is None else dict(tags[i])
         if n is not None:
             tag.setdefault(TOTAL_LENGTHS, n)
         tag.update({GROUP: group, MEDIA_HOLDER: None, MEDIA_ROW: None, WRITE_BACKS: []})
-        tag.update({SCHEMA: sch.fingerprint, SCHEMA_HOLDER: holder})
+        tag.update({SCHEMA: sch.fingerprint, SCHEMA_HOLDER: holder, STORED: stored[i]})
         out.append(tag)
     return out
 
@@ -343,17 +352,17 @@ def put(
     key_tags = _tags(plans, sch, tags, per_sample, key_groups, holders)
     if not per_sample:
         columns = encode_columns(codecs, plans, as_objects)
-        if MEDIA in columns:
-            refuse_overwriting_media(keys, partition_id)
-        return tq_put(keys, partition_id, columns, as_objects, key_tags)
+        meta = refuse_overwriting_media(keys, partition_id) if MEDIA in columns else None
+        return tq_put(keys, partition_id, columns, as_objects, key_tags, meta)
     return _put_per_sample(keys, partition_id, codecs, plans, as_objects, key_tags)
 
 
-def refuse_overwriting_media(keys: Sequence[str], partition_id: str) -> None:
+def refuse_overwriting_media(keys: Sequence[str], partition_id: str) -> Any:
     """Refuses a put over a key whose media column other live samples read (a per-sample
     group's first key, while samples of that group not put again now remain): it would give
     them another group's images. A :class:`~py_wire.FrameError` (as a fetch of such samples
-    is) naming the key and those samples; clear a group's keys together first."""
+    is) naming the key and those samples; clear a group's keys together first. Returns TQ's
+    ``BatchMeta`` of ``keys`` (created where new), which the put then goes through."""
     client = tq_module().get_client()
     # create=True: what kv_batch_put does next (called once the batch is encoded, so a refused
     # batch registers no key), and a key not stored yet is then no warning in TQ's log
@@ -364,7 +373,7 @@ def refuse_overwriting_media(keys: Sequence[str], partition_id: str) -> None:
         if tags.get(MEDIA_HOLDER) == key
     }
     if not holders:
-        return
+        return meta
     putting = set(keys)
     held = tq_module().kv_list(partition_id).get(partition_id, {})
     for holder, group in holders.items():
@@ -382,6 +391,7 @@ def refuse_overwriting_media(keys: Sequence[str], partition_id: str) -> None:
                 ),
                 field="keys",
             )
+    return meta
 
 
 def _put_per_sample(
@@ -408,12 +418,14 @@ def _put_per_sample(
         rows[0] = concat([rows[0]], compact=False)
         texts += rows
         holders.append(holder)
+    meta = None
     if MEDIA in frames:
-        refuse_overwriting_media(keys, partition_id)
+        meta = refuse_overwriting_media(keys, partition_id)
         media = {MEDIA: _as_column(frames[MEDIA], as_objects)}
         tq_put(holders, partition_id, media, as_objects, None)
     text = {TEXT: _as_column(texts, as_objects)}
-    return tq_put(keys, partition_id, text, as_objects, key_tags)
+    # Through the lookup the media check made (created every key): no second one.
+    return tq_put(keys, partition_id, text, as_objects, key_tags, meta)
 
 
 def _as_column(frames: list[Frame], as_objects: bool) -> Any:
@@ -441,10 +453,14 @@ def tq_put(
         return tq.kv_batch_put(keys=keys, partition_id=partition_id, fields=fields, tags=tags)
     meta.update_custom_meta(tags)
     meta = tq.get_client().put(fields, meta)
-    return tq.KVBatchMeta(
+    out = tq.KVBatchMeta(
         keys=list(keys),
-        tags=meta.custom_meta,
+        tags=[{}] * len(keys),
         partition_id=partition_id,
         fields=meta.field_names,
         extra_info=meta.extra_info,
     )
+    # Each key's tags copied one level (TQ's KVBatchMeta deep-copies every key's tags, O(keys)
+    # of Python a put): the BatchMeta they come from is this call's own and dropped here.
+    out.tags = [dict(t) for t in meta.custom_meta]
+    return out
