@@ -417,9 +417,9 @@ def test_misaligned_write_backs_name_field_and_row() -> None:
         for c in tq.get_client().kv_retrieve_meta(keys=names, partition_id="w").field_names
         if c.startswith(ptq.WRITE_BACK)
     ]
-    # a padded [B, W] tensor is cut to the stored lengths
+    # a padded [B, W] tensor (a non-contiguous view here) is cut to the stored lengths
     width = max(len(r) for r in logp) + 3
-    padded = torch.full((8, width), 7.0)
+    padded = torch.full((width, 8), 7.0).t()
     for i, r in enumerate(logp):
         padded[i, : len(r)] = r
     ptq.write_back(names, "w", {"prev_logprobs": padded})

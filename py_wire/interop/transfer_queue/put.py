@@ -14,6 +14,7 @@ import torch
 from py_wire import BatchError, Frame, FrameError, PackedTensor, Schema, concat, load_schema, split
 from py_wire.adapters import (
     Codec,
+    RowWindows,
     as_jagged,
     batch_mapping,
     checked_fields,
@@ -123,6 +124,10 @@ def group_rows(name: str, value: Any, start: int, stop: int) -> Any:
         return value[start:stop]
     if isinstance(value, PackedTensor):
         return value.slice(range(start, stop))
+    if isinstance(value, RowWindows):
+        return RowWindows(
+            value.tensor[start:stop], value.starts[start:stop], value.lengths[start:stop], value.dim
+        )
     if hasattr(value, "tensors") and hasattr(value, "dim_to_pack"):
         raise with_field(
             BatchError(
